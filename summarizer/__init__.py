@@ -1,0 +1,1 @@
+"""Precis summarization engine: pure, no database and no HTTP."""

@@ -1,0 +1,124 @@
+"""Token counting with the cl100k encoding bundled with litellm (no download, no litellm import)."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+
+TOKENS_PER_MESSAGE = 3
+"""Fixed framing cost of one chat message (role and separators), as OpenAI documents for cl100k."""
+
+TOKENS_PER_NAME = 1
+"""Extra framing cost when a message carries a `name`."""
+
+TOKENS_PER_TOOL_CALL = 3
+"""Framing cost of one tool call on top of its name and arguments."""
+
+IMAGE_PART_TOKENS = 1000
+"""Flat cost of an image content part: its real cost depends on the model and the detail level."""
+
+_CL100K_FILE = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+
+def _bundled_tokenizer_dir() -> Path:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("litellm is not installed: its bundled cl100k encoding is needed")
+    return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+
+
+@cache
+def encoding() -> tiktoken.Encoding:
+    """The cl100k encoding, read from the file litellm ships, so nothing is downloaded."""
+    path = _bundled_tokenizer_dir() / _CL100K_FILE
+    ranks = _read_ranks(path)
+    return tiktoken.Encoding(
+        name="cl100k_base",
+        pat_str=_CL100K_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens={
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+    )
+
+
+def _read_ranks(path: Path) -> dict[bytes, int]:
+    ranks: dict[bytes, int] = {}
+    for line in path.read_bytes().splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def count_text(text: str) -> int:
+    """Tokens of a plain string (special-token text is counted as ordinary text)."""
+    if not text:
+        return 0
+    return len(encoding().encode_ordinary(text))
+
+
+def count_content(content: str | Iterable[Mapping[str, Any]] | None) -> int:
+    """Tokens of an OpenAI `content` value: a string, a list of content parts, or None."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return count_text(content)
+    total = 0
+    for part in content:
+        kind = part.get("type")
+        if kind == "text":
+            total += count_text(str(part.get("text") or ""))
+        elif kind in ("image_url", "input_image", "image"):
+            total += IMAGE_PART_TOKENS
+        else:
+            total += count_text(json.dumps(part, ensure_ascii=False))
+    return total
+
+
+def count_tool_calls(tool_calls: Iterable[Mapping[str, Any]] | None) -> int:
+    """Tokens of an assistant message's `tool_calls` (function names and raw arguments)."""
+    if not tool_calls:
+        return 0
+    total = 0
+    for call in tool_calls:
+        function = call.get("function") or {}
+        total += TOKENS_PER_TOOL_CALL
+        total += count_text(str(function.get("name") or ""))
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        total += count_text(arguments or "")
+    return total
+
+
+def count_message(message: Mapping[str, Any]) -> int:
+    """Prompt tokens of one chat message: content, parts, tool calls, name and framing."""
+    total = TOKENS_PER_MESSAGE + count_content(message.get("content"))
+    if message.get("name"):
+        total += TOKENS_PER_NAME + count_text(str(message["name"]))
+    total += count_tool_calls(message.get("tool_calls"))
+    if message.get("tool_call_id"):
+        total += count_text(str(message["tool_call_id"]))
+    return total
+
+
+def count_messages(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Tokens of a list of chat messages."""
+    return sum(count_message(message) for message in messages)
+
