@@ -1,0 +1,1 @@
+"""Precis service: REST API, store and background summarization."""

@@ -1,0 +1,119 @@
+"""History assembly: summaries and messages into an OpenAI-valid context under a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from summarizer.tokens import count_message
+
+TRUNCATION_MARKER = "[Earlier messages truncated to manage context length]"
+MISSING_TOOL_RESULT = "[No result was recorded for this tool call]"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One chat message in OpenAI shape with its token count."""
+
+    message: dict[str, Any]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    messages: list[dict[str, Any]]
+    token_estimate: int
+    truncated_messages: int
+
+
+def summary_message(first_seq: int, last_seq: int, text: str) -> Item:
+    message = {
+        "role": "system",
+        "content": f"Summary of earlier conversation (messages {first_seq}-{last_seq}):\n{text}",
+    }
+    return Item(message, count_message(message))
+
+
+def assemble(
+    summaries: Sequence[Item], messages: Sequence[Item], max_tokens: int | None
+) -> AssembledContext:
+    """Summaries first, then the messages with tool pairs repaired; fit to `max_tokens`.
+
+    Over budget, the oldest message units (a tool call with its results counts as one)
+    are dropped behind one marker message; the newest unit always stays. If that is not
+    enough, the oldest summaries go too.
+    """
+    units = tool_safe_units(messages)
+    kept_summaries = list(summaries)
+    dropped = 0
+    if max_tokens is not None and _tokens(kept_summaries, units) > max_tokens:
+        marker = _marker()
+        budget = max_tokens - marker.tokens - sum(item.tokens for item in kept_summaries)
+        kept: list[list[Item]] = []
+        for unit in reversed(units):
+            unit_tokens = sum(item.tokens for item in unit)
+            if kept and unit_tokens > budget:
+                break
+            kept.append(unit)
+            budget -= unit_tokens
+        kept.reverse()
+        dropped = sum(len(unit) for unit in units[: len(units) - len(kept)])
+        units = kept
+        while kept_summaries and budget < 0:
+            budget += kept_summaries.pop(0).tokens
+        if dropped or len(kept_summaries) < len(summaries):
+            kept_summaries.append(marker)
+    items = kept_summaries + [item for unit in units for item in unit]
+    return AssembledContext(
+        messages=[item.message for item in items],
+        token_estimate=sum(item.tokens for item in items),
+        truncated_messages=dropped,
+    )
+
+
+def tool_safe_units(messages: Sequence[Item]) -> list[list[Item]]:
+    """Group messages into units valid for an OpenAI-compatible API.
+
+    An assistant message with `tool_calls` is followed by one result per call: the stored
+    result, or a placeholder when none is in the window. A tool result whose call is not
+    in the window is dropped.
+    """
+    results: dict[str, Item] = {}
+    for item in messages:
+        call_id = item.message.get("tool_call_id")
+        if item.message["role"] == "tool" and call_id and call_id not in results:
+            results[call_id] = item
+    used: set[str] = set()
+    units: list[list[Item]] = []
+    for item in messages:
+        role = item.message["role"]
+        if role == "tool":
+            continue
+        unit = [item]
+        if role == "assistant":
+            for call in item.message.get("tool_calls") or ():
+                call_id = call["id"]
+                result = results.get(call_id)
+                if result is None or call_id in used:
+                    result = _placeholder(call_id)
+                used.add(call_id)
+                unit.append(result)
+        units.append(unit)
+    return units
+
+
+def _tokens(summaries: Sequence[Item], units: Sequence[Sequence[Item]]) -> int:
+    return sum(item.tokens for item in summaries) + sum(
+        item.tokens for unit in units for item in unit
+    )
+
+
+def _placeholder(call_id: str) -> Item:
+    message = {"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT}
+    return Item(message, count_message(message))
+
+
+def _marker() -> Item:
+    message = {"role": "system", "content": TRUNCATION_MARKER}
+    return Item(message, count_message(message))

@@ -1,0 +1,154 @@
+"""SQLAlchemy models: the one declarative base and the four tables of DESIGN.md section 2."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+"""JSON everywhere, JSONB on PostgreSQL."""
+
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+"""64-bit ids; on SQLite an INTEGER so the primary key is the rowid and autoincrements."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: DateTime(timezone=True),
+        dict[str, Any]: JSONType,
+    }
+
+
+class Session(Base):
+    """One chat session of a tenant; `last_seq` is the seq of its newest message.
+
+    Appends lock this row (PostgreSQL) or take the write lock (SQLite) to hand out seqs.
+    """
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        UniqueConstraint("tenant", "external_id"),
+        Index("ix_sessions_tenant_id", "tenant", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    external_id: Mapped[str] = mapped_column(String(128))
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Message(Base):
+    """One appended message, immutable after insert.
+
+    The hot path (history load) is an index range scan on the unique `(session_id, seq)`
+    index; plain text content lives in the `content` text column, and only list-of-parts
+    content goes to the `content_parts` JSON column, so loads avoid JSON decoding.
+    """
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("session_id", "seq"),
+        Index(
+            "uq_messages_session_id_client_id",
+            "session_id",
+            "client_id",
+            unique=True,
+            postgresql_where=text("client_id IS NOT NULL"),
+            sqlite_where=text("client_id IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str | None] = mapped_column(Text)
+    content_parts: Mapped[list[Any] | None] = mapped_column(JSONType)
+    name: Mapped[str | None] = mapped_column(String(256))
+    tool_calls: Mapped[list[Any] | None] = mapped_column(JSONType)
+    tool_call_id: Mapped[str | None] = mapped_column(String(256))
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType)
+    client_id: Mapped[str | None] = mapped_column(String(256))
+    token_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Summary(Base):
+    """A summary of a contiguous seq range; `superseded_by` is the roll-up that absorbed it.
+
+    The loader reads live summaries through the `(session_id, last_seq)` index.
+    """
+
+    __tablename__ = "session_summaries"
+    __table_args__ = (Index("ix_session_summaries_session_id_last_seq", "session_id", "last_seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    summary_text: Mapped[str] = mapped_column(Text)
+    summary_prompt: Mapped[str] = mapped_column(Text)
+    model: Mapped[str] = mapped_column(String(200))
+    temperature: Mapped[float] = mapped_column(Float)
+    target_summary_tokens: Mapped[int] = mapped_column(Integer)
+    keep_last_n: Mapped[int] = mapped_column(Integer)
+    message_count: Mapped[int] = mapped_column(Integer)
+    approx_tokens: Mapped[int] = mapped_column(Integer)
+    first_message_id: Mapped[int] = mapped_column(BigInteger)
+    last_message_id: Mapped[int] = mapped_column(BigInteger)
+    first_seq: Mapped[int] = mapped_column(BigInteger)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+    first_message_at: Mapped[datetime]
+    last_message_at: Mapped[datetime]
+    level: Mapped[int] = mapped_column(Integer, default=0)
+    superseded_by: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("session_summaries.id", ondelete="SET NULL")
+    )
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SummaryMessage(Base):
+    """Link from a summary to one message it covers; indexed by message for reverse tracing."""
+
+    __tablename__ = "session_summary_messages"
+    __table_args__ = (Index("ix_session_summary_messages_message_id", "message_id"),)
+
+    summary_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("session_summaries.id", ondelete="CASCADE"), primary_key=True
+    )
+    message_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    )

@@ -1,0 +1,78 @@
+"""Domain errors: one base class carrying its status code, rendered as `{"error", "detail"}`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+
+class ErrorBody(BaseModel):
+    """The body of every 4xx and 5xx answer."""
+
+    error: str
+    detail: str
+
+
+class PrecisError(Exception):
+    status_code: ClassVar[int] = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class BadRequest(PrecisError):
+    status_code = 400
+
+
+class Unauthorized(PrecisError):
+    status_code = 401
+
+
+class Forbidden(PrecisError):
+    status_code = 403
+
+
+class NotFound(PrecisError):
+    status_code = 404
+
+
+class SessionNotFound(NotFound):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found")
+
+
+class SummaryNotFound(NotFound):
+    def __init__(self, summary_id: int) -> None:
+        super().__init__(f"summary {summary_id} not found")
+
+
+class Conflict(PrecisError):
+    status_code = 409
+
+
+class SessionExists(Conflict):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+
+
+class SummaryRangeConflict(Conflict):
+    """A summary's range does not continue the live summaries (a concurrent writer won)."""
+
+
+class PayloadTooLarge(PrecisError):
+    status_code = 413
+
+
+class ValidationFailed(PrecisError):
+    status_code = 422
+
+
+class ServiceUnavailable(PrecisError):
+    status_code = 503
+
+
+def responses(*errors: type[PrecisError]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for a route, so the document lists the errors it can answer."""
+    return {error.status_code: {"model": ErrorBody} for error in errors}

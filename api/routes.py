@@ -1,0 +1,170 @@
+"""HTTP routes: parse input, call one service function, return its answer."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response, status
+from sqlalchemy import text
+
+from api import service
+from api.auth import Tenant
+from api.deps import AppSettings, Db
+from api.errors import (
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    SessionExists,
+    SessionNotFound,
+    SummaryNotFound,
+    Unauthorized,
+    ValidationFailed,
+    responses,
+)
+from api.schemas import (
+    SESSION_ID_PATTERN,
+    AppendRequest,
+    AppendResponse,
+    Health,
+    History,
+    MessageList,
+    SessionCreate,
+    SessionList,
+    SessionOut,
+    SessionUpdate,
+    SummaryDetail,
+    SummaryList,
+)
+
+MAX_PAGE_SIZE = 1000
+"""Largest page a list endpoint returns in one answer."""
+
+MAX_SEQ = 2**62
+"""Largest seq a query parameter may name (seqs are 64-bit)."""
+
+MAX_HISTORY_TOKENS = 10_000_000
+"""Largest `max_tokens` budget accepted by the history loader."""
+
+SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, max_length=128)]
+PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
+Cursor = Annotated[str | None, Query(max_length=32)]
+
+COMMON = (Unauthorized, Forbidden, ValidationFailed, ServiceUnavailable)
+
+router = APIRouter(prefix="/v1")
+probes = APIRouter()
+
+
+@router.post(
+    "/sessions",
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(*COMMON, SessionExists),
+)
+async def create_session(body: SessionCreate, db: Db, tenant: Tenant) -> SessionOut:
+    return await service.create_session(db, tenant, body)
+
+
+@router.get("/sessions", responses=responses(*COMMON, BadRequest))
+async def list_sessions(
+    db: Db, tenant: Tenant, limit: PageSize = 50, cursor: Cursor = None
+) -> SessionList:
+    sessions, next_cursor = await service.list_sessions(db, tenant, limit, cursor)
+    return SessionList(sessions=sessions, next_cursor=next_cursor)
+
+
+@router.get("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound))
+async def get_session(session_id: SessionPath, db: Db, tenant: Tenant) -> SessionOut:
+    return await service.get_session(db, tenant, session_id)
+
+
+@router.patch("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound))
+async def update_session(
+    session_id: SessionPath, body: SessionUpdate, db: Db, tenant: Tenant
+) -> SessionOut:
+    return await service.update_session(db, tenant, session_id, body)
+
+
+@router.delete(
+    "/sessions/{session_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=responses(*COMMON, SessionNotFound),
+)
+async def delete_session(session_id: SessionPath, db: Db, tenant: Tenant) -> Response:
+    await service.delete_session(db, tenant, session_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/sessions/{session_id}/messages",
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(*COMMON, PayloadTooLarge),
+)
+async def append_messages(
+    session_id: SessionPath, body: AppendRequest, db: Db, tenant: Tenant, settings: AppSettings
+) -> AppendResponse:
+    return await service.append(db, settings, tenant, session_id, body.messages)
+
+
+@router.get(
+    "/sessions/{session_id}/messages", responses=responses(*COMMON, SessionNotFound, BadRequest)
+)
+async def list_messages(
+    session_id: SessionPath,
+    db: Db,
+    tenant: Tenant,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+    limit: PageSize = 100,
+) -> MessageList:
+    messages, next_cursor = await service.list_messages(db, tenant, session_id, after_seq, limit)
+    return MessageList(messages=messages, next_cursor=next_cursor)
+
+
+@router.get("/sessions/{session_id}/history", responses=responses(*COMMON, SessionNotFound))
+async def history(
+    session_id: SessionPath,
+    db: Db,
+    tenant: Tenant,
+    settings: AppSettings,
+    summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
+    max_tokens: Annotated[int | None, Query(ge=1, le=MAX_HISTORY_TOKENS)] = None,
+) -> History:
+    return await service.history(db, settings, tenant, session_id, summary_limit, max_tokens)
+
+
+@router.get(
+    "/sessions/{session_id}/summaries",
+    responses=responses(*COMMON, SessionNotFound, BadRequest),
+)
+async def list_summaries(
+    session_id: SessionPath,
+    db: Db,
+    tenant: Tenant,
+    include_superseded: bool = False,
+    limit: PageSize = 50,
+    cursor: Cursor = None,
+) -> SummaryList:
+    summaries, next_cursor = await service.list_summaries(
+        db, tenant, session_id, include_superseded, limit, cursor
+    )
+    return SummaryList(summaries=summaries, next_cursor=next_cursor)
+
+
+@router.get("/summaries/{summary_id}", responses=responses(*COMMON, SummaryNotFound))
+async def get_summary(
+    summary_id: Annotated[int, Path(ge=1, le=2**63 - 1)], db: Db, tenant: Tenant
+) -> SummaryDetail:
+    return await service.get_summary(db, tenant, summary_id)
+
+
+@probes.get("/healthz")
+async def healthz() -> Health:
+    """Liveness: the process answers."""
+    return Health(status="ok")
+
+
+@probes.get("/readyz", responses=responses(ServiceUnavailable))
+async def readyz(db: Db) -> Health:
+    """Readiness: the database answers a query."""
+    await db.execute(text("SELECT 1"))
+    return Health(status="ok")

@@ -1,0 +1,258 @@
+"""Pydantic schemas of the REST API, kept apart from the ORM models."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from api.settings import SummaryOverrides
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+
+SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN, min_length=1, max_length=128)]
+"""Client-chosen session id: 1-128 characters of `[A-Za-z0-9._:-]`."""
+
+ClientId = Annotated[str, Field(min_length=1, max_length=256)]
+"""Idempotency key of a message, unique per session."""
+
+ToolCallId = Annotated[str, Field(min_length=1, max_length=256)]
+"""Id linking a tool call to its result."""
+
+ParticipantName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+"""Optional participant name, as OpenAI accepts it."""
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+MAX_JSON_DEPTH = 16
+"""Deepest nesting accepted in metadata and content: enough for real data, bounded for safety."""
+
+MAX_JSON_INT = 2**63 - 1
+"""Largest integer accepted in JSON, so every database stores it exactly."""
+
+
+def check_json_value(value: Any, where: str, depth: int = 0) -> None:
+    """Reject what the databases cannot store faithfully: NUL, lone surrogates, NaN, huge ints."""
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, str):
+        check_text(value, where)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int):
+        if abs(value) > MAX_JSON_INT:
+            raise ValueError(f"{where}: integer out of the 64-bit range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: numbers must be finite")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(str(key), where)
+            check_json_value(item, f"{where}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_json_value(item, f"{where}[{index}]", depth + 1)
+
+
+def check_text(text: str, where: str) -> None:
+    """Text must be valid Unicode without NUL: PostgreSQL stores neither NUL nor lone surrogates."""
+    if "\x00" in text:
+        raise ValueError(f"{where}: NUL characters are not accepted")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where}: lone surrogate characters are not accepted") from exc
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class ImageUrl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: Annotated[str, Field(min_length=1)]
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """One tool call of an assistant message, in OpenAI shape."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: ToolCallId
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class MessageIn(BaseModel):
+    """A message to append, in OpenAI chat shape plus `metadata` and `client_id`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    content: str | Annotated[list[ContentPart], Field(min_length=1)] | None = None
+    name: ParticipantName | None = None
+    tool_calls: Annotated[list[ToolCall], Field(min_length=1, max_length=128)] | None = None
+    tool_call_id: ToolCallId | None = None
+    metadata: dict[str, Any] | None = None
+    client_id: ClientId | None = None
+
+    @model_validator(mode="after")
+    def _openai_shape(self) -> MessageIn:
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message needs tool_call_id")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError("tool_call_id is only allowed on tool messages")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("tool_calls are only allowed on assistant messages")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content may be null only on an assistant message with tool_calls")
+        if (
+            isinstance(self.content, list)
+            and self.role != "user"
+            and any(isinstance(part, ImagePart) for part in self.content)
+        ):
+            raise ValueError("image parts are only allowed in user messages")
+        if self.tool_calls is not None:
+            ids = [call.id for call in self.tool_calls]
+            if len(set(ids)) != len(ids):
+                raise ValueError("tool_calls ids must be unique within a message")
+        check_json_value(self.model_dump(exclude_none=True), "message")
+        return self
+
+    def openai_dict(self) -> dict[str, Any]:
+        """The message in OpenAI chat shape (without metadata and client_id)."""
+        return self.model_dump(exclude_none=True, exclude={"metadata", "client_id"})
+
+
+class AppendRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: Annotated[list[MessageIn], Field(min_length=1, max_length=500)]
+
+
+class MessageOut(BaseModel):
+    id: int
+    seq: int
+    role: Role
+    content: str | list[dict[str, Any]] | None
+    name: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    metadata: dict[str, Any] | None
+    client_id: str | None
+    token_count: int
+    created_at: datetime
+
+
+class SummarizationStatus(BaseModel):
+    scheduled: bool
+    reason: Literal["message_limit", "token_limit"] | None = None
+
+
+class AppendResponse(BaseModel):
+    messages: list[MessageOut]
+    summarization: SummarizationStatus
+
+
+class MessageList(BaseModel):
+    messages: list[MessageOut]
+    next_cursor: str | None
+
+
+class SessionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: SessionId | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    settings: SummaryOverrides = Field(default_factory=SummaryOverrides)
+
+    @model_validator(mode="after")
+    def _storable(self) -> SessionCreate:
+        check_json_value(self.metadata, "metadata")
+        return self
+
+
+class SessionUpdate(BaseModel):
+    """Fields to change; absent fields stay as they are (applied with `exclude_unset`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    metadata: dict[str, Any] | None = None
+    settings: SummaryOverrides | None = None
+
+    @model_validator(mode="after")
+    def _storable(self) -> SessionUpdate:
+        check_json_value(self.metadata, "metadata")
+        return self
+
+
+class SessionOut(BaseModel):
+    id: str
+    metadata: dict[str, Any]
+    settings: dict[str, Any]
+    message_count: int
+    summary_count: int
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionOut]
+    next_cursor: str | None
+
+
+class SummaryOut(BaseModel):
+    id: int
+    session_id: str
+    level: int
+    first_seq: int
+    last_seq: int
+    first_message_id: int
+    last_message_id: int
+    message_count: int
+    approx_tokens: int
+    summary_text: str
+    model: str
+    superseded_by: int | None
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+class SummaryDetail(SummaryOut):
+    message_ids: list[int]
+
+
+class SummaryList(BaseModel):
+    summaries: list[SummaryOut]
+    next_cursor: str | None
+
+
+class History(BaseModel):
+    session_id: str
+    summaries: list[SummaryOut]
+    messages: list[MessageOut]
+    context: list[dict[str, Any]]
+    token_estimate: int
+    truncated_messages: int
+    summarization_pending: bool
+
+
+class Health(BaseModel):
+    status: Literal["ok"]

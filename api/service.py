@@ -1,0 +1,264 @@
+"""Use cases of the service: what each route does, between the HTTP layer and the store."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import store
+from api.context import Item, assemble, summary_message
+from api.db.models import Message, Session, Summary
+from api.errors import BadRequest, PayloadTooLarge
+from api.schemas import (
+    AppendResponse,
+    History,
+    MessageIn,
+    MessageOut,
+    SessionCreate,
+    SessionOut,
+    SessionUpdate,
+    SummarizationStatus,
+    SummaryDetail,
+    SummaryOut,
+)
+from api.settings import Settings
+from summarizer.tokens import count_message
+
+
+def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMessage:
+    """Check the size limit and count tokens once, before any transaction starts."""
+    payload = message.model_dump(exclude_none=True)
+    size = len(json.dumps(payload, ensure_ascii=False).encode())
+    if size > max_bytes:
+        raise PayloadTooLarge(f"messages[{index}] is {size} bytes; the limit is {max_bytes}")
+    openai = message.openai_dict()
+    content = openai.get("content")
+    return store.NewMessage(
+        role=message.role,
+        content=content if isinstance(content, str) else None,
+        content_parts=content if isinstance(content, list) else None,
+        name=message.name,
+        tool_calls=openai.get("tool_calls"),
+        tool_call_id=message.tool_call_id,
+        metadata=message.metadata,
+        client_id=message.client_id,
+        token_count=count_message(openai),
+    )
+
+
+def message_out(message: Message) -> MessageOut:
+    return MessageOut(
+        id=message.id,
+        seq=message.seq,
+        role=message.role,
+        content=message.content if message.content_parts is None else message.content_parts,
+        name=message.name,
+        tool_calls=message.tool_calls,
+        tool_call_id=message.tool_call_id,
+        metadata=message.metadata_,
+        client_id=message.client_id,
+        token_count=message.token_count,
+        created_at=message.created_at,
+    )
+
+
+def openai_message(message: Message) -> dict[str, Any]:
+    """A stored message in OpenAI chat shape."""
+    out: dict[str, Any] = {
+        "role": message.role,
+        "content": message.content if message.content_parts is None else message.content_parts,
+    }
+    if message.name is not None:
+        out["name"] = message.name
+    if message.tool_calls is not None:
+        out["tool_calls"] = message.tool_calls
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def session_out(session: Session, summary_count: int) -> SessionOut:
+    return SessionOut(
+        id=session.external_id,
+        metadata=session.metadata_,
+        settings=session.settings,
+        message_count=session.last_seq,
+        summary_count=summary_count,
+        last_seq=session.last_seq,
+        created_at=session.created_at,
+        updated_at=session.updated_at,
+    )
+
+
+def summary_out(summary: Summary, session_external_id: str) -> SummaryOut:
+    return SummaryOut(
+        id=summary.id,
+        session_id=session_external_id,
+        level=summary.level,
+        first_seq=summary.first_seq,
+        last_seq=summary.last_seq,
+        first_message_id=summary.first_message_id,
+        last_message_id=summary.last_message_id,
+        message_count=summary.message_count,
+        approx_tokens=summary.approx_tokens,
+        summary_text=summary.summary_text,
+        model=summary.model,
+        superseded_by=summary.superseded_by,
+        metadata=summary.metadata_,
+        created_at=summary.created_at,
+    )
+
+
+# --- sessions -------------------------------------------------------------------------------
+
+
+async def create_session(db: AsyncSession, tenant: str, body: SessionCreate) -> SessionOut:
+    external_id = body.id or f"ses_{uuid.uuid4().hex}"
+    session = await store.create_session(
+        db,
+        tenant,
+        external_id,
+        body.metadata,
+        body.settings.model_dump(exclude_none=True),
+    )
+    return session_out(session, 0)
+
+
+async def get_session(db: AsyncSession, tenant: str, external_id: str) -> SessionOut:
+    session = await store.get_session(db, tenant, external_id)
+    counts = await store.live_summary_counts(db, [session.id])
+    return session_out(session, counts.get(session.id, 0))
+
+
+async def list_sessions(
+    db: AsyncSession, tenant: str, limit: int, cursor: str | None
+) -> tuple[list[SessionOut], str | None]:
+    sessions = await store.list_sessions(db, tenant, limit + 1, decode_cursor(cursor))
+    page = sessions[:limit]
+    counts = await store.live_summary_counts(db, [session.id for session in page])
+    next_cursor = str(page[-1].id) if len(sessions) > limit else None
+    return [session_out(s, counts.get(s.id, 0)) for s in page], next_cursor
+
+
+async def update_session(
+    db: AsyncSession, tenant: str, external_id: str, body: SessionUpdate
+) -> SessionOut:
+    session = await store.get_session(db, tenant, external_id)
+    changes = body.model_dump(exclude_unset=True)
+    if "settings" in changes:
+        changes["settings"] = (
+            body.settings.model_dump(exclude_none=True) if body.settings is not None else {}
+        )
+    if "metadata" in changes and changes["metadata"] is None:
+        changes["metadata"] = {}
+    await store.update_session(db, session, changes)
+    counts = await store.live_summary_counts(db, [session.id])
+    return session_out(session, counts.get(session.id, 0))
+
+
+async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:
+    await store.delete_session(db, tenant, external_id)
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+async def append(
+    db: AsyncSession,
+    settings: Settings,
+    tenant: str,
+    external_id: str,
+    messages: Sequence[MessageIn],
+) -> AppendResponse:
+    batch = [
+        new_message(message, settings.max_message_bytes, index)
+        for index, message in enumerate(messages)
+    ]
+    outcome = await store.append_messages(db, tenant, external_id, batch)
+    return AppendResponse(
+        messages=[message_out(message) for message in outcome.messages],
+        summarization=SummarizationStatus(scheduled=False),
+    )
+
+
+async def list_messages(
+    db: AsyncSession, tenant: str, external_id: str, after_seq: int, limit: int
+) -> tuple[list[MessageOut], str | None]:
+    session = await store.get_session(db, tenant, external_id)
+    rows = await store.list_messages(db, session.id, after_seq, limit + 1)
+    page = rows[:limit]
+    next_cursor = str(page[-1].seq) if len(rows) > limit else None
+    return [message_out(message) for message in page], next_cursor
+
+
+async def history(
+    db: AsyncSession,
+    settings: Settings,
+    tenant: str,
+    external_id: str,
+    summary_limit: int | None,
+    max_tokens: int | None,
+) -> History:
+    session = await store.get_session(db, tenant, external_id)
+    policy = settings.policy(session.settings)
+    summaries = await store.live_summaries(db, session.id, summary_limit or policy.summary_limit)
+    after_seq = summaries[-1].last_seq if summaries else 0
+    if max_tokens is None:
+        messages = await store.messages_after(db, session.id, after_seq)
+    else:
+        messages = await store.tail_within_budget(db, session.id, after_seq, max_tokens)
+    context = assemble(
+        [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in summaries],
+        [Item(openai_message(message), message.token_count) for message in messages],
+        max_tokens,
+    )
+    return History(
+        session_id=session.external_id,
+        summaries=[summary_out(summary, session.external_id) for summary in summaries],
+        messages=[message_out(message) for message in messages],
+        context=context.messages,
+        token_estimate=context.token_estimate,
+        truncated_messages=context.truncated_messages,
+        summarization_pending=False,
+    )
+
+
+# --- summaries ------------------------------------------------------------------------------
+
+
+async def list_summaries(
+    db: AsyncSession,
+    tenant: str,
+    external_id: str,
+    include_superseded: bool,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[SummaryOut], str | None]:
+    session = await store.get_session(db, tenant, external_id)
+    rows = await store.list_summaries(
+        db, session.id, include_superseded, limit + 1, decode_cursor(cursor)
+    )
+    page = rows[:limit]
+    next_cursor = str(page[-1].id) if len(rows) > limit else None
+    return [summary_out(summary, session.external_id) for summary in page], next_cursor
+
+
+async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> SummaryDetail:
+    summary, session = await store.get_summary(db, tenant, summary_id)
+    message_ids = await store.summary_message_ids(db, summary.id)
+    return SummaryDetail(
+        **summary_out(summary, session.external_id).model_dump(), message_ids=message_ids
+    )
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    """Cursors are opaque to clients; here they are the last id (or seq) of the previous page."""
+    if cursor is None:
+        return None
+    if not cursor.isdigit() or len(cursor) > 19:
+        raise BadRequest("cursor is not one this server handed out")
+    return int(cursor)

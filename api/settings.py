@@ -1,0 +1,138 @@
+"""All server settings, read from the environment (and an optional `.env`), validated at start."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"
+"""The embedded default: one SQLite file under ./data/, created on first migration."""
+
+PositiveInt = Annotated[int, Field(ge=1, le=10_000_000)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=10_000_000)]
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+ModelName = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class SummaryOverrides(BaseModel):
+    """Per-session summary settings: the keys a session's `settings` object may carry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dynamic_summary_enabled: bool | None = None
+    message_limit: PositiveInt | None = None
+    max_context_tokens: PositiveInt | None = None
+    keep_last_n: NonNegativeInt | None = None
+    target_tokens: PositiveInt | None = None
+    merge_target_tokens: PositiveInt | None = None
+    bisect_enabled: bool | None = None
+    bisect_max_depth: Annotated[int, Field(ge=0, le=32)] | None = None
+    bisect_min_messages: PositiveInt | None = None
+    retry_on_context_overflow: bool | None = None
+    summary_limit: Annotated[int, Field(ge=1, le=100)] | None = None
+    model: ModelName | None = None
+    model_context_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+
+
+class SummaryPolicy(BaseModel):
+    """The summary settings in force for one session: server defaults overlaid by its overrides."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dynamic_summary_enabled: bool
+    message_limit: int
+    max_context_tokens: int
+    keep_last_n: int
+    target_tokens: int
+    merge_target_tokens: int
+    bisect_enabled: bool
+    bisect_max_depth: int
+    bisect_min_messages: int
+    retry_on_context_overflow: bool
+    summary_limit: int
+    model: str
+    model_context_tokens: int | None
+    temperature: float
+
+
+class Settings(BaseSettings):
+    """Server-wide settings; names as in DESIGN.md section 4."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    database_url: str = DEFAULT_DATABASE_URL
+    api_keys: SecretStr = SecretStr("")
+
+    dynamic_summary_enabled: bool = True
+    summary_message_limit: PositiveInt = 80
+    summary_max_context_tokens: PositiveInt = 16_000
+    summary_keep_last_n: NonNegativeInt = 10
+    summary_target_tokens: PositiveInt = 800
+    summary_merge_target_tokens: PositiveInt = 1_200
+    summary_bisect_enabled: bool = True
+    summary_bisect_max_depth: Annotated[int, Field(ge=0, le=32)] = 6
+    summary_bisect_min_messages: PositiveInt = 2
+    summary_retry_on_context_overflow: bool = True
+    summary_limit: Annotated[int, Field(ge=1, le=100)] = 3
+    summary_model: ModelName = "local"
+    summary_api_base: str | None = None
+    summary_api_key: SecretStr | None = None
+    summary_model_context_tokens: PositiveInt | None = None
+    summary_temperature: Temperature = 0.3
+
+    max_message_bytes: PositiveInt = 1_000_000
+    """Largest accepted message (its JSON encoding); larger ones get 413."""
+    max_request_bytes: Annotated[int, Field(ge=1)] = 32_000_000
+    """Largest accepted request body; larger ones get 413."""
+
+    @field_validator("summary_api_base", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return value or None
+
+    def policy(self, overrides: SummaryOverrides | dict[str, Any] | None = None) -> SummaryPolicy:
+        """The effective summary settings for a session with these overrides."""
+        if isinstance(overrides, dict):
+            overrides = SummaryOverrides.model_validate(overrides)
+        base = SummaryPolicy(
+            dynamic_summary_enabled=self.dynamic_summary_enabled,
+            message_limit=self.summary_message_limit,
+            max_context_tokens=self.summary_max_context_tokens,
+            keep_last_n=self.summary_keep_last_n,
+            target_tokens=self.summary_target_tokens,
+            merge_target_tokens=self.summary_merge_target_tokens,
+            bisect_enabled=self.summary_bisect_enabled,
+            bisect_max_depth=self.summary_bisect_max_depth,
+            bisect_min_messages=self.summary_bisect_min_messages,
+            retry_on_context_overflow=self.summary_retry_on_context_overflow,
+            summary_limit=self.summary_limit,
+            model=self.summary_model,
+            model_context_tokens=self.summary_model_context_tokens,
+            temperature=self.summary_temperature,
+        )
+        if overrides is None:
+            return base
+        return base.model_copy(update=overrides.model_dump(exclude_none=True))
+
+    def tenant_keys(self) -> dict[str, str]:
+        """API key -> tenant, parsed from `API_KEYS="tenant_a:key_a,tenant_b:key_b"`."""
+        keys: dict[str, str] = {}
+        for entry in self.api_keys.get_secret_value().split(","):
+            entry = entry.strip()
+            if not entry:
+                continue
+            tenant, sep, key = entry.partition(":")
+            if not sep or not tenant.strip() or not key.strip():
+                raise ValueError("API_KEYS entries must look like tenant:key")
+            keys[key.strip()] = tenant.strip()
+        return keys
+
+
+@cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

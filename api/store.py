@@ -1,0 +1,464 @@
+"""All SQL of the service. Functions take the caller's AsyncSession and never commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Select, delete, func, insert, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.errors import SessionExists, SessionNotFound, SummaryNotFound, SummaryRangeConflict
+
+TAIL_PAGE_SIZE = 64
+"""Messages read per round trip when the loader walks back from the newest under a token budget."""
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A validated message ready to insert; `token_count` is counted before the transaction."""
+
+    role: str
+    content: str | None
+    content_parts: list[Any] | None
+    name: str | None
+    tool_calls: list[Any] | None
+    tool_call_id: str | None
+    metadata: dict[str, Any] | None
+    client_id: str | None
+    token_count: int
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    session: Session
+    messages: list[Message]
+    inserted: int
+
+
+# --- sessions -------------------------------------------------------------------------------
+
+
+async def create_session(
+    db: AsyncSession,
+    tenant: str,
+    external_id: str,
+    metadata: dict[str, Any],
+    settings: dict[str, Any],
+) -> Session:
+    now = utcnow()
+    session = Session(
+        tenant=tenant,
+        external_id=external_id,
+        metadata_=metadata,
+        settings=settings,
+        last_seq=0,
+        created_at=now,
+        updated_at=now,
+    )
+    db.add(session)
+    try:
+        async with db.begin_nested():
+            await db.flush()
+    except IntegrityError as exc:
+        raise SessionExists(external_id) from exc
+    return session
+
+
+async def get_session(db: AsyncSession, tenant: str, external_id: str) -> Session:
+    session = await db.scalar(
+        select(Session).where(Session.tenant == tenant, Session.external_id == external_id)
+    )
+    if session is None:
+        raise SessionNotFound(external_id)
+    return session
+
+
+async def list_sessions(
+    db: AsyncSession, tenant: str, limit: int, before_id: int | None
+) -> list[Session]:
+    """Newest first (by internal id, which grows with creation), keyset-paginated."""
+    query = select(Session).where(Session.tenant == tenant)
+    if before_id is not None:
+        query = query.where(Session.id < before_id)
+    return list(await db.scalars(query.order_by(Session.id.desc()).limit(limit)))
+
+
+async def update_session(db: AsyncSession, session: Session, changes: dict[str, Any]) -> Session:
+    if "metadata" in changes:
+        session.metadata_ = changes["metadata"]
+    if "settings" in changes:
+        session.settings = changes["settings"]
+    session.updated_at = utcnow()
+    await db.flush()
+    return session
+
+
+async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:
+    """Delete a session; its messages, summaries and links go with it (ON DELETE CASCADE)."""
+    result = await db.execute(
+        delete(Session)
+        .where(Session.tenant == tenant, Session.external_id == external_id)
+        .returning(Session.id)
+    )
+    if result.first() is None:
+        raise SessionNotFound(external_id)
+
+
+async def live_summary_counts(db: AsyncSession, session_ids: Sequence[int]) -> dict[int, int]:
+    if not session_ids:
+        return {}
+    rows = await db.execute(
+        select(Summary.session_id, func.count())
+        .where(Summary.session_id.in_(session_ids), Summary.superseded_by.is_(None))
+        .group_by(Summary.session_id)
+    )
+    return {session_id: count for session_id, count in rows.tuples()}
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+async def append_messages(
+    db: AsyncSession, tenant: str, external_id: str, batch: Sequence[NewMessage]
+) -> AppendOutcome:
+    """Append a batch with contiguous seqs, creating the session if missing.
+
+    The first statement is an UPDATE of the session row: it takes the row lock on
+    PostgreSQL and the write lock on SQLite, so concurrent appends to one session queue
+    up while different sessions proceed in parallel. A message whose `client_id` is
+    already stored is not inserted again; the stored one is returned in its place.
+    """
+    session = await _lock_session(db, tenant, external_id)
+    if session is None:
+        await db.execute(_insert_ignoring_conflicts(db, tenant, external_id))
+        session = await _lock_session(db, tenant, external_id)
+        assert session is not None, "the session row exists after the insert"
+
+    known = await _messages_by_client_id(db, session.id, batch)
+    rows: list[dict[str, Any]] = []
+    placement: list[int | str] = []
+    now = utcnow()
+    for new in batch:
+        if new.client_id is not None and new.client_id in known:
+            placement.append(new.client_id)
+            continue
+        if new.client_id is not None:
+            known[new.client_id] = None
+        rows.append(_message_row(session.id, session.last_seq + len(rows) + 1, new, now))
+        placement.append(len(rows) - 1)
+
+    inserted: list[Message] = []
+    if rows:
+        result = await db.scalars(
+            insert(Message).returning(Message, sort_by_parameter_order=True), rows
+        )
+        inserted = list(result)
+        session.last_seq += len(rows)
+        await db.execute(
+            update(Session).where(Session.id == session.id).values(last_seq=session.last_seq)
+        )
+        for message in inserted:
+            if message.client_id is not None:
+                known[message.client_id] = message
+
+    ordered: list[Message] = []
+    for slot in placement:
+        if isinstance(slot, int):
+            ordered.append(inserted[slot])
+        else:
+            stored = known[slot]
+            assert stored is not None
+            ordered.append(stored)
+    return AppendOutcome(session=session, messages=ordered, inserted=len(rows))
+
+
+async def _lock_session(db: AsyncSession, tenant: str, external_id: str) -> Session | None:
+    return await db.scalar(
+        update(Session)
+        .where(Session.tenant == tenant, Session.external_id == external_id)
+        .values(updated_at=utcnow())
+        .returning(Session)
+        .execution_options(populate_existing=True)
+    )
+
+
+def _insert_ignoring_conflicts(db: AsyncSession, tenant: str, external_id: str) -> Any:
+    """INSERT of a new session that does nothing if a concurrent request created it first."""
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    now = utcnow()
+    return (
+        dialect.insert(Session)
+        .values(
+            tenant=tenant,
+            external_id=external_id,
+            metadata={},
+            settings={},
+            last_seq=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
+    )
+
+
+async def _messages_by_client_id(
+    db: AsyncSession, session_id: int, batch: Sequence[NewMessage]
+) -> dict[str, Message | None]:
+    client_ids = {message.client_id for message in batch if message.client_id is not None}
+    if not client_ids:
+        return {}
+    stored = await db.scalars(
+        select(Message).where(Message.session_id == session_id, Message.client_id.in_(client_ids))
+    )
+    return {message.client_id: message for message in stored if message.client_id is not None}
+
+
+def _message_row(session_id: int, seq: int, message: NewMessage, now: datetime) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "seq": seq,
+        "role": message.role,
+        "content": message.content,
+        "content_parts": message.content_parts,
+        "name": message.name,
+        "tool_calls": message.tool_calls,
+        "tool_call_id": message.tool_call_id,
+        "metadata_": message.metadata,
+        "client_id": message.client_id,
+        "token_count": message.token_count,
+        "created_at": now,
+    }
+
+
+async def list_messages(
+    db: AsyncSession, session_id: int, after_seq: int, limit: int
+) -> list[Message]:
+    """Messages in ascending seq order: an index range scan on `(session_id, seq)`."""
+    return list(
+        await db.scalars(
+            select(Message)
+            .where(Message.session_id == session_id, Message.seq > after_seq)
+            .order_by(Message.seq)
+            .limit(limit)
+        )
+    )
+
+
+async def messages_after(db: AsyncSession, session_id: int, after_seq: int) -> list[Message]:
+    """Every message after `after_seq`, ascending."""
+    return list(
+        await db.scalars(
+            select(Message)
+            .where(Message.session_id == session_id, Message.seq > after_seq)
+            .order_by(Message.seq)
+        )
+    )
+
+
+async def tail_within_budget(
+    db: AsyncSession, session_id: int, after_seq: int, token_budget: int
+) -> list[Message]:
+    """The newest messages after `after_seq` whose stored token counts reach `token_budget`.
+
+    Walks back from the newest in pages, so the cost follows what is returned, not the
+    session's size. Keeps walking while the oldest loaded message is a tool result, so
+    a tool call is not cut off from its results at the window's edge.
+    """
+    loaded: list[Message] = []
+    total = 0
+    upper: int | None = None
+    while True:
+        query = select(Message).where(Message.session_id == session_id, Message.seq > after_seq)
+        if upper is not None:
+            query = query.where(Message.seq < upper)
+        page = list(await db.scalars(query.order_by(Message.seq.desc()).limit(TAIL_PAGE_SIZE)))
+        for message in page:
+            loaded.append(message)
+            total += message.token_count
+            if total > token_budget and message.role != "tool":
+                loaded.reverse()
+                return loaded
+        if len(page) < TAIL_PAGE_SIZE:
+            loaded.reverse()
+            return loaded
+        upper = page[-1].seq
+
+
+# --- summaries ------------------------------------------------------------------------------
+
+
+async def live_summaries(db: AsyncSession, session_id: int, limit: int) -> list[Summary]:
+    """The newest `limit` live summaries, oldest first (index on `(session_id, last_seq)`)."""
+    newest_first = await db.scalars(
+        select(Summary)
+        .where(Summary.session_id == session_id, Summary.superseded_by.is_(None))
+        .order_by(Summary.last_seq.desc())
+        .limit(limit)
+    )
+    return list(reversed(list(newest_first)))
+
+
+def _summaries_query(session_id: int, include_superseded: bool) -> Select[Summary]:
+    query = select(Summary).where(Summary.session_id == session_id)
+    if not include_superseded:
+        query = query.where(Summary.superseded_by.is_(None))
+    return query
+
+
+async def list_summaries(
+    db: AsyncSession,
+    session_id: int,
+    include_superseded: bool,
+    limit: int,
+    before_id: int | None,
+) -> list[Summary]:
+    """Summaries newest first, keyset-paginated by id."""
+    query = _summaries_query(session_id, include_superseded)
+    if before_id is not None:
+        query = query.where(Summary.id < before_id)
+    return list(await db.scalars(query.order_by(Summary.id.desc()).limit(limit)))
+
+
+async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> tuple[Summary, Session]:
+    row = (
+        await db.execute(
+            select(Summary, Session)
+            .join(Session, Session.id == Summary.session_id)
+            .where(Summary.id == summary_id, Session.tenant == tenant)
+        )
+    ).first()
+    if row is None:
+        raise SummaryNotFound(summary_id)
+    return row.tuple()
+
+
+async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
+    rows = await db.scalars(
+        select(SummaryMessage.message_id)
+        .where(SummaryMessage.summary_id == summary_id)
+        .order_by(SummaryMessage.message_id)
+    )
+    return list(rows)
+
+
+@dataclass(frozen=True)
+class SummaryDraft:
+    """A summary to persist over the seq range `first_seq..last_seq` of one session.
+
+    A roll-up names the live summaries it absorbs in `absorbs`; its range is their union.
+    """
+
+    first_seq: int
+    last_seq: int
+    summary_text: str
+    summary_prompt: str
+    model: str
+    temperature: float
+    target_summary_tokens: int
+    keep_last_n: int
+    approx_tokens: int
+    metadata: dict[str, Any]
+    level: int = 0
+    absorbs: tuple[int, ...] = ()
+
+
+async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -> Summary:
+    """Write a summary, its links and any superseding update, under the session's lock.
+
+    The range is checked inside the transaction against the live summaries, so a
+    duplicate or overlapping summary cannot land even when two writers race.
+    """
+    last_seq = await db.scalar(
+        update(Session)
+        .where(Session.id == session_id)
+        .values(last_seq=Session.last_seq)
+        .returning(Session.last_seq)
+    )
+    if last_seq is None:
+        raise SummaryRangeConflict("the session no longer exists")
+    if draft.last_seq < draft.first_seq or draft.last_seq > last_seq or draft.first_seq < 1:
+        raise SummaryRangeConflict(f"seq range {draft.first_seq}..{draft.last_seq} is not stored")
+    await _check_range(db, session_id, draft)
+
+    stats = (
+        await db.execute(
+            select(
+                func.min(Message.id),
+                func.max(Message.id),
+                func.count(),
+                func.min(Message.created_at),
+                func.max(Message.created_at),
+            ).where(
+                Message.session_id == session_id,
+                Message.seq.between(draft.first_seq, draft.last_seq),
+            )
+        )
+    ).one()
+    first_id, last_id, count, first_at, last_at = stats
+    summary = Summary(
+        session_id=session_id,
+        summary_text=draft.summary_text,
+        summary_prompt=draft.summary_prompt,
+        model=draft.model,
+        temperature=draft.temperature,
+        target_summary_tokens=draft.target_summary_tokens,
+        keep_last_n=draft.keep_last_n,
+        message_count=count,
+        approx_tokens=draft.approx_tokens,
+        first_message_id=first_id,
+        last_message_id=last_id,
+        first_seq=draft.first_seq,
+        last_seq=draft.last_seq,
+        first_message_at=first_at,
+        last_message_at=last_at,
+        level=draft.level,
+        metadata_=draft.metadata,
+        created_at=utcnow(),
+    )
+    db.add(summary)
+    await db.flush()
+    await db.execute(
+        insert(SummaryMessage).from_select(
+            ["summary_id", "message_id"],
+            select(literal(summary.id, BigInteger), Message.id).where(
+                Message.session_id == session_id,
+                Message.seq.between(draft.first_seq, draft.last_seq),
+            ),
+        )
+    )
+    if draft.absorbs:
+        await db.execute(
+            update(Summary).where(Summary.id.in_(draft.absorbs)).values(superseded_by=summary.id)
+        )
+    return summary
+
+
+async def _check_range(db: AsyncSession, session_id: int, draft: SummaryDraft) -> None:
+    live = list(
+        await db.scalars(
+            select(Summary)
+            .where(Summary.session_id == session_id, Summary.superseded_by.is_(None))
+            .order_by(Summary.last_seq)
+        )
+    )
+    if not draft.absorbs:
+        expected_first = live[-1].last_seq + 1 if live else 1
+        if draft.first_seq != expected_first:
+            raise SummaryRangeConflict(
+                f"summary must start at seq {expected_first}, not {draft.first_seq}"
+            )
+        return
+    absorbed = [summary for summary in live if summary.id in draft.absorbs]
+    if len(absorbed) != len(draft.absorbs):
+        raise SummaryRangeConflict("a summary to absorb is no longer live")
+    prefix = live[: len(absorbed)]
+    if prefix != absorbed:
+        raise SummaryRangeConflict("a roll-up absorbs the oldest live summaries, in order")
+    if (draft.first_seq, draft.last_seq) != (absorbed[0].first_seq, absorbed[-1].last_seq):
+        raise SummaryRangeConflict("a roll-up covers exactly the summaries it absorbs")

@@ -1,0 +1,207 @@
+"""Database fixtures: every database test runs on SQLite and on PostgreSQL, migrated by Alembic.
+
+PostgreSQL is found through PRECIS_TEST_POSTGRES_URL (default: postgres on 127.0.0.1:5432,
+trust auth). Each run creates its own database and drops it at the end. With CI=true an
+unreachable server fails the run; elsewhere the PostgreSQL tests are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.db.engine import create_engine, create_sessionmaker
+from api.db.models import Base
+from api.main import create_app
+from api.settings import Settings
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+POSTGRES_ADMIN_URL = os.environ.get(
+    "PRECIS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
+SKIP_POSTGRES_REASON = (
+    f"PostgreSQL not reachable at {make_url(POSTGRES_ADMIN_URL).render_as_string()}: "
+    "start it (or set PRECIS_TEST_POSTGRES_URL) to run the PostgreSQL tests"
+)
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _postgres_reachable() -> bool:
+    async def probe() -> bool:
+        engine = create_engine(POSTGRES_ADMIN_URL)
+        try:
+            async with engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+            return True
+        except Exception:
+            return False
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(probe())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    reachable = _postgres_reachable()
+    if not reachable and IN_CI:
+        raise pytest.UsageError(f"CI=true but {SKIP_POSTGRES_REASON}")
+    config.stash[_PG_KEY] = reachable
+
+
+_PG_KEY = pytest.StashKey[bool]()
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config.attributes["database_url"] = database_url
+    config.attributes["configure_logger"] = False
+    return config
+
+
+async def run_alembic(database_url: str, *args: Any, verb: str = "upgrade") -> None:
+    """Run an Alembic command in a thread: env.py starts its own event loop."""
+    await asyncio.to_thread(getattr(command, verb), alembic_config(database_url), *args)
+
+
+async def create_postgres_database() -> str:
+    name = f"precis_test_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        await engine.dispose()
+    return make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_postgres_database(url: str) -> None:
+    name = make_url(url).database
+    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_available(pytestconfig: pytest.Config) -> bool:
+    return pytestconfig.stash[_PG_KEY]
+
+
+@pytest.fixture
+async def empty_database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_available: bool
+) -> AsyncIterator[str]:
+    """A brand-new, unmigrated database of the kind named by the `backend` parameter."""
+    backend = request.param if hasattr(request, "param") else "sqlite"
+    if backend == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}"
+        return
+    if not postgres_available:
+        pytest.skip(SKIP_POSTGRES_REASON)
+    url = await create_postgres_database()
+    try:
+        yield url
+    finally:
+        await drop_postgres_database(url)
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+async def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_available: bool,
+) -> AsyncIterator[str]:
+    """One migrated database per backend for the whole run."""
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('sqlite') / 'precis.db'}"
+        await run_alembic(url, "head")
+        yield url
+        return
+    if not postgres_available:
+        pytest.skip(SKIP_POSTGRES_REASON)
+    url = await create_postgres_database()
+    try:
+        await run_alembic(url, "head")
+        yield url
+    finally:
+        await drop_postgres_database(url)
+
+
+@pytest.fixture
+def backend(database_url: str) -> str:
+    """`sqlite` or `postgresql`."""
+    return make_url(database_url).get_backend_name()
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on the shared test database; every table is emptied after the test."""
+    engine = create_engine(database_url)
+    try:
+        yield engine
+    finally:
+        await _empty_tables(engine)
+        await engine.dispose()
+
+
+async def _empty_tables(engine: AsyncEngine) -> None:
+    tables = [table.name for table in reversed(Base.metadata.sorted_tables)]
+    async with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            await connection.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+        else:
+            for table in tables:
+                await connection.execute(text(f"DELETE FROM {table}"))
+
+
+@pytest.fixture
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(engine)
+
+
+@pytest.fixture
+async def db(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    """A store-level session; tests commit what they want others to see."""
+    async with sessionmaker() as session:
+        yield session
+
+
+def make_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings for a test app: no .env file, the test database, explicit overrides."""
+    return Settings(_env_file=None, database_url=database_url, **overrides)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    """Override in a test module (or with indirect parametrization) to change app settings."""
+    return {}
+
+
+@pytest.fixture
+async def client(
+    engine: AsyncEngine, database_url: str, settings_overrides: dict[str, Any]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client talking to the app through ASGI, with its lifespan running."""
+    app = create_app(make_settings(database_url, **settings_overrides))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http,
+    ):
+        yield http
