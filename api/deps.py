@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import ServiceUnavailable
 from api.settings import Settings
+from api.summarization import Summarizer
+from api.worker import Worker
 
 
 async def transaction(request: Request) -> AsyncIterator[AsyncSession]:
@@ -35,6 +37,16 @@ async def transaction(request: Request) -> AsyncIterator[AsyncSession]:
             raise
 
 
+def summarizer_of(request: Request) -> Summarizer:
+    summarizer: Summarizer = request.app.state.summarizer
+    return summarizer
+
+
+def worker_of(request: Request) -> Worker:
+    worker: Worker = request.app.state.worker
+    return worker
+
+
 def settings_of(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
@@ -42,3 +54,5 @@ def settings_of(request: Request) -> Settings:
 
 Db = Annotated[AsyncSession, Depends(transaction, scope="function")]
 AppSettings = Annotated[Settings, Depends(settings_of)]
+AppSummarizer = Annotated[Summarizer, Depends(summarizer_of)]
+AppWorker = Annotated[Worker, Depends(worker_of)]

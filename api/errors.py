@@ -61,6 +61,10 @@ class SummaryRangeConflict(Conflict):
     """A summary's range does not continue the live summaries (a concurrent writer won)."""
 
 
+class SummarizationInProgress(Conflict):
+    """A summarization of the session holds it longer than the caller may wait."""
+
+
 class PayloadTooLarge(PrecisError):
     status_code = 413
 

@@ -15,8 +15,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.db.engine import create_engine, create_sessionmaker
 from api.errors import PrecisError
 from api.limits import BodySizeLimit
+from api.locks import SessionLocks
 from api.routes import probes, router
 from api.settings import Settings, get_settings
+from api.summarization import Summarizer
+from api.worker import Worker
 
 logger = logging.getLogger("precis")
 
@@ -32,11 +35,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = resolved
         app.state.tenant_keys = resolved.tenant_keys()
         engine = create_engine(resolved.database_url)
+        sessionmaker = create_sessionmaker(engine)
+        summarizer = Summarizer(resolved, sessionmaker, SessionLocks(engine))
+        worker = Worker(sessionmaker, summarizer, resolved.summary_workers)
         app.state.engine = engine
-        app.state.sessionmaker = create_sessionmaker(engine)
+        app.state.sessionmaker = sessionmaker
+        app.state.summarizer = summarizer
+        app.state.worker = worker
+        if resolved.summary_workers:
+            worker.start()
         try:
             yield
         finally:
+            await worker.stop()
             await engine.dispose()
 
     app = FastAPI(title="Precis", version="0.1.0", lifespan=lifespan)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response, status
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
-from api import service
+from api import metrics, service
 from api.auth import Tenant
-from api.deps import AppSettings, Db
+from api.deps import AppSettings, AppSummarizer, AppWorker, Db
 from api.errors import (
     BadRequest,
     Forbidden,
@@ -17,6 +19,7 @@ from api.errors import (
     ServiceUnavailable,
     SessionExists,
     SessionNotFound,
+    SummarizationInProgress,
     SummaryNotFound,
     Unauthorized,
     ValidationFailed,
@@ -26,6 +29,8 @@ from api.schemas import (
     SESSION_ID_PATTERN,
     AppendRequest,
     AppendResponse,
+    CompactRequest,
+    CompactResponse,
     Health,
     History,
     MessageList,
@@ -101,9 +106,19 @@ async def delete_session(session_id: SessionPath, db: Db, tenant: Tenant) -> Res
     responses=responses(*COMMON, PayloadTooLarge),
 )
 async def append_messages(
-    session_id: SessionPath, body: AppendRequest, db: Db, tenant: Tenant, settings: AppSettings
+    session_id: SessionPath,
+    body: AppendRequest,
+    db: Db,
+    tenant: Tenant,
+    settings: AppSettings,
+    worker: AppWorker,
+    background: BackgroundTasks,
 ) -> AppendResponse:
-    return await service.append(db, settings, tenant, session_id, body.messages)
+    with metrics.APPEND_SECONDS.time():
+        answer = await service.append(db, settings, tenant, session_id, body.messages)
+    if answer.summarization.scheduled:
+        background.add_task(worker.wake)  # runs after the commit, so the job is visible
+    return answer
 
 
 @router.get(
@@ -125,11 +140,26 @@ async def history(
     session_id: SessionPath,
     db: Db,
     tenant: Tenant,
-    settings: AppSettings,
+    summarizer: AppSummarizer,
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
     max_tokens: Annotated[int | None, Query(ge=1, le=MAX_HISTORY_TOKENS)] = None,
 ) -> History:
-    return await service.history(db, settings, tenant, session_id, summary_limit, max_tokens)
+    with metrics.HISTORY_SECONDS.time():
+        return await service.history(db, summarizer, tenant, session_id, summary_limit, max_tokens)
+
+
+@router.post(
+    "/sessions/{session_id}/compact",
+    responses=responses(*COMMON, SessionNotFound, SummarizationInProgress),
+)
+async def compact(
+    session_id: SessionPath,
+    db: Db,
+    tenant: Tenant,
+    summarizer: AppSummarizer,
+    body: CompactRequest | None = None,
+) -> CompactResponse:
+    return await service.compact(db, summarizer, tenant, session_id, body or CompactRequest())
 
 
 @router.get(
@@ -164,7 +194,17 @@ async def healthz() -> Health:
 
 
 @probes.get("/readyz", responses=responses(ServiceUnavailable))
-async def readyz(db: Db) -> Health:
+async def readyz(request: Request) -> Health:
     """Readiness: the database answers a query."""
-    await db.execute(text("SELECT 1"))
+    try:
+        async with request.app.state.engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+    except Exception as exc:
+        raise ServiceUnavailable(f"the database is unreachable: {type(exc).__name__}") from exc
     return Health(status="ok")
+
+
+@probes.get("/metrics", response_class=PlainTextResponse, responses=responses(Unauthorized))
+async def prometheus_metrics(_tenant: Tenant) -> PlainTextResponse:
+    """Prometheus text; needs a key like every /v1 route when API_KEYS is set."""
+    return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)

@@ -254,5 +254,18 @@ class History(BaseModel):
     summarization_pending: bool
 
 
+class CompactRequest(BaseModel):
+    """`overflow_retry` summarizes everything (keep_last_n 0); `manual` keeps the newest."""
+
+    model_config = ConfigDict(extra="forbid")
+    trigger: Literal["overflow_retry", "manual"] = "manual"
+    keep_last_n: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+
+
+class CompactResponse(BaseModel):
+    summary: SummaryOut | None
+    history: History
+
+
 class Health(BaseModel):
     status: Literal["ok"]

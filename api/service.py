@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,9 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import store
 from api.context import Item, assemble, summary_message
 from api.db.models import Message, Session, Summary
-from api.errors import BadRequest, PayloadTooLarge
+from api.errors import BadRequest, PayloadTooLarge, SummarizationInProgress
+from api.locks import SummarizerBusy
 from api.schemas import (
     AppendResponse,
+    CompactRequest,
+    CompactResponse,
     History,
     MessageIn,
     MessageOut,
@@ -26,7 +30,14 @@ from api.schemas import (
     SummaryOut,
 )
 from api.settings import Settings
+from api.summarization import Summarizer, schedule_if_due
 from summarizer.tokens import count_message
+
+COMPACT_WAIT_SECONDS = 60.0
+"""How long `compact` waits for a running summarization of the session before answering 409."""
+
+INLINE_WAIT_SECONDS = 30.0
+"""How long an over-budget history load waits for a running summarization before truncating."""
 
 
 def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMessage:
@@ -174,14 +185,19 @@ async def append(
     external_id: str,
     messages: Sequence[MessageIn],
 ) -> AppendResponse:
+    """Store a batch; when the backlog reaches a limit, record a job (same transaction)."""
     batch = [
         new_message(message, settings.max_message_bytes, index)
         for index, message in enumerate(messages)
     ]
     outcome = await store.append_messages(db, tenant, external_id, batch)
+    reason = await schedule_if_due(db, outcome.session, settings)
     return AppendResponse(
         messages=[message_out(message) for message in outcome.messages],
-        summarization=SummarizationStatus(scheduled=False),
+        summarization=SummarizationStatus(
+            scheduled=reason is not None,
+            reason=reason if reason in ("message_limit", "token_limit") else None,
+        ),
     )
 
 
@@ -197,14 +213,41 @@ async def list_messages(
 
 async def history(
     db: AsyncSession,
-    settings: Settings,
+    summarizer: Summarizer,
     tenant: str,
     external_id: str,
     summary_limit: int | None,
     max_tokens: int | None,
 ) -> History:
+    """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate."""
     session = await store.get_session(db, tenant, external_id)
-    policy = settings.policy(session.settings)
+    policy = summarizer.settings.policy(session.settings)
+    loaded = await load_history(db, summarizer, session, summary_limit, max_tokens)
+    if (
+        max_tokens is not None
+        and loaded.truncated_messages > 0
+        and policy.dynamic_summary_enabled
+        and policy.retry_on_context_overflow
+    ):
+        with suppress(SummarizerBusy):
+            summary = await summarizer.run(
+                session.id, "proactive", "token_limit", wait_seconds=INLINE_WAIT_SECONDS
+            )
+            if summary is not None:
+                # One compaction only: whatever it achieved, truncation does the rest.
+                loaded = await load_history(db, summarizer, session, summary_limit, max_tokens)
+    return loaded
+
+
+async def load_history(
+    db: AsyncSession,
+    summarizer: Summarizer,
+    session: Session,
+    summary_limit: int | None,
+    max_tokens: int | None,
+) -> History:
+    """Latest live summaries and the messages after them, assembled under `max_tokens`."""
+    policy = summarizer.settings.policy(session.settings)
     summaries = await store.live_summaries(db, session.id, summary_limit or policy.summary_limit)
     after_seq = summaries[-1].last_seq if summaries else 0
     if max_tokens is None:
@@ -223,7 +266,33 @@ async def history(
         context=context.messages,
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,
-        summarization_pending=False,
+        summarization_pending=summarizer.locks.is_held(session.id)
+        or await store.has_pending_job(db, session.id),
+    )
+
+
+async def compact(
+    db: AsyncSession,
+    summarizer: Summarizer,
+    tenant: str,
+    external_id: str,
+    body: CompactRequest,
+) -> CompactResponse:
+    """Summarize now, inline; waits (bounded) for a running summarization of the session."""
+    session = await store.get_session(db, tenant, external_id)
+    keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
+    try:
+        summary = await summarizer.run(
+            session.id, body.trigger, body.trigger, keep_last_n, wait_seconds=COMPACT_WAIT_SECONDS
+        )
+    except SummarizerBusy as exc:
+        raise SummarizationInProgress(
+            "a summarization of this session is still running; retry shortly"
+        ) from exc
+    loaded = await load_history(db, summarizer, session, None, None)
+    return CompactResponse(
+        summary=summary_out(summary, session.external_id) if summary is not None else None,
+        history=loaded,
     )
 
 

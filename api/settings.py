@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     summary_model_context_tokens: PositiveInt | None = None
     summary_temperature: Temperature = 0.3
 
+    summary_workers: Annotated[int, Field(ge=0, le=64)] = 2
+    """Background summarization jobs run at once by this process (0: this replica runs none)."""
+
     max_message_bytes: PositiveInt = 1_000_000
     """Largest accepted message (its JSON encoding); larger ones get 413."""
     max_request_bytes: Annotated[int, Field(ge=1)] = 32_000_000

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Select, delete, func, insert, literal, select, update
+from sqlalchemy import (
+    BigInteger,
+    Select,
+    and_,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.db.models import Message, Session, Summary, SummaryJob, SummaryMessage, utcnow
 from api.errors import SessionExists, SessionNotFound, SummaryNotFound, SummaryRangeConflict
 
 TAIL_PAGE_SIZE = 64
@@ -423,20 +434,26 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
     )
     db.add(summary)
     await db.flush()
-    await db.execute(
-        insert(SummaryMessage).from_select(
-            ["summary_id", "message_id"],
-            select(literal(summary.id, BigInteger), Message.id).where(
-                Message.session_id == session_id,
-                Message.seq.between(draft.first_seq, draft.last_seq),
-            ),
-        )
-    )
+    await _link_messages(db, summary.id, session_id, draft.first_seq, draft.last_seq)
     if draft.absorbs:
         await db.execute(
             update(Summary).where(Summary.id.in_(draft.absorbs)).values(superseded_by=summary.id)
         )
     return summary
+
+
+async def _link_messages(
+    db: AsyncSession, summary_id: int, session_id: int, first_seq: int, last_seq: int
+) -> None:
+    """Link the summary to every message of its range (roll-ups included), in one statement."""
+    await db.execute(
+        insert(SummaryMessage).from_select(
+            ["summary_id", "message_id"],
+            select(literal(summary_id, BigInteger), Message.id).where(
+                Message.session_id == session_id, Message.seq.between(first_seq, last_seq)
+            ),
+        )
+    )
 
 
 async def _check_range(db: AsyncSession, session_id: int, draft: SummaryDraft) -> None:
@@ -462,3 +479,120 @@ async def _check_range(db: AsyncSession, session_id: int, draft: SummaryDraft) -
         raise SummaryRangeConflict("a roll-up absorbs the oldest live summaries, in order")
     if (draft.first_seq, draft.last_seq) != (absorbed[0].first_seq, absorbed[-1].last_seq):
         raise SummaryRangeConflict("a roll-up covers exactly the summaries it absorbs")
+
+
+async def all_live_summaries(db: AsyncSession, session_id: int) -> list[Summary]:
+    """Every live summary of a session, oldest first."""
+    return list(
+        await db.scalars(
+            select(Summary)
+            .where(Summary.session_id == session_id, Summary.superseded_by.is_(None))
+            .order_by(Summary.last_seq)
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What lies after the newest live summary: the input of the proactive trigger."""
+
+    after_seq: int
+    message_count: int
+    token_count: int
+
+
+async def backlog(db: AsyncSession, session_id: int, last_seq: int) -> Backlog:
+    """Count and tokens of the messages after the newest live summary (an index range scan)."""
+    after_seq = await db.scalar(
+        select(func.max(Summary.last_seq)).where(
+            Summary.session_id == session_id, Summary.superseded_by.is_(None)
+        )
+    )
+    after_seq = after_seq or 0
+    tokens = await db.scalar(
+        select(func.coalesce(func.sum(Message.token_count), 0)).where(
+            Message.session_id == session_id, Message.seq > after_seq
+        )
+    )
+    return Backlog(
+        after_seq=after_seq, message_count=last_seq - after_seq, token_count=int(tokens or 0)
+    )
+
+
+async def get_session_by_id(db: AsyncSession, session_id: int) -> Session | None:
+    return await db.get(Session, session_id)
+
+
+# --- background jobs ------------------------------------------------------------------------
+
+
+async def enqueue_job(db: AsyncSession, session_id: int, trigger: str, reason: str) -> None:
+    """Record pending summarization for a session; a job already pending or running stays."""
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    now = utcnow()
+    await db.execute(
+        dialect.insert(SummaryJob)
+        .values(
+            session_id=session_id,
+            trigger=trigger,
+            reason=reason,
+            status="pending",
+            attempts=0,
+            run_after=now,
+            created_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["session_id"])
+    )
+
+
+async def claim_job(db: AsyncSession, lease: timedelta) -> SummaryJob | None:
+    """Claim the next due job (or one whose worker's lease ran out).
+
+    PostgreSQL: `FOR UPDATE SKIP LOCKED`, so replicas never claim the same job;
+    SQLite: the UPDATE holds the write lock.
+    """
+    now = utcnow()
+    due = (
+        select(SummaryJob.id)
+        .where(
+            or_(
+                and_(SummaryJob.status == "pending", SummaryJob.run_after <= now),
+                and_(SummaryJob.status == "running", SummaryJob.locked_until < now),
+            )
+        )
+        .order_by(SummaryJob.run_after)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    return await db.scalar(
+        update(SummaryJob)
+        .where(SummaryJob.id == due)
+        .values(status="running", attempts=SummaryJob.attempts + 1, locked_until=now + lease)
+        .returning(SummaryJob)
+        .execution_options(populate_existing=True)
+    )
+
+
+async def finish_job(db: AsyncSession, job_id: int) -> None:
+    await db.execute(delete(SummaryJob).where(SummaryJob.id == job_id))
+
+
+async def release_job(
+    db: AsyncSession, job_id: int, run_after: datetime, error: str | None
+) -> None:
+    """Put a claimed job back to pending, to run again at `run_after`."""
+    await db.execute(
+        update(SummaryJob)
+        .where(SummaryJob.id == job_id)
+        .values(status="pending", locked_until=None, run_after=run_after, last_error=error)
+    )
+
+
+async def has_pending_job(db: AsyncSession, session_id: int) -> bool:
+    found = await db.scalar(select(SummaryJob.id).where(SummaryJob.session_id == session_id))
+    return found is not None
+
+
+async def pending_job_count(db: AsyncSession) -> int:
+    return int(await db.scalar(select(func.count()).select_from(SummaryJob)) or 0)

@@ -152,3 +152,28 @@ class SummaryMessage(Base):
     message_id: Mapped[int] = mapped_column(
         BigInteger, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
     )
+
+
+class SummaryJob(Base):
+    """Pending background summarization of one session (at most one job per session).
+
+    Workers claim a job by setting `status` to running with a lease (`locked_until`); a
+    job whose lease ran out (its worker died) is claimed again, so a restart resumes it.
+    """
+
+    __tablename__ = "summary_jobs"
+    __table_args__ = (
+        UniqueConstraint("session_id"),
+        Index("ix_summary_jobs_status_run_after", "status", "run_after"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    trigger: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    run_after: Mapped[datetime] = mapped_column(default=utcnow)
+    locked_until: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

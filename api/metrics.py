@@ -1,0 +1,28 @@
+"""Prometheus metrics of the service, served as text at /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+SUMMARIES = Counter(
+    "precis_summaries_total", "Summaries stored, by trigger and reason", ["trigger", "reason"]
+)
+LLM_CALLS = Counter("precis_llm_calls_total", "Summarizer LLM calls made")
+LLM_FAILURES = Counter("precis_llm_failed_calls_total", "Summarizer LLM calls that failed")
+SUMMARIZATION_SECONDS = Histogram(
+    "precis_summarization_seconds",
+    "Time to make and store one summary",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+HISTORY_SECONDS = Histogram(
+    "precis_history_load_seconds",
+    "History load latency",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
+APPEND_SECONDS = Histogram(
+    "precis_append_seconds",
+    "Append latency",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
+PENDING_JOBS = Gauge("precis_pending_summary_jobs", "Summarization jobs queued or running")
+JOB_FAILURES = Counter("precis_summary_job_failures_total", "Background jobs that failed")

@@ -1,0 +1,200 @@
+"""Summarization use cases: summarize a session's backlog, roll up old summaries, decide triggers.
+
+The engine runs outside any transaction; each summary, its links and any superseding update
+are then written in one short transaction under the session's summarizer lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import metrics, store
+from api.db.models import Message, Session, Summary
+from api.locks import SessionLocks
+from api.settings import Settings, SummaryPolicy
+from summarizer import EngineSettings, merge_summaries, summarize
+from summarizer.tokens import count_text
+
+logger = logging.getLogger("precis.summarization")
+
+Trigger = Literal["proactive", "overflow_retry", "manual"]
+Reason = Literal["message_limit", "token_limit", "overflow_retry", "manual", "rollup"]
+
+
+def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> Reason | None:
+    """Why the backlog after the newest live summary must be summarized now, if it must."""
+    if not policy.dynamic_summary_enabled or backlog.message_count <= policy.keep_last_n:
+        return None
+    if backlog.message_count >= policy.message_limit:
+        return "message_limit"
+    if backlog.token_count >= policy.max_context_tokens:
+        return "token_limit"
+    return None
+
+
+def openai_with_seq(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "seq": message.seq,
+        "role": message.role,
+        "content": message.content if message.content_parts is None else message.content_parts,
+    }
+    if message.name is not None:
+        out["name"] = message.name
+    if message.tool_calls is not None:
+        out["tool_calls"] = message.tool_calls
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+@dataclass
+class Summarizer:
+    """Makes and stores summaries for sessions; shared by the worker and the inline paths."""
+
+    settings: Settings
+    sessionmaker: async_sessionmaker[AsyncSession]
+    locks: SessionLocks
+
+    async def run(
+        self,
+        session_id: int,
+        trigger: Trigger,
+        reason: Reason,
+        keep_last_n: int | None = None,
+        wait_seconds: float = 0.0,
+    ) -> Summary | None:
+        """Summarize what follows the newest live summary, then roll up if over the limit.
+
+        Raises `SummarizerBusy` when another summarization holds the session longer than
+        `wait_seconds`. Returns the new summary, or None when nothing was left to summarize.
+        """
+        async with self.locks.hold(session_id, wait_seconds):
+            started = time.perf_counter()
+            summary = await self._summarize_backlog(session_id, trigger, reason, keep_last_n)
+            if summary is not None:
+                metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
+            await self._roll_up(session_id, trigger)
+            return summary
+
+    async def _summarize_backlog(
+        self, session_id: int, trigger: Trigger, reason: Reason, keep_last_n: int | None
+    ) -> Summary | None:
+        async with self.sessionmaker() as db:
+            session = await store.get_session_by_id(db, session_id)
+            if session is None:
+                return None
+            policy = self.settings.policy(session.settings)
+            live = await store.live_summaries(db, session_id, 1)
+            after_seq = live[-1].last_seq if live else 0
+            messages = await store.messages_after(db, session_id, after_seq)
+        keep = policy.keep_last_n if keep_last_n is None else keep_last_n
+        engine_settings = self.engine_settings(
+            policy, keep_last_n=keep, previous_summary=live[-1].summary_text if live else None
+        )
+        result = await summarize(
+            [openai_with_seq(message) for message in messages],
+            engine_settings,
+            trigger=trigger,
+            trigger_reason=reason,
+        )
+        if result is None or not result.summary_text.strip():
+            return None
+        self._count_llm(result.metadata)
+        draft = store.SummaryDraft(
+            first_seq=result.first_seq,
+            last_seq=result.last_seq,
+            summary_text=result.summary_text,
+            summary_prompt=result.prompt,
+            model=result.model,
+            temperature=policy.temperature,
+            target_summary_tokens=policy.target_tokens,
+            keep_last_n=keep,
+            approx_tokens=result.summary_tokens,
+            metadata=result.metadata,
+        )
+        summary = await self._save(session_id, draft)
+        metrics.SUMMARIES.labels(trigger, reason).inc()
+        return summary
+
+    async def _roll_up(self, session_id: int, trigger: Trigger) -> None:
+        """Merge the oldest live summaries into one of the next level while over the limit."""
+        while True:
+            async with self.sessionmaker() as db:
+                session = await store.get_session_by_id(db, session_id)
+                if session is None:
+                    return
+                policy = self.settings.policy(session.settings)
+                live = await store.all_live_summaries(db, session_id)
+            if len(live) <= policy.summary_limit:
+                return
+            absorbed = live[: max(2, len(live) - policy.summary_limit + 1)]
+            merged = await merge_summaries(
+                [summary.summary_text for summary in absorbed],
+                self.engine_settings(policy, keep_last_n=0),
+                trigger=trigger,
+                trigger_reason="rollup",
+            )
+            if not merged.summary_text.strip():
+                logger.warning("roll-up of session %s gave an empty text; not stored", session_id)
+                return
+            self._count_llm(merged.metadata)
+            draft = store.SummaryDraft(
+                first_seq=absorbed[0].first_seq,
+                last_seq=absorbed[-1].last_seq,
+                summary_text=merged.summary_text,
+                summary_prompt=merged.prompt,
+                model=policy.model,
+                temperature=policy.temperature,
+                target_summary_tokens=policy.merge_target_tokens,
+                keep_last_n=0,
+                approx_tokens=count_text(merged.summary_text),
+                metadata=merged.metadata,
+                level=max(summary.level for summary in absorbed) + 1,
+                absorbs=tuple(summary.id for summary in absorbed),
+            )
+            await self._save(session_id, draft)
+            metrics.SUMMARIES.labels(trigger, "rollup").inc()
+
+    async def _save(self, session_id: int, draft: store.SummaryDraft) -> Summary:
+        async with self.sessionmaker() as db, db.begin():
+            return await store.save_summary(db, session_id, draft)
+
+    def engine_settings(
+        self, policy: SummaryPolicy, keep_last_n: int, previous_summary: str | None = None
+    ) -> EngineSettings:
+        api_key = self.settings.summary_api_key
+        return EngineSettings(
+            target_tokens=policy.target_tokens,
+            merge_target_tokens=policy.merge_target_tokens,
+            model=policy.model,
+            api_base=self.settings.summary_api_base,
+            api_key=api_key.get_secret_value() if api_key else None,
+            temperature=policy.temperature,
+            model_context_tokens=policy.model_context_tokens,
+            bisect_enabled=policy.bisect_enabled,
+            bisect_max_depth=policy.bisect_max_depth,
+            bisect_min_messages=policy.bisect_min_messages,
+            keep_last_n=keep_last_n,
+            previous_summary=previous_summary,
+        )
+
+    @staticmethod
+    def _count_llm(metadata: dict[str, Any]) -> None:
+        metrics.LLM_CALLS.inc(int(metadata.get("llm_calls", 0)))
+        metrics.LLM_FAILURES.inc(int(metadata.get("failed_llm_calls", 0)))
+
+
+async def schedule_if_due(db: AsyncSession, session: Session, settings: Settings) -> Reason | None:
+    """Enqueue proactive summarization when the backlog reaches a limit; returns the reason."""
+    policy = settings.policy(session.settings)
+    if not policy.dynamic_summary_enabled:
+        return None
+    reason = proactive_reason(policy, await store.backlog(db, session.id, session.last_seq))
+    if reason is not None:
+        await store.enqueue_job(db, session.id, "proactive", reason)
+    return reason

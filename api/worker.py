@@ -1,0 +1,117 @@
+"""The background summarization worker: claims durable jobs from the database and runs them.
+
+Jobs live in `summary_jobs`, so a restart resumes them and any replica can run them. A
+failed job goes back to pending with exponential backoff; appends never wait on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from contextlib import suppress
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import metrics, store
+from api.db.models import SummaryJob, utcnow
+from api.locks import SummarizerBusy
+from api.summarization import Summarizer, schedule_if_due
+
+logger = logging.getLogger("precis.worker")
+
+JOB_LEASE = timedelta(minutes=10)
+"""How long a claimed job is owned before another worker may take it over (a dead worker's)."""
+
+POLL_SECONDS = 1.0
+"""Idle workers look for jobs this often (others' replicas enqueue without waking us)."""
+
+BUSY_RETRY_SECONDS = 0.5
+"""Delay before retrying a job whose session an inline compaction is summarizing."""
+
+BACKOFF_BASE_SECONDS = 2.0
+"""First retry delay of a failed job; doubles per attempt, with jitter."""
+
+BACKOFF_MAX_SECONDS = 600.0
+"""Longest delay between retries of a failed job."""
+
+
+def backoff(attempts: int) -> float:
+    delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** max(attempts - 1, 0))
+    return delay * random.uniform(0.5, 1.0)
+
+
+class Worker:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        summarizer: Summarizer,
+        concurrency: int,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._summarizer = summarizer
+        self._concurrency = concurrency
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._loop()) for _ in range(self._concurrency)]
+
+    def wake(self) -> None:
+        """A job was enqueued and committed: look now instead of at the next poll."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop claiming; a job cut short goes back to pending for the next start."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                job = await self._claim()
+            except Exception:
+                logger.exception("could not claim a summarization job")
+                job = None
+            if job is None:
+                self._wake.clear()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
+                continue
+            await self._run(job)
+
+    async def _claim(self) -> SummaryJob | None:
+        async with self._sessionmaker() as db, db.begin():
+            job = await store.claim_job(db, JOB_LEASE)
+            metrics.PENDING_JOBS.set(await store.pending_job_count(db))
+            return job
+
+    async def _run(self, job: SummaryJob) -> None:
+        try:
+            await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
+        except asyncio.CancelledError:
+            await asyncio.shield(self._release(job, 0.0, "worker stopped"))
+            raise
+        except SummarizerBusy:
+            await self._release(job, BUSY_RETRY_SECONDS, None)
+            return
+        except Exception as exc:
+            metrics.JOB_FAILURES.inc()
+            logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
+            await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
+            return
+        async with self._sessionmaker() as db, db.begin():
+            await store.finish_job(db, job.id)
+            # Messages may have arrived while the job ran: schedule again if still over.
+            session = await store.get_session_by_id(db, job.session_id)
+            if session is not None:
+                await schedule_if_due(db, session, self._summarizer.settings)
+
+    async def _release(self, job: SummaryJob, delay: float, error: str | None) -> None:
+        async with self._sessionmaker() as db, db.begin():
+            await store.release_job(db, job.id, utcnow() + timedelta(seconds=delay), error)
