@@ -189,9 +189,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 
 
 @pytest.fixture
-def settings_overrides() -> dict[str, Any]:
-    """Override in a test module (or with indirect parametrization) to change app settings."""
-    return {}
+def settings_overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """App settings for `client`: parametrize indirectly, or override in a test module."""
+    return dict(getattr(request, "param", {}))
 
 
 @pytest.fixture

@@ -1,0 +1,46 @@
+"""Invariants 1 and 2 of DESIGN.md section 2, checked straight from the tables."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import Message, Summary, SummaryMessage
+
+
+async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
+    """Every way the session breaks invariants 1 (no message lost) and 2 (contiguous live)."""
+    live = list(
+        await db.scalars(
+            select(Summary)
+            .where(Summary.session_id == session_id, Summary.superseded_by.is_(None))
+            .order_by(Summary.first_seq)
+        )
+    )
+    problems: list[str] = []
+    expected_first = 1
+    for summary in live:
+        if summary.first_seq != expected_first:
+            problems.append(f"live summary {summary.id} starts at {summary.first_seq}")
+        expected_first = summary.last_seq + 1
+    newest_last = live[-1].last_seq if live else 0
+    live_ids = [summary.id for summary in live]
+    links = Counter(
+        (
+            await db.execute(
+                select(SummaryMessage.message_id).where(SummaryMessage.summary_id.in_(live_ids))
+            )
+        ).scalars()
+    )
+    messages = (
+        await db.execute(select(Message.id, Message.seq).where(Message.session_id == session_id))
+    ).all()
+    for message_id, seq in messages:
+        count = links.get(message_id, 0)
+        if seq <= newest_last and count != 1:
+            problems.append(f"message seq {seq} is linked to {count} live summaries")
+        if seq > newest_last and count != 0:
+            problems.append(f"message seq {seq} after the newest summary is linked")
+    return problems

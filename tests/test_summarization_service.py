@@ -1,0 +1,270 @@
+"""Summarization wired into the service: triggers, the durable worker, compact, roll-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import store
+from api.db.models import Summary, SummaryJob, SummaryMessage
+from api.main import create_app
+from tests.conftest import make_settings
+from tests.invariants import invariant_violations
+from tests.llm_server import FakeLLM, fake_llm  # noqa: F401
+
+WAIT_SECONDS = 30.0
+
+
+def user(text: str, **extra: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text, **extra}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def tool_call(call_id: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        ],
+    }
+
+
+def tool_result(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": f"result of {call_id}"}
+
+
+async def append(client: httpx.AsyncClient, session: str, *messages: dict[str, Any]) -> Any:
+    answer = await client.post(f"/v1/sessions/{session}/messages", json={"messages": messages})
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+async def wait_for_summary(client: httpx.AsyncClient, session: str) -> dict[str, Any]:
+    """Poll the history until a summary is loaded and no work is pending."""
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        history = (await client.get(f"/v1/sessions/{session}/history")).json()
+        if history["summaries"] and not history["summarization_pending"]:
+            return dict(history)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no summary for {session} within {WAIT_SECONDS} s")
+
+
+async def session_pk(db: AsyncSession, external_id: str) -> int:
+    return (await store.get_session(db, "default", external_id)).id
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 10, "summary_keep_last_n": 3}],
+    indirect=True,
+)
+async def test_message_limit_schedules_background_summary_of_all_but_keep_last_n(
+    client: httpx.AsyncClient,
+) -> None:
+    answers = [await append(client, "count", user(f"question {i}")) for i in range(1, 10)]
+    assert not any(answer["summarization"]["scheduled"] for answer in answers)
+    tenth = await append(client, "count", user("question 10"))
+    assert tenth["summarization"] == {"scheduled": True, "reason": "message_limit"}
+    history = await wait_for_summary(client, "count")
+    [summary] = history["summaries"]
+    assert (summary["first_seq"], summary["last_seq"]) == (1, 7)
+    assert [m["seq"] for m in history["messages"]] == [8, 9, 10]
+    assert summary["metadata"]["trigger"] == "proactive"
+    assert summary["metadata"]["trigger_reason"] == "message_limit"
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 10, "summary_keep_last_n": 3}],
+    indirect=True,
+)
+async def test_keep_last_n_boundary_moves_back_before_a_tool_call(
+    client: httpx.AsyncClient,
+) -> None:
+    for i in range(1, 6):
+        await append(client, "tools", user(f"q{i}"))
+    # seq 6 user, 7 call, 8 and 9 results, 10 user: keeping 3 would split 7 from 8.
+    await append(client, "tools", user("q6"), tool_call("c1"), tool_result("c1"))
+    await append(client, "tools", tool_result("c1"), user("q10"))
+    history = await wait_for_summary(client, "tools")
+    assert history["summaries"][0]["last_seq"] == 6
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 1000, "summary_max_context_tokens": 300, "summary_keep_last_n": 1}],
+    indirect=True,
+)
+async def test_token_limit_schedules_summary(client: httpx.AsyncClient) -> None:
+    long_text = "The order 1234 shipped from Lyon on Monday. " * 12
+    first = await append(client, "tokens", user(long_text))
+    assert first["summarization"]["scheduled"] is False
+    second = await append(client, "tokens", assistant(long_text))
+    assert second["summarization"] == {"scheduled": True, "reason": "token_limit"}
+    history = await wait_for_summary(client, "tokens")
+    assert history["summaries"][0]["metadata"]["trigger_reason"] == "token_limit"
+    assert history["summaries"][0]["last_seq"] == 1
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"dynamic_summary_enabled": False, "summary_message_limit": 2}],
+    indirect=True,
+)
+async def test_disabled_summarization_schedules_nothing_but_compact_works(
+    client: httpx.AsyncClient,
+) -> None:
+    answer = await append(client, "off", user("a"), assistant("b"), user("c"))
+    assert answer["summarization"] == {"scheduled": False, "reason": None}
+    compacted = await client.post(
+        "/v1/sessions/off/compact", json={"trigger": "manual", "keep_last_n": 1}
+    )
+    assert compacted.status_code == 200, compacted.text
+    assert compacted.json()["summary"]["last_seq"] == 2
+
+
+async def test_pending_job_left_by_stopped_app_is_completed_by_next_app(
+    engine: Any, database_url: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    overrides = {"summary_message_limit": 4, "summary_keep_last_n": 1}
+    first = create_app(make_settings(database_url, summary_workers=0, **overrides))
+    async with (
+        first.router.lifespan_context(first),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=first), base_url="http://t") as http,
+    ):
+        answer = await append(http, "resume", *(user(f"m{i}") for i in range(4)))
+        assert answer["summarization"]["scheduled"] is True
+        history = (await http.get("/v1/sessions/resume/history")).json()
+        assert history["summarization_pending"] is True
+        assert history["summaries"] == []
+    second = create_app(make_settings(database_url, summary_workers=1, **overrides))
+    async with (
+        second.router.lifespan_context(second),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=second), base_url="http://t") as http,
+    ):
+        history = await wait_for_summary(http, "resume")
+    assert history["summaries"][0]["last_seq"] == 3
+    async with sessionmaker() as db:
+        assert await db.scalar(select(func.count()).select_from(SummaryJob)) == 0
+
+
+async def test_overflow_retry_compact_summarizes_everything(client: httpx.AsyncClient) -> None:
+    await append(client, "overflow", *(user(f"m{i}") for i in range(6)))
+    answer = await client.post("/v1/sessions/overflow/compact", json={"trigger": "overflow_retry"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["summary"]["first_seq"], body["summary"]["last_seq"]) == (1, 6)
+    assert body["summary"]["metadata"]["trigger"] == "overflow_retry"
+    assert body["history"]["messages"] == []
+    assert body["history"]["context"][0]["role"] == "system"
+
+
+async def test_compact_with_nothing_to_summarize_returns_null_summary(
+    client: httpx.AsyncClient,
+) -> None:
+    await append(client, "small", user("only one"))
+    answer = await client.post(
+        "/v1/sessions/small/compact", json={"trigger": "manual", "keep_last_n": 5}
+    )
+    assert answer.status_code == 200
+    assert answer.json()["summary"] is None
+    assert [m["seq"] for m in answer.json()["history"]["messages"]] == [1]
+
+
+async def test_concurrent_compacts_keep_live_summaries_contiguous(
+    client: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    await append(client, "race", *(user(f"m{i}") for i in range(30)))
+
+    async def compact_after_append(i: int) -> int:
+        await append(client, "race", user(f"late {i}"))
+        answer = await client.post(
+            "/v1/sessions/race/compact", json={"trigger": "manual", "keep_last_n": 2}
+        )
+        return answer.status_code
+
+    statuses = await asyncio.gather(*(compact_after_append(i) for i in range(10)))
+    assert set(statuses) == {200}
+    async with sessionmaker() as db:
+        pk = await session_pk(db, "race")
+        assert await invariant_violations(db, pk) == []
+        live = await store.all_live_summaries(db, pk)
+    assert live and live[0].first_seq == 1
+
+
+async def test_failure_between_summary_insert_and_links_leaves_nothing(
+    client: httpx.AsyncClient,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await append(client, "crash", *(user(f"m{i}") for i in range(8)))
+
+    async def crash(*_args: Any) -> None:
+        raise RuntimeError("injected crash after the summary insert")
+
+    monkeypatch.setattr(store, "_link_messages", crash)
+    failed = await client.post("/v1/sessions/crash/compact", json={"trigger": "overflow_retry"})
+    assert failed.status_code == 500
+    async with sessionmaker() as db:
+        assert await db.scalar(select(func.count()).select_from(Summary)) == 0
+        assert await db.scalar(select(func.count()).select_from(SummaryMessage)) == 0
+    monkeypatch.undo()
+    retried = await client.post("/v1/sessions/crash/compact", json={"trigger": "overflow_retry"})
+    assert retried.status_code == 200
+    assert retried.json()["summary"]["message_count"] == 8
+
+
+@pytest.fixture
+def marker_llm_overrides(fake_llm: FakeLLM) -> dict[str, Any]:  # noqa: F811
+    fake_llm.mode = "marker_echo"
+    return {
+        "summary_model": "openai/fake",
+        "summary_api_base": fake_llm.base_url,
+        "summary_api_key": "test",
+        "summary_limit": 2,
+        "summary_target_tokens": 4000,
+        "summary_merge_target_tokens": 8000,
+        "summary_keep_last_n": 0,
+        "summary_message_limit": 10_000,
+        "summary_workers": 0,
+    }
+
+
+@pytest.fixture
+def settings_overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
+    if "marker_llm_overrides" in request.fixturenames:
+        return dict(request.getfixturevalue("marker_llm_overrides"))
+    return dict(getattr(request, "param", {}))
+
+
+async def test_rollups_keep_every_marker_within_summary_limit(
+    marker_llm_overrides: dict[str, Any],
+    client: httpx.AsyncClient,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    for batch in range(11):
+        messages = [user(f"note MARKER-{batch * 20 + i} about the plan") for i in range(20)]
+        await append(client, "rollup", *messages)
+        answer = await client.post("/v1/sessions/rollup/compact", json={"trigger": "manual"})
+        assert answer.status_code == 200, answer.text
+    history = (await client.get("/v1/sessions/rollup/history")).json()
+    assert len(history["summaries"]) <= 2
+    context_text = " ".join(str(m["content"]) for m in history["context"])
+    found = {int(n) for n in re.findall(r"MARKER-(\d+)", context_text)}
+    assert set(range(220)) - found == set()
+    async with sessionmaker() as db:
+        pk = await session_pk(db, "rollup")
+        assert await invariant_violations(db, pk) == []
+        levels = {s.level for s in await store.all_live_summaries(db, pk)}
+    assert max(levels) >= 1
