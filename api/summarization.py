@@ -18,7 +18,6 @@ from api.db.models import Message, Session, Summary
 from api.locks import SessionLocks
 from api.settings import Settings, SummaryPolicy
 from summarizer import EngineSettings, merge_summaries, summarize
-from summarizer.tokens import count_text
 
 logger = logging.getLogger("precis.summarization")
 
@@ -148,11 +147,11 @@ class Summarizer:
                 last_seq=absorbed[-1].last_seq,
                 summary_text=merged.summary_text,
                 summary_prompt=merged.prompt,
-                model=policy.model,
+                model=merged.model,
                 temperature=policy.temperature,
                 target_summary_tokens=policy.merge_target_tokens,
                 keep_last_n=0,
-                approx_tokens=count_text(merged.summary_text),
+                approx_tokens=merged.summary_tokens,
                 metadata=merged.metadata,
                 level=max(summary.level for summary in absorbed) + 1,
                 absorbs=tuple(summary.id for summary in absorbed),

@@ -185,7 +185,7 @@ async def db(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[As
 
 def make_settings(database_url: str, **overrides: Any) -> Settings:
     """Settings for a test app: no .env file, the test database, explicit overrides."""
-    return Settings(_env_file=None, database_url=database_url, **overrides)  # type: ignore[call-arg]
+    return Settings(_env_file=None, database_url=database_url, **overrides)
 
 
 @pytest.fixture

@@ -9,11 +9,13 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import store
 from api.db.models import Summary, SummaryJob, SummaryMessage
+from api.locks import SessionLocks
 from api.main import create_app
+from api.summarization import Summarizer
 from tests.conftest import make_settings
 from tests.invariants import invariant_violations
 from tests.llm_server import FakeLLM, fake_llm  # noqa: F401
@@ -103,7 +105,7 @@ async def test_keep_last_n_boundary_moves_back_before_a_tool_call(
 
 @pytest.mark.parametrize(
     "settings_overrides",
-    [{"summary_message_limit": 1000, "summary_max_context_tokens": 300, "summary_keep_last_n": 1}],
+    [{"summary_message_limit": 1000, "summary_max_context_tokens": 200, "summary_keep_last_n": 1}],
     indirect=True,
 )
 async def test_token_limit_schedules_summary(client: httpx.AsyncClient) -> None:
@@ -205,17 +207,22 @@ async def test_concurrent_compacts_keep_live_summaries_contiguous(
 
 async def test_failure_between_summary_insert_and_links_leaves_nothing(
     client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    database_url: str,
     sessionmaker: async_sessionmaker[AsyncSession],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await append(client, "crash", *(user(f"m{i}") for i in range(8)))
+    summarizer = Summarizer(make_settings(database_url), sessionmaker, SessionLocks(engine))
+    async with sessionmaker() as db:
+        pk = await session_pk(db, "crash")
 
     async def crash(*_args: Any) -> None:
         raise RuntimeError("injected crash after the summary insert")
 
     monkeypatch.setattr(store, "_link_messages", crash)
-    failed = await client.post("/v1/sessions/crash/compact", json={"trigger": "overflow_retry"})
-    assert failed.status_code == 500
+    with pytest.raises(RuntimeError, match="injected crash"):
+        await summarizer.run(pk, "overflow_retry", "overflow_retry", keep_last_n=0)
     async with sessionmaker() as db:
         assert await db.scalar(select(func.count()).select_from(Summary)) == 0
         assert await db.scalar(select(func.count()).select_from(SummaryMessage)) == 0
@@ -225,9 +232,21 @@ async def test_failure_between_summary_insert_and_links_leaves_nothing(
     assert retried.json()["summary"]["message_count"] == 8
 
 
+def echo_new_markers(messages: list[dict[str, Any]]) -> str:
+    """A model that obeys the prompts: it repeats every marker it is asked to summarize.
+
+    It leaves out the `<previous_summary>` section, which the prompt says not to repeat.
+    """
+    prompt = re.sub(
+        r"<previous_summary>.*?</previous_summary>", "", messages[-1]["content"], flags=re.S
+    )
+    markers = dict.fromkeys(re.findall(r"MARKER-[A-Za-z0-9_-]+", prompt))
+    return " ".join(markers) or "no markers"
+
+
 @pytest.fixture
 def marker_llm_overrides(fake_llm: FakeLLM) -> dict[str, Any]:  # noqa: F811
-    fake_llm.mode = "marker_echo"
+    fake_llm.responder = echo_new_markers
     return {
         "summary_model": "openai/fake",
         "summary_api_base": fake_llm.base_url,
