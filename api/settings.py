@@ -84,6 +84,13 @@ class Settings(BaseSettings):
     summary_model_context_tokens: PositiveInt | None = None
     summary_temperature: Temperature = 0.3
 
+    summary_llm_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    """Timeout of one summarizer LLM call."""
+    summary_llm_max_attempts: Annotated[int, Field(ge=1, le=20)] = 4
+    """Attempts per LLM call on transient errors (timeouts, 429, 5xx) before giving up."""
+    summary_llm_backoff_seconds: Annotated[float, Field(gt=0, le=60)] = 0.5
+    """First retry delay of a failed LLM call; it grows exponentially, with jitter."""
+
     summary_workers: Annotated[int, Field(ge=0, le=64)] = 2
     """Background summarization jobs run at once by this process (0: this replica runs none)."""
 

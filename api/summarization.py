@@ -180,6 +180,9 @@ class Summarizer:
             bisect_min_messages=policy.bisect_min_messages,
             keep_last_n=keep_last_n,
             previous_summary=previous_summary,
+            timeout_seconds=self.settings.summary_llm_timeout_seconds,
+            max_attempts=self.settings.summary_llm_max_attempts,
+            backoff_initial_seconds=self.settings.summary_llm_backoff_seconds,
         )
 
     @staticmethod
