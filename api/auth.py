@@ -1,18 +1,41 @@
-"""Authentication: bearer keys mapped to tenants, or loopback-only development mode."""
+"""Authentication: bearer keys mapped to tenants, or loopback-only development mode.
+
+`KeyGate` authenticates every request but the probes before the application sees it, so a
+client without a valid key learns nothing: not a validation error, not even which paths
+exist. The `Tenant` dependency then reads the tenant the gate found.
+"""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
 import logging
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import Forbidden, Unauthorized
+from api.errors import Forbidden, PrecisError, Unauthorized
 
 DEVELOPMENT_TENANT = "default"
 """The single tenant of development mode (no API_KEYS configured)."""
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""Probes answer anyone: orchestrators call them without credentials and they reveal no data."""
+
+TENANT_SCOPE_KEY = "precis.tenant"
+"""Where `KeyGate` leaves the authenticated tenant in the ASGI scope."""
+
+BEARER = HTTPBearer(
+    auto_error=False,
+    description="An API key from API_KEYS. Without API_KEYS (development mode) no key is "
+    "needed, but only loopback clients are served.",
+)
+"""Declares the bearer scheme in the OpenAPI document; `KeyGate` does the checking."""
 
 logger = logging.getLogger("precis.auth")
 
@@ -26,25 +49,76 @@ def _is_loopback(host: str | None) -> bool:
         return host == "localhost"
 
 
-def tenant_for(request: Request) -> str:
-    """The tenant of the request's bearer key; compared in constant time, never logged."""
-    keys: dict[str, str] = request.app.state.tenant_keys
+def authenticate(keys: Mapping[str, str], host: str | None, authorization: str) -> str:
+    """The tenant of a request; keys are compared in constant time and never logged.
+
+    `keys` maps each API key to its tenant; empty means development mode (loopback only).
+    """
     if not keys:
-        host = request.client.host if request.client else None
         if not _is_loopback(host):
             logger.warning("refused %s: no API_KEYS configured, so only loopback is served", host)
             raise Forbidden("no API_KEYS are configured: only loopback clients are served")
         return DEVELOPMENT_TENANT
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not presented:
+    scheme, _, presented = authorization.partition(" ")
+    candidate = presented.strip().encode()
+    if scheme.lower() != "bearer" or not candidate:
         raise Unauthorized("missing bearer API key")
     tenant: str | None = None
-    for key, key_tenant in keys.items():
-        if hmac.compare_digest(key.encode(), presented.strip().encode()):
+    for key, key_tenant in keys.items():  # no early exit: the time does not tell which key
+        if hmac.compare_digest(key.encode(), candidate):
             tenant = key_tenant
     if tenant is None:
         raise Unauthorized("invalid API key")
     return tenant
+
+
+class KeyGate:
+    """Pure ASGI middleware: refuses (401/403) any request but the probes without a valid key."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or _route_path(scope) in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        try:
+            scope[TENANT_SCOPE_KEY] = authenticate(
+                scope["app"].state.tenant_keys,
+                client[0] if client else None,
+                Headers(scope=scope).get("authorization", ""),
+            )
+        except PrecisError as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+            response = JSONResponse(
+                {"error": type(exc).__name__, "detail": exc.detail},
+                status_code=exc.status_code,
+                headers=headers,
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _route_path(scope: Scope) -> str:
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def tenant_for(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> str:
+    """The tenant `KeyGate` authenticated (or, without the gate, authenticate here)."""
+    tenant = request.scope.get(TENANT_SCOPE_KEY)
+    if isinstance(tenant, str):
+        return tenant
+    host = request.client.host if request.client else None
+    return authenticate(
+        request.app.state.tenant_keys, host, request.headers.get("authorization", "")
+    )
 
 
 Tenant = Annotated[str, Depends(tenant_for)]

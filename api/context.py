@@ -36,18 +36,22 @@ def summary_message(first_seq: int, last_seq: int, text: str) -> Item:
 
 
 def assemble(
-    summaries: Sequence[Item], messages: Sequence[Item], max_tokens: int | None
+    summaries: Sequence[Item],
+    messages: Sequence[Item],
+    max_tokens: int | None,
+    not_loaded: int = 0,
 ) -> AssembledContext:
     """Summaries first, then the messages with tool pairs repaired; fit to `max_tokens`.
 
     Over budget, the oldest message units (a tool call with its results counts as one)
     are dropped behind one marker message; the newest unit always stays. If that is not
-    enough, the oldest summaries go too.
+    enough, the oldest summaries go too. `not_loaded` counts older messages the loader
+    left unread because the budget was already spent: they are dropped as well.
     """
     units = tool_safe_units(messages)
     kept_summaries = list(summaries)
-    dropped = 0
-    if max_tokens is not None and _tokens(kept_summaries, units) > max_tokens:
+    dropped = not_loaded
+    if max_tokens is not None and (not_loaded or _tokens(kept_summaries, units) > max_tokens):
         marker = _marker()
         budget = max_tokens - marker.tokens - sum(item.tokens for item in kept_summaries)
         kept: list[list[Item]] = []
@@ -58,7 +62,7 @@ def assemble(
             kept.append(unit)
             budget -= unit_tokens
         kept.reverse()
-        dropped = sum(len(unit) for unit in units[: len(units) - len(kept)])
+        dropped += sum(len(unit) for unit in units[: len(units) - len(kept)])
         units = kept
         while kept_summaries and budget < 0:
             budget += kept_summaries.pop(0).tokens

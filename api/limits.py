@@ -1,30 +1,55 @@
-"""A pure ASGI middleware that rejects request bodies over the configured size with 413."""
+"""Size limits: a pure ASGI middleware for request bodies (413), and the metadata limit."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import PayloadTooLarge
 
-class BodyTooLarge(Exception):
-    pass
+
+class BodyTooLarge(HTTPException):
+    """Raised while a body streams in past the limit.
+
+    An HTTPException, so FastAPI passes it on as it reads the body (other errors become a 400)
+    and the app's handler answers 413.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request body over {max_bytes} bytes")
+
+
+def check_metadata_size(metadata: Any, where: str, max_bytes: int) -> None:
+    """Refuse (413) a metadata object whose JSON encoding is over `max_bytes`."""
+    if metadata is None:
+        return
+    size = len(json.dumps(metadata, ensure_ascii=False).encode())
+    if size > max_bytes:
+        raise PayloadTooLarge(f"{where} is {size} bytes; the limit is {max_bytes}")
 
 
 class BodySizeLimit:
-    """Refuses a body larger than `max_bytes`, by Content-Length or while it streams in."""
+    """Refuses a body larger than the limit, by Content-Length or while it streams in.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    The limit is `max_bytes` if given, else the app's `settings.max_request_bytes`, read per
+    request: the settings are only known once the lifespan has started.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self._max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes: int = self._max_bytes or scope["app"].state.settings.max_request_bytes
         for name, value in scope["headers"]:
-            if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
-                await _reject(send, self.max_bytes)
+            if name == b"content-length" and (not value.isdigit() or int(value) > max_bytes):
+                await _reject(send, max_bytes)
                 return
         received = 0
         response_started = False
@@ -34,8 +59,8 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge
+                if received > max_bytes:
+                    raise BodyTooLarge(max_bytes)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -47,7 +72,7 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not response_started:
-                await _reject(send, self.max_bytes)
+                await _reject(send, max_bytes)
 
 
 async def _reject(send: Send, max_bytes: int) -> None:

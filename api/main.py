@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.auth import KeyGate
 from api.db.engine import create_engine, create_sessionmaker
 from api.errors import PrecisError
 from api.limits import BodySizeLimit
@@ -57,8 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)
-    max_bytes = (settings or Settings.model_construct()).max_request_bytes
-    app.add_middleware(BodySizeLimit, max_bytes=max_bytes)
+    app.add_middleware(BodySizeLimit)  # reads settings.max_request_bytes once they are known
+    app.add_middleware(KeyGate)  # added last, so it runs first: no key, nothing else happens
     return app
 
 

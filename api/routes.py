@@ -25,6 +25,7 @@ from api.errors import (
     ValidationFailed,
     responses,
 )
+from api.limits import check_metadata_size
 from api.schemas import (
     SESSION_ID_PATTERN,
     AppendRequest,
@@ -64,9 +65,12 @@ probes = APIRouter()
 @router.post(
     "/sessions",
     status_code=status.HTTP_201_CREATED,
-    responses=responses(*COMMON, SessionExists),
+    responses=responses(*COMMON, SessionExists, PayloadTooLarge),
 )
-async def create_session(body: SessionCreate, db: Db, tenant: Tenant) -> SessionOut:
+async def create_session(
+    body: SessionCreate, db: Db, tenant: Tenant, settings: AppSettings
+) -> SessionOut:
+    check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     return await service.create_session(db, tenant, body)
 
 
@@ -83,10 +87,13 @@ async def get_session(session_id: SessionPath, db: Db, tenant: Tenant) -> Sessio
     return await service.get_session(db, tenant, session_id)
 
 
-@router.patch("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound))
+@router.patch(
+    "/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound, PayloadTooLarge)
+)
 async def update_session(
-    session_id: SessionPath, body: SessionUpdate, db: Db, tenant: Tenant
+    session_id: SessionPath, body: SessionUpdate, db: Db, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
+    check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     return await service.update_session(db, tenant, session_id, body)
 
 
@@ -114,6 +121,9 @@ async def append_messages(
     worker: AppWorker,
     background: BackgroundTasks,
 ) -> AppendResponse:
+    for index, message in enumerate(body.messages):
+        where = f"messages[{index}].metadata"
+        check_metadata_size(message.metadata, where, settings.max_metadata_bytes)
     with metrics.APPEND_SECONDS.time():
         answer = await service.append(db, settings, tenant, session_id, body.messages)
     if answer.summarization.scheduled:
@@ -150,7 +160,7 @@ async def history(
 
 @router.post(
     "/sessions/{session_id}/compact",
-    responses=responses(*COMMON, SessionNotFound, SummarizationInProgress),
+    responses=responses(*COMMON, SessionNotFound, SummarizationInProgress, PayloadTooLarge),
 )
 async def compact(
     session_id: SessionPath,
@@ -204,7 +214,9 @@ async def readyz(request: Request) -> Health:
     return Health(status="ok")
 
 
-@probes.get("/metrics", response_class=PlainTextResponse, responses=responses(Unauthorized))
+@probes.get(
+    "/metrics", response_class=PlainTextResponse, responses=responses(Unauthorized, Forbidden)
+)
 async def prometheus_metrics(_tenant: Tenant) -> PlainTextResponse:
-    """Prometheus text; needs a key like every /v1 route when API_KEYS is set."""
+    """Prometheus text; needs a key like every /v1 route (loopback only without API_KEYS)."""
     return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)

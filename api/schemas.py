@@ -130,7 +130,7 @@ class MessageIn(BaseModel):
             and self.role != "user"
             and any(isinstance(part, ImagePart) for part in self.content)
         ):
-            raise ValueError("image parts are only allowed in user messages")
+            raise ValueError("content: image parts are only allowed in user messages")
         if self.tool_calls is not None:
             ids = [call.id for call in self.tool_calls]
             if len(set(ids)) != len(ids):

@@ -254,10 +254,12 @@ async def load_history(
         messages = await store.messages_after(db, session.id, after_seq)
     else:
         messages = await store.tail_within_budget(db, session.id, after_seq, max_tokens)
+    first_loaded = messages[0].seq if messages else session.last_seq + 1
     context = assemble(
         [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in summaries],
         [Item(openai_message(message), message.token_count) for message in messages],
         max_tokens,
+        not_loaded=first_loaded - after_seq - 1,
     )
     return History(
         session_id=session.external_id,

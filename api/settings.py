@@ -5,7 +5,14 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"
@@ -14,7 +21,16 @@ DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"
 PositiveInt = Annotated[int, Field(ge=1, le=10_000_000)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=10_000_000)]
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
-ModelName = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+def _printable(value: str) -> str:
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise ValueError("control characters (NUL included) are not accepted")
+    return value
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_printable)]
+"""A litellm model string: printable (PostgreSQL stores no NUL; a name has no control chars)."""
 
 
 class SummaryOverrides(BaseModel):
@@ -98,6 +114,8 @@ class Settings(BaseSettings):
     """Largest accepted message (its JSON encoding); larger ones get 413."""
     max_request_bytes: Annotated[int, Field(ge=1)] = 32_000_000
     """Largest accepted request body; larger ones get 413."""
+    max_metadata_bytes: PositiveInt = 65_536
+    """Largest `metadata` object (its JSON encoding) of a session or a message; larger get 413."""
 
     @field_validator("summary_api_base", mode="before")
     @classmethod

@@ -1,1 +1,46 @@
 """Precis summarization engine: pure, no database and no HTTP."""
+
+from summarizer.client import Completion, LLMClient
+from summarizer.cuts import legal_cuts, summarizable_count
+from summarizer.engine import (
+    EngineSettings,
+    MergeResult,
+    SummaryResult,
+    build_client,
+    merge_summaries,
+    summarize,
+)
+from summarizer.errors import (
+    ContextWindowError,
+    DegenerateAnswerError,
+    LLMError,
+    LLMRequestError,
+    LLMUnavailableError,
+    SummarizerError,
+    TransientLLMError,
+)
+from summarizer.local import LOCAL_MODEL, LocalSummarizer
+from summarizer.prompts import PROMPT_VERSION
+
+__all__ = [
+    "LOCAL_MODEL",
+    "PROMPT_VERSION",
+    "Completion",
+    "ContextWindowError",
+    "DegenerateAnswerError",
+    "EngineSettings",
+    "LLMClient",
+    "LLMError",
+    "LLMRequestError",
+    "LLMUnavailableError",
+    "LocalSummarizer",
+    "MergeResult",
+    "SummarizerError",
+    "SummaryResult",
+    "TransientLLMError",
+    "build_client",
+    "legal_cuts",
+    "merge_summaries",
+    "summarizable_count",
+    "summarize",
+]

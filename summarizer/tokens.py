@@ -121,4 +121,3 @@ def count_message(message: Mapping[str, Any]) -> int:
 def count_messages(messages: Iterable[Mapping[str, Any]]) -> int:
     """Tokens of a list of chat messages."""
     return sum(count_message(message) for message in messages)
-

@@ -1,0 +1,1 @@
+"""Operator tools, runnable as `python -m scripts.NAME` or `python scripts/NAME.py`."""

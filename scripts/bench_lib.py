@@ -1,0 +1,307 @@
+"""Shared pieces of the benchmark: payloads, timing statistics, scratch databases, a server.
+
+Used by `scripts/bench.py`; nothing here runs at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from api.db.engine import create_engine
+from summarizer.tokens import count_message, count_text
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATA_FILE = Path(__file__).resolve().parent / "bench_data" / "chat_messages.jsonl"
+
+TENANT = "default"
+"""The development-mode tenant, so sessions built at the store layer are visible over HTTP."""
+
+
+# --- payloads -------------------------------------------------------------------------------
+
+
+class Payloads:
+    """Real chat messages, cycled and perturbed so a session of any length reads like chat.
+
+    Message `i` is message `i mod N` of the sample; from the second cycle on its text gets a
+    short, cycle-specific prefix, so no two stored messages are byte-identical.
+    """
+
+    def __init__(self, path: Path = DATA_FILE) -> None:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        self.base: list[dict[str, str]] = [json.loads(line) for line in lines if line.strip()]
+        self._prefix_tokens: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @cached_property
+    def base_tokens(self) -> list[int]:
+        return [count_message(message) for message in self.base]
+
+    @staticmethod
+    def _prefix(cycle: int) -> str:
+        return f"(take {cycle}) " if cycle else ""
+
+    def message(self, index: int) -> dict[str, str]:
+        """The `index`-th message of a generated session, in OpenAI chat shape."""
+        cycle, position = divmod(index, len(self.base))
+        base = self.base[position]
+        return {"role": base["role"], "content": self._prefix(cycle) + base["content"]}
+
+    def tokens(self, index: int) -> int:
+        """Token count of `message(index)`: the sample's count plus its prefix (cheap, +-1)."""
+        cycle, position = divmod(index, len(self.base))
+        if cycle not in self._prefix_tokens:
+            self._prefix_tokens[cycle] = count_text(self._prefix(cycle))
+        return self.base_tokens[position] + self._prefix_tokens[cycle]
+
+    def describe(self) -> dict[str, Any]:
+        lengths = sorted(len(message["content"]) for message in self.base)
+        cjk = sum(
+            1 for m in self.base if any("\u4e00" <= char <= "\u9fff" for char in m["content"])
+        )
+        return {
+            "messages": len(self.base),
+            "median_chars": lengths[len(lengths) // 2],
+            "over_10k_chars": sum(1 for length in lengths if length > 10_000),
+            "cjk_messages": cjk,
+        }
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile of `values` (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Stats:
+    """Latencies of one measured operation and the item rate over the wall time."""
+
+    ops: int
+    items: int
+    wall_s: float
+    p50_ms: float
+    p95_ms: float
+    rate: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, latencies: list[float], items_per_op: int, wall_s: float) -> Stats:
+        items = len(latencies) * items_per_op
+        return cls(
+            ops=len(latencies),
+            items=items,
+            wall_s=wall_s,
+            p50_ms=percentile(latencies, 50) * 1e3,
+            p95_ms=percentile(latencies, 95) * 1e3,
+            rate=items / wall_s if wall_s > 0 else math.nan,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def timed(
+    operation: Callable[[int], Awaitable[Any]],
+    count: int,
+    items_per_op: int = 1,
+    budget_s: float = 60.0,
+    warmup: int = 3,
+) -> Stats:
+    """Run `operation(i)` sequentially `count` times (fewer if `budget_s` runs out)."""
+    for i in range(warmup):
+        await operation(-1 - i)
+    latencies: list[float] = []
+    started = time.perf_counter()
+    deadline = started + budget_s
+    for i in range(count):
+        t0 = time.perf_counter()
+        await operation(i)
+        t1 = time.perf_counter()
+        latencies.append(t1 - t0)
+        if t1 > deadline and len(latencies) >= 3:
+            break
+    return Stats.of(latencies, items_per_op, time.perf_counter() - started)
+
+
+async def timed_concurrently(
+    operation: Callable[[int, int], Awaitable[Any]],
+    workers: int,
+    count_per_worker: int,
+    items_per_op: int = 1,
+    warmup: int = 1,
+) -> Stats:
+    """`workers` tasks each run `operation(worker, i)` `count_per_worker` times."""
+    await asyncio.gather(*(operation(w, -1 - i) for w in range(workers) for i in range(warmup)))
+    latencies: list[float] = []
+
+    async def run(worker: int) -> None:
+        for i in range(count_per_worker):
+            t0 = time.perf_counter()
+            await operation(worker, i)
+            latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(run(w) for w in range(workers)))
+    return Stats.of(latencies, items_per_op, time.perf_counter() - started)
+
+
+# --- databases ------------------------------------------------------------------------------
+
+
+def migrate(database_url: str) -> None:
+    """`alembic upgrade head` on `database_url` (env.py runs its own loop: call from a thread)."""
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config.attributes["database_url"] = database_url
+    config.attributes["configure_logger"] = False
+    command.upgrade(config, "head")
+
+
+async def create_postgres_database(admin_url: str) -> str:
+    name = f"precis_bench_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        await engine.dispose()
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_postgres_database(admin_url: str, url: str) -> None:
+    name = make_url(url).database
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await engine.dispose()
+
+
+def asyncpg_dsn(url: str) -> str:
+    """The libpq-style DSN of an SQLAlchemy `postgresql+asyncpg://` URL."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def sqlite_path(url: str) -> str:
+    database = make_url(url).database
+    assert database, "an SQLite file database"
+    return database
+
+
+# --- a real server --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def served(database_url: str, **settings: str) -> Iterator[str]:
+    """`uvicorn api.main:app` in a subprocess on a loopback port; yields its base URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        **{key.upper(): value for key, value in settings.items()},
+    }
+    env.pop("API_KEYS", None)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "api.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        _wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("the server did not start listening in time")
+
+
+# --- the machine ----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    model = "unknown"
+    memory_kib = 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory_kib = int(line.split()[1])
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(memory_kib / 1024 / 1024, 1),
+        "python": sys.version.split()[0],
+        "load_average": [round(value, 2) for value in load],
+    }

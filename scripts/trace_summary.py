@@ -1,0 +1,597 @@
+"""Trace a summary back to its source messages, a session's summary tree, or a message's summaries.
+
+    python -m scripts.trace_summary SUMMARY_ID [--full] [--json]
+    python -m scripts.trace_summary --session ID [--tenant T] [--json]
+    python -m scripts.trace_summary --message MESSAGE_ID [--json]
+
+Reads DATABASE_URL (or --database-url) and never writes. Exit status: 0 on success, 2 when
+the id is unknown or the database cannot be read (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python scripts/trace_summary.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import textwrap
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import audit
+from api.db.engine import create_sessionmaker
+from api.db.models import Message, Session, Summary
+from api.settings import Settings
+
+PROG = "trace_summary"
+
+DEFAULT_WIDTH = 120
+"""Line width when stdout is not a terminal: one-line contents are clipped to fit it."""
+
+METADATA_ORDER = (
+    "algorithm",
+    "trigger",
+    "trigger_reason",
+    "chunk_count",
+    "max_depth",
+    "truncated",
+    "compression_ratio",
+    "input_tokens",
+    "output_tokens",
+    "llm_calls",
+    "failed_llm_calls",
+    "duration_ms",
+)
+"""Summary metadata keys in the order DESIGN.md lists them; other keys follow, sorted."""
+
+
+class NotFound(Exception):
+    """The id named on the command line does not exist."""
+
+
+# --- text helpers (also used by scripts.demo) -----------------------------------------------
+
+
+def display_width(text: str) -> int:
+    """Columns a string takes on a terminal: CJK wide characters take two."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return width
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def clip(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` columns with an ellipsis."""
+    flat = one_line(text)
+    if display_width(flat) <= width:
+        return flat
+    kept: list[str] = []
+    used = 0
+    for char in flat:
+        char_width = display_width(char)
+        if used + char_width > width - 1:
+            break
+        kept.append(char)
+        used += char_width
+    return "".join(kept) + "…"
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - display_width(text))
+
+
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, full_last: bool = False
+) -> list[str]:
+    """Aligned columns; the last column is clipped to the line (or kept whole, wrapped below)."""
+    widths = [display_width(header) for header in headers[:-1]]
+    for row in rows:
+        for index, cell in enumerate(row[:-1]):
+            widths[index] = max(widths[index], display_width(cell))
+    indent = sum(widths) + 2 * len(widths)
+    last_width = max(20, width - indent)
+    lines = [_table_line(headers, widths, headers[-1]).rstrip()]
+    for row in rows:
+        if not full_last:
+            lines.append(_table_line(row, widths, clip(row[-1], last_width)).rstrip())
+            continue
+        first, *rest = row[-1].splitlines() or [""]
+        lines.append(_table_line(row, widths, first).rstrip())
+        lines.extend((" " * indent + line).rstrip() for line in rest)
+    return lines
+
+
+def _table_line(row: Sequence[str], widths: Sequence[int], last: str) -> str:
+    cells = [pad(cell, cell_width) for cell, cell_width in zip(row, widths, strict=False)]
+    return "  ".join([*cells, last])
+
+
+def line_width(out: TextIO) -> int:
+    if out.isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
+
+
+def timestamp(value: datetime) -> datetime:
+    """Stored timestamps are UTC; SQLite hands them back without a time zone."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def short_time(value: datetime) -> str:
+    return timestamp(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def describe_content(
+    content: str | list[Any] | None,
+    tool_calls: list[Any] | None,
+    tool_call_id: str | None,
+) -> str:
+    """A message's content as text: text parts joined, images and tool calls named."""
+    pieces: list[str] = []
+    if tool_call_id is not None:
+        pieces.append(f"[result of {tool_call_id}]")
+    if isinstance(content, str):
+        pieces.append(content)
+    elif content:
+        pieces.extend(_part_text(part) for part in content)
+    for call in tool_calls or ():
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        pieces.append(f"-> {function.get('name', '?')}({function.get('arguments', '')})")
+    return " ".join(piece for piece in pieces if piece)
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, dict) and part.get("type") == "text":
+        return str(part.get("text", ""))
+    return "[image]"
+
+
+# --- collecting -----------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    """A summary with what it came from: the summaries it absorbed, or its messages.
+
+    `children` and `messages` are None where this view does not expand them.
+    """
+
+    summary: Summary
+    children: list[Node] | None
+    messages: list[Message] | None
+
+
+@dataclass
+class SummaryTrace:
+    session: Session
+    root: Node
+
+
+@dataclass
+class SessionTrace:
+    session: Session
+    roots: list[Node]
+    summary_count: int
+
+
+@dataclass
+class MessageTrace:
+    session: Session
+    message: Message
+    summaries: list[Summary]
+
+
+Trace = SummaryTrace | SessionTrace | MessageTrace
+
+
+async def trace_summary(db: AsyncSession, summary_id: int) -> SummaryTrace:
+    summary = await audit.summary_by_id(db, summary_id)
+    if summary is None:
+        raise NotFound(f"no summary with id {summary_id}")
+    session = await _session_of(db, summary.session_id)
+    return SummaryTrace(session=session, root=await _expand(db, summary, set()))
+
+
+async def _expand(db: AsyncSession, summary: Summary, seen: set[int]) -> Node:
+    """The summary down to its messages; `seen` stops a corrupted, cyclic chain."""
+    seen.add(summary.id)
+    absorbed = [s for s in await audit.absorbed_summaries(db, summary.id) if s.id not in seen]
+    if not absorbed:
+        return Node(summary, children=[], messages=await audit.linked_messages(db, summary.id))
+    children = [await _expand(db, child, seen) for child in absorbed]
+    return Node(summary, children=children, messages=None)
+
+
+async def trace_session(db: AsyncSession, tenant: str, external_id: str) -> SessionTrace:
+    session = await audit.session_by_external_id(db, tenant, external_id)
+    if session is None:
+        raise NotFound(f"no session {external_id!r} in tenant {tenant!r}")
+    summaries = await audit.session_summaries(db, session.id)
+    return SessionTrace(
+        session=session, roots=summary_forest(summaries), summary_count=len(summaries)
+    )
+
+
+def summary_forest(summaries: Sequence[Summary]) -> list[Node]:
+    """Live summaries with the trees they absorbed; orphans and cycles show up as roots too."""
+    by_id = {summary.id: summary for summary in summaries}
+    children: dict[int, list[Summary]] = {}
+    for summary in summaries:
+        if summary.superseded_by is not None and summary.superseded_by in by_id:
+            children.setdefault(summary.superseded_by, []).append(summary)
+    placed: set[int] = set()
+
+    def build(summary: Summary) -> Node:
+        placed.add(summary.id)
+        kids = [build(kid) for kid in children.get(summary.id, []) if kid.id not in placed]
+        return Node(summary, children=kids, messages=None)
+
+    roots = [build(s) for s in summaries if s.superseded_by is None or s.superseded_by not in by_id]
+    roots.extend(build(s) for s in summaries if s.id not in placed)
+    return roots
+
+
+async def trace_message(db: AsyncSession, message_id: int) -> MessageTrace:
+    message = await audit.message_by_id(db, message_id)
+    if message is None:
+        raise NotFound(f"no message with id {message_id}")
+    session = await _session_of(db, message.session_id)
+    summaries = await audit.summaries_covering(db, message.id)
+    return MessageTrace(session=session, message=message, summaries=summaries)
+
+
+async def _session_of(db: AsyncSession, session_id: int) -> Session:
+    session = await audit.session_by_id(db, session_id)
+    assert session is not None, "a foreign key keeps every row's session"
+    return session
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    return {
+        "id": session.external_id,
+        "tenant": session.tenant,
+        "internal_id": session.id,
+        "last_seq": session.last_seq,
+    }
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "seq": message.seq,
+        "role": message.role,
+        "created_at": timestamp(message.created_at).isoformat(),
+        "content": message.content if message.content_parts is None else message.content_parts,
+        "tool_calls": message.tool_calls,
+        "tool_call_id": message.tool_call_id,
+    }
+
+
+def summary_json(
+    summary: Summary,
+    children: list[dict[str, Any]] | None = None,
+    messages: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": summary.id,
+        "level": summary.level,
+        "first_seq": summary.first_seq,
+        "last_seq": summary.last_seq,
+        "message_count": summary.message_count,
+        "superseded_by": summary.superseded_by,
+        "model": summary.model,
+        "created_at": timestamp(summary.created_at).isoformat(),
+        "metadata": summary.metadata_,
+        "summary_text": summary.summary_text,
+        "children": children,
+        "messages": messages,
+    }
+
+
+def node_json(node: Node) -> dict[str, Any]:
+    return summary_json(
+        node.summary,
+        None if node.children is None else [node_json(child) for child in node.children],
+        None if node.messages is None else [message_json(m) for m in node.messages],
+    )
+
+
+def trace_json(trace: Trace) -> dict[str, Any]:
+    if isinstance(trace, SummaryTrace):
+        return {"session": session_json(trace.session), "summary": node_json(trace.root)}
+    if isinstance(trace, SessionTrace):
+        return {
+            "session": session_json(trace.session),
+            "summaries": [node_json(root) for root in trace.roots],
+        }
+    return {
+        "session": session_json(trace.session),
+        "message": message_json(trace.message),
+        "summaries": [summary_json(summary) for summary in trace.summaries],
+    }
+
+
+# --- text -----------------------------------------------------------------------------------
+
+
+def metadata_value(metadata: dict[str, Any], key: str) -> str:
+    """One metadata value for a table cell; a missing key shows as '-'."""
+    value = metadata.get(key)
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def metadata_line(metadata: dict[str, Any]) -> str:
+    keys = [key for key in METADATA_ORDER if key in metadata]
+    keys += sorted(key for key in metadata if key not in METADATA_ORDER)
+    return "  ".join(f"{key}={metadata_value(metadata, key)}" for key in keys) or "(none)"
+
+
+def wrapped(label: str, text: str, margin: str, width: int) -> list[str]:
+    """`label text` wrapped to `width`, continuation lines indented under the text."""
+    indent = margin + " " * len(label)
+    lines = textwrap.wrap(
+        text,
+        width=max(40, width),
+        initial_indent=margin + label,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return lines or [margin + label]
+
+
+def status(summary: Summary) -> str:
+    return "live" if summary.superseded_by is None else f"superseded by {summary.superseded_by}"
+
+
+def summary_heading(summary: Summary) -> str:
+    seqs = f"{summary.first_seq}..{summary.last_seq}"
+    return (
+        f"Summary {summary.id} · level {summary.level} · seqs {seqs}"
+        f" · {summary.message_count} messages · {status(summary)}"
+    )
+
+
+def message_text(message: Message) -> str:
+    content = message.content if message.content_parts is None else message.content_parts
+    return describe_content(content, message.tool_calls, message.tool_call_id)
+
+
+def message_rows(messages: Sequence[Message]) -> list[list[str]]:
+    return [
+        [str(m.seq), str(m.id), m.role, short_time(m.created_at), message_text(m)] for m in messages
+    ]
+
+
+MESSAGE_HEADERS = ("seq", "id", "role", "created_at", "content")
+
+
+def render_node(node: Node, depth: int, width: int, full: bool) -> list[str]:
+    summary = node.summary
+    margin = "  " * depth
+    lines = [
+        margin + summary_heading(summary),
+        f"{margin}  model {summary.model} · created {short_time(summary.created_at)} UTC",
+        *wrapped("metadata: ", metadata_line(summary.metadata_), margin + "  ", width),
+        f"{margin}  text:",
+        *(f"{margin}    {line}".rstrip() for line in summary.summary_text.splitlines()),
+    ]
+    if node.children:
+        count = len(node.children)
+        lines.append(f"{margin}  absorbed {count} {'summary' if count == 1 else 'summaries'}:")
+        for child in node.children:
+            lines.append("")
+            lines.extend(render_node(child, depth + 2, width, full))
+    elif node.messages is not None:
+        lines.append(f"{margin}  source messages ({len(node.messages)}):")
+        table = format_table(
+            MESSAGE_HEADERS, message_rows(node.messages), width - len(margin) - 4, full
+        )
+        lines.extend(f"{margin}    {line}" for line in table)
+    return lines
+
+
+SUMMARY_HEADERS = (
+    "id",
+    "level",
+    "seqs",
+    "messages",
+    "status",
+    "trigger",
+    "reason",
+    "chunks",
+    "truncated",
+    "ratio",
+    "created_at",
+)
+
+
+def summary_row(summary: Summary, indent: str = "") -> list[str]:
+    metadata = summary.metadata_ or {}
+    return [
+        f"{indent}{summary.id}",
+        str(summary.level),
+        f"{summary.first_seq}..{summary.last_seq}",
+        str(summary.message_count),
+        status(summary),
+        metadata_value(metadata, "trigger"),
+        metadata_value(metadata, "trigger_reason"),
+        metadata_value(metadata, "chunk_count"),
+        metadata_value(metadata, "truncated"),
+        metadata_value(metadata, "compression_ratio"),
+        short_time(summary.created_at),
+    ]
+
+
+def tree_rows(nodes: Sequence[Node], depth: int = 0) -> list[list[str]]:
+    rows: list[list[str]] = []
+    for node in nodes:
+        rows.append(summary_row(node.summary, "  " * depth))
+        rows.extend(tree_rows(node.children or [], depth + 1))
+    return rows
+
+
+def session_title(session: Session) -> str:
+    return f"session {session.external_id} (tenant {session.tenant}, internal id {session.id})"
+
+
+def render(trace: Trace, width: int, full: bool) -> list[str]:
+    if isinstance(trace, SummaryTrace):
+        return [session_title(trace.session), "", *render_node(trace.root, 0, width, full)]
+    if isinstance(trace, SessionTrace):
+        return render_session(trace, width)
+    return render_message(trace, width, full)
+
+
+def render_session(trace: SessionTrace, width: int) -> list[str]:
+    session = trace.session
+    live = sum(1 for root in trace.roots if root.summary.superseded_by is None)
+    lines = [
+        f"{session_title(session).capitalize()}: {session.last_seq} messages, "
+        f"{trace.summary_count} summaries ({live} live)"
+    ]
+    if not trace.roots:
+        return [*lines, "No summaries yet."]
+    return [*lines, "", *format_table(SUMMARY_HEADERS, tree_rows(trace.roots), width)]
+
+
+def render_message(trace: MessageTrace, width: int, full: bool) -> list[str]:
+    message = trace.message
+    lines = [
+        f"Message {message.id} · seq {message.seq} · {message.role} · "
+        f"{short_time(message.created_at)} UTC · {session_title(trace.session)}",
+    ]
+    text = message_text(message)
+    body = text.splitlines() if full else [clip(text, width - 2)]
+    lines.extend(f"  {line}".rstrip() for line in body)
+    lines.append("")
+    if not trace.summaries:
+        lines.append("No summary covers this message yet.")
+        return lines
+    count = len(trace.summaries)
+    lines.append(f"Covered by {count} {'summary' if count == 1 else 'summaries'}, live first:")
+    rows = [summary_row(summary) for summary in trace.summaries]
+    lines.extend(format_table(SUMMARY_HEADERS, rows, width))
+    return lines
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    database_url: str
+    summary_id: int | None = None
+    session: str | None = None
+    tenant: str = audit.DEFAULT_TENANT
+    message_id: int | None = None
+    json: bool = False
+    full: bool = False
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m scripts.{PROG}",
+        description="Trace summaries to their source messages (read-only).",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("summary_id", nargs="?", type=int, help="the summary to trace")
+    target.add_argument("--session", metavar="ID", help="print the summary tree of a session")
+    target.add_argument(
+        "--message", metavar="ID", type=int, dest="message_id", help="summaries covering a message"
+    )
+    parser.add_argument(
+        "--tenant",
+        default=audit.DEFAULT_TENANT,
+        help=f"tenant of --session (default: {audit.DEFAULT_TENANT!r}, the development tenant)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--full", action="store_true", help="whole message contents")
+    parser.add_argument("--database-url", help="default: DATABASE_URL (or .env)")
+    args = parser.parse_args(argv)
+    return Options(
+        database_url=args.database_url or Settings().database_url,
+        summary_id=args.summary_id,
+        session=args.session,
+        tenant=args.tenant,
+        message_id=args.message_id,
+        json=args.json,
+        full=args.full,
+    )
+
+
+async def collect(db: AsyncSession, options: Options) -> Trace:
+    if options.session is not None:
+        return await trace_session(db, options.tenant, options.session)
+    if options.message_id is not None:
+        return await trace_message(db, options.message_id)
+    assert options.summary_id is not None, "argparse requires one target"
+    return await trace_summary(db, options.summary_id)
+
+
+async def run(options: Options, out: TextIO, err: TextIO) -> int:
+    """The command without the event loop: tests await it with their own streams."""
+    try:
+        engine = audit.read_engine(options.database_url)
+    except OSError as exc:
+        err.write(f"{PROG}: {exc}\n")
+        return 2
+    try:
+        async with create_sessionmaker(engine)() as db, db.begin():
+            trace = await collect(db, options)
+    except NotFound as exc:
+        err.write(f"{PROG}: {exc}\n")
+        return 2
+    except (SQLAlchemyError, OSError) as exc:
+        err.write(f"{PROG}: cannot read the database: {clip(str(exc), 300)}\n")
+        return 2
+    finally:
+        await engine.dispose()
+    if options.json:
+        json.dump(trace_json(trace), out, ensure_ascii=False, indent=2)
+        out.write("\n")
+    else:
+        out.write("\n".join(render(trace, line_width(out), options.full)) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_args(argv)
+    try:
+        return asyncio.run(run(options, sys.stdout, sys.stderr))
+    except BrokenPipeError:
+        # The reader left early (`| head`): stop quietly, and keep Python's exit flush quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

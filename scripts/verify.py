@@ -1,0 +1,537 @@
+"""Prove the invariants of DESIGN.md section 2 for one session or for all of them.
+
+    python -m scripts.verify [--session ID [--tenant T]] [--database-url URL]
+
+Checks, per session: seqs are contiguous from 1 and `sessions.last_seq` is the newest seq;
+token counts are present; every summary links exactly the messages of its seq range;
+live summaries are contiguous, non-overlapping and start at seq 1 (invariant 2); every
+message up to the newest live summary is linked to exactly one live summary (invariant 1);
+superseded chains point to a higher-level summary of the same session containing the
+range, without cycles, and a roll-up's absorbed summaries tile its range.
+
+Reads DATABASE_URL (or --database-url) and never writes. Each session is checked in one
+read snapshot, so a running server does not cause false alarms. Exit status: 0 when
+clean, 1 when any violation is found, 2 when the check could not run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python scripts/verify.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import TextIO
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import audit
+from api.db.engine import create_sessionmaker
+from api.db.models import Session, Summary
+from api.settings import Settings
+
+PROG = "verify"
+
+BATCH_SIZE = 500
+"""Session ids read per page while streaming: memory stays bounded by one page and one session."""
+
+PROGRESS_INTERVAL_SECONDS = 0.2
+"""Least time between two progress updates on a terminal."""
+
+SEQS = "seqs"
+TOKENS = "token_count"
+RANGE = "summary_range"
+LINKS = "links"
+LIVE = "live_ranges"
+COVERAGE = "coverage"
+CHAIN = "chain"
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    detail: str
+
+
+@dataclass
+class SessionCheck:
+    """What one session's check found."""
+
+    label: str
+    violations: list[Violation] = field(default_factory=list)
+    message_count: int = 0
+    summary_count: int = 0
+
+
+def label(session: Session) -> str:
+    return f"{session.tenant}/{session.external_id}"
+
+
+def span(summary: Summary) -> str:
+    return f"summary {summary.id} (seqs {summary.first_seq}..{summary.last_seq})"
+
+
+def seq_range(first: int, last: int) -> str:
+    return f"seq {first}" if first == last else f"seqs {first}..{last}"
+
+
+def refs(sample: audit.Sample) -> str:
+    shown = ", ".join(f"seq {ref.seq} (message {ref.id})" for ref in sample.examples)
+    more = sample.total - len(sample.examples)
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+# --- checks ---------------------------------------------------------------------------------
+
+
+async def check_session(db: AsyncSession, session: Session) -> SessionCheck:
+    """Every check of one session, inside the caller's read snapshot."""
+    stats = await audit.message_stats(db, session.id)
+    summaries = await audit.session_summaries(db, session.id)
+    violations = [
+        *await check_seqs(db, session, stats),
+        *await check_token_counts(db, session),
+        *check_summary_ranges(summaries),
+        *await check_links(db, session, summaries),
+        *check_live_ranges(session, summaries),
+        *await check_coverage(db, session, summaries),
+        *await check_chains(db, summaries),
+    ]
+    return SessionCheck(label(session), violations, stats.count, len(summaries))
+
+
+async def check_seqs(
+    db: AsyncSession, session: Session, stats: audit.MessageStats
+) -> list[Violation]:
+    """Seqs are 1..last_seq without gaps, and `sessions.last_seq` is the newest seq."""
+    if stats.max_seq is None:
+        if session.last_seq == 0:
+            return []
+        return [Violation(SEQS, f"sessions.last_seq is {session.last_seq} but it has no messages")]
+    found: list[Violation] = []
+    if stats.min_seq is not None and stats.min_seq < 1:
+        found.append(Violation(SEQS, f"seq {stats.min_seq} exists; seqs start at 1"))
+    gaps = await audit.seq_gaps(db, session.id)
+    found.extend(Violation(SEQS, f"{seq_range(g.first, g.last)} missing") for g in gaps)
+    missing = stats.max_seq - stats.count
+    shown = sum(gap.last - gap.first + 1 for gap in gaps)
+    if gaps and missing > shown:
+        found.append(Violation(SEQS, f"{missing - shown} more seqs missing"))
+    if stats.max_seq != session.last_seq:
+        found.append(
+            Violation(
+                SEQS,
+                f"sessions.last_seq is {session.last_seq} "
+                f"but the newest message has seq {stats.max_seq}",
+            )
+        )
+    return found
+
+
+async def check_token_counts(db: AsyncSession, session: Session) -> list[Violation]:
+    sample = await audit.bad_token_counts(db, session.id)
+    if sample.total == 0:
+        return []
+    return [Violation(TOKENS, f"token_count missing or negative: {refs(sample)}")]
+
+
+def check_summary_ranges(summaries: Sequence[Summary]) -> list[Violation]:
+    return [
+        Violation(RANGE, f"{span(summary)} is not a valid seq range")
+        for summary in summaries
+        if summary.first_seq < 1 or summary.last_seq < summary.first_seq
+    ]
+
+
+async def check_links(
+    db: AsyncSession, session: Session, summaries: Sequence[Summary]
+) -> list[Violation]:
+    """Each summary links exactly the messages of its range (a roll-up: all of them)."""
+    by_id = {summary.id: summary for summary in summaries}
+    found: list[Violation] = []
+    for stats in await audit.link_stats(db, session.id):
+        summary = by_id[stats.summary_id]
+        if stats.in_range < stats.range_messages:
+            sample = await audit.unlinked_in_range(db, summary)
+            found.append(
+                Violation(
+                    LINKS,
+                    f"{span(summary)} does not link {sample.total} of its "
+                    f"{stats.range_messages} messages: {refs(sample)}",
+                )
+            )
+        if stats.linked > stats.in_range:
+            sample = await audit.linked_outside_range(db, summary)
+            found.append(
+                Violation(LINKS, f"{span(summary)} links messages outside it: {refs(sample)}")
+            )
+        if summary.message_count != stats.range_messages:
+            found.append(
+                Violation(
+                    LINKS,
+                    f"{span(summary)} records message_count {summary.message_count} "
+                    f"but its range holds {stats.range_messages} messages",
+                )
+            )
+    return found
+
+
+def live_of(summaries: Sequence[Summary]) -> list[Summary]:
+    live = [summary for summary in summaries if summary.superseded_by is None]
+    return sorted(live, key=lambda summary: (summary.first_seq, summary.last_seq))
+
+
+def check_live_ranges(session: Session, summaries: Sequence[Summary]) -> list[Violation]:
+    """Invariant 2: live summaries are contiguous, non-overlapping and start at seq 1."""
+    live = live_of(summaries)
+    if not live:
+        return []
+    found: list[Violation] = []
+    if live[0].first_seq != 1:
+        found.append(
+            Violation(LIVE, f"the oldest live summary, {span(live[0])}, does not start at 1")
+        )
+    for previous, current in pairwise(live):
+        if current.first_seq <= previous.last_seq:
+            overlap = seq_range(current.first_seq, min(previous.last_seq, current.last_seq))
+            found.append(
+                Violation(LIVE, f"live {span(previous)} and {span(current)} overlap on {overlap}")
+            )
+        elif current.first_seq > previous.last_seq + 1:
+            hole = seq_range(previous.last_seq + 1, current.first_seq - 1)
+            found.append(
+                Violation(
+                    LIVE, f"{hole} between live {span(previous)} and {span(current)} is in neither"
+                )
+            )
+    newest = max(summary.last_seq for summary in live)
+    if newest > session.last_seq:
+        found.append(
+            Violation(
+                LIVE,
+                f"live summaries reach seq {newest}, past sessions.last_seq {session.last_seq}",
+            )
+        )
+    return found
+
+
+async def check_coverage(
+    db: AsyncSession, session: Session, summaries: Sequence[Summary]
+) -> list[Violation]:
+    """Invariant 1: every message up to the newest live summary's end is in exactly one."""
+    live = live_of(summaries)
+    if not live:
+        return []
+    through = max(summary.last_seq for summary in live)
+    total, problems = await audit.coverage_problems(db, session.id, through)
+    if total == 0:
+        return []
+    shown = ", ".join(
+        f"seq {p.message.seq} (message {p.message.id}) is in {p.live_links}" for p in problems
+    )
+    more = f" and {total - len(problems)} more" if total > len(problems) else ""
+    detail = (
+        f"{total} {plural(total, 'message')} up to seq {through} (the newest live summary's "
+        f"end) {'is' if total == 1 else 'are'} not in exactly one live summary: {shown}{more}"
+    )
+    return [Violation(COVERAGE, detail)]
+
+
+async def check_chains(db: AsyncSession, summaries: Sequence[Summary]) -> list[Violation]:
+    """A superseded summary points to a higher-level summary of its session containing it."""
+    by_id = {summary.id: summary for summary in summaries}
+    found: list[Violation] = []
+    for summary in summaries:
+        if summary.superseded_by is None:
+            continue
+        parent = by_id.get(summary.superseded_by) or await audit.summary_by_id(
+            db, summary.superseded_by
+        )
+        found.extend(chain_link_problems(summary, parent))
+    found.extend(cycles(summaries))
+    found.extend(rollup_tiling(summaries))
+    return found
+
+
+def chain_link_problems(summary: Summary, parent: Summary | None) -> list[Violation]:
+    head = f"{span(summary)} is superseded by summary {summary.superseded_by}"
+    if parent is None:
+        return [Violation(CHAIN, f"{head}, which does not exist")]
+    if parent.session_id != summary.session_id:
+        return [Violation(CHAIN, f"{head} of another session (internal id {parent.session_id})")]
+    found: list[Violation] = []
+    if parent.level <= summary.level:
+        found.append(
+            Violation(
+                CHAIN, f"{head} of level {parent.level}, not above its own level {summary.level}"
+            )
+        )
+    if not parent.first_seq <= summary.first_seq <= summary.last_seq <= parent.last_seq:
+        found.append(
+            Violation(CHAIN, f"{head}, whose seqs {parent.first_seq}..{parent.last_seq} omit it")
+        )
+    return found
+
+
+def cycles(summaries: Sequence[Summary]) -> list[Violation]:
+    """Superseded chains that loop back on themselves, each reported once."""
+    parent_of = {s.id: s.superseded_by for s in summaries if s.superseded_by is not None}
+    reported: set[frozenset[int]] = set()
+    found: list[Violation] = []
+    for start in parent_of:
+        path: list[int] = []
+        current: int | None = start
+        while current is not None and current not in path:
+            path.append(current)
+            current = parent_of.get(current)
+        if current is None:
+            continue
+        loop = path[path.index(current) :]
+        if frozenset(loop) not in reported:
+            reported.add(frozenset(loop))
+            chain = " -> ".join(str(summary_id) for summary_id in [*loop, current])
+            found.append(Violation(CHAIN, f"superseded chain loops: {chain}"))
+    return found
+
+
+def rollup_tiling(summaries: Sequence[Summary]) -> list[Violation]:
+    """A roll-up absorbed summaries that together cover exactly its range."""
+    absorbed: dict[int, list[Summary]] = {}
+    for summary in summaries:
+        if summary.superseded_by is not None:
+            absorbed.setdefault(summary.superseded_by, []).append(summary)
+    found: list[Violation] = []
+    for rollup in summaries:
+        if rollup.level == 0:
+            continue
+        children = sorted(absorbed.get(rollup.id, []), key=lambda s: s.first_seq)
+        if not children:
+            found.append(Violation(CHAIN, f"roll-up {span(rollup)} absorbed no summary"))
+            continue
+        covered = [(child.first_seq, child.last_seq) for child in children]
+        contiguous = all(b[0] == a[1] + 1 for a, b in pairwise(covered))
+        if not contiguous or (covered[0][0], covered[-1][1]) != (rollup.first_seq, rollup.last_seq):
+            ranges = ", ".join(f"{first}..{last}" for first, last in covered)
+            found.append(
+                Violation(CHAIN, f"roll-up {span(rollup)} absorbed summaries covering {ranges}")
+            )
+    return found
+
+
+# --- streaming and reporting ----------------------------------------------------------------
+
+
+class Progress:
+    """A one-line counter on stderr, only when stderr is a terminal."""
+
+    def __init__(self, err: TextIO, total: int) -> None:
+        self._err = err
+        self._total = total
+        self._enabled = err.isatty()
+        self._last = 0.0
+
+    def update(self, done: int, violations: int) -> None:
+        now = time.monotonic()
+        if not self._enabled or now - self._last < PROGRESS_INTERVAL_SECONDS:
+            return
+        self._last = now
+        self._err.write(f"\r{PROG}: {done}/{self._total} sessions, {violations} violations")
+        self._err.flush()
+
+    def clear(self) -> None:
+        if self._enabled:
+            self._err.write("\r\033[K")
+            self._err.flush()
+
+
+@dataclass
+class Totals:
+    sessions: int = 0
+    messages: int = 0
+    summaries: int = 0
+    violations: int = 0
+    bad_sessions: int = 0
+
+
+class Report:
+    """Prints each violation as it is found; memory does not grow with the database."""
+
+    def __init__(self, out: TextIO, progress: Progress) -> None:
+        self.out = out
+        self.progress = progress
+        self.totals = Totals()
+
+    def add(self, check: SessionCheck) -> None:
+        totals = self.totals
+        totals.sessions += 1
+        totals.messages += check.message_count
+        totals.summaries += check.summary_count
+        if check.violations:
+            totals.violations += len(check.violations)
+            totals.bad_sessions += 1
+            self.progress.clear()
+            for violation in check.violations:
+                self.out.write(f"{check.label}  {violation.kind:<13}  {violation.detail}\n")
+            self.out.flush()
+        self.progress.update(totals.sessions, totals.violations)
+
+    def finish(self) -> None:
+        self.progress.clear()
+        t = self.totals
+        checked = (
+            f"Checked {t.sessions} {plural(t.sessions, 'session')} "
+            f"({t.messages} {plural(t.messages, 'message')}, "
+            f"{t.summaries} {plural(t.summaries, 'summary', 'summaries')})"
+        )
+        if t.violations == 0:
+            self.out.write(f"{checked}: no violations.\n")
+        else:
+            self.out.write(
+                f"{checked}: {t.violations} {plural(t.violations, 'violation')} "
+                f"in {t.bad_sessions} {plural(t.bad_sessions, 'session')}.\n"
+            )
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    return one if count == 1 else (many or f"{one}s")
+
+
+async def verify_session(
+    sessionmaker: async_sessionmaker[AsyncSession], session_id: int
+) -> SessionCheck | None:
+    """Check one session in its own snapshot; None if it was deleted meanwhile."""
+    async with sessionmaker() as db, db.begin():
+        session = await audit.session_by_id(db, session_id)
+        return None if session is None else await check_session(db, session)
+
+
+async def verify_all(
+    sessionmaker: async_sessionmaker[AsyncSession], report: Report, batch_size: int
+) -> None:
+    after = 0
+    while True:
+        async with sessionmaker() as db, db.begin():
+            ids = await audit.session_ids_after(db, after, batch_size)
+        if not ids:
+            return
+        for session_id in ids:
+            check = await verify_session(sessionmaker, session_id)
+            if check is not None:
+                report.add(check)
+        after = ids[-1]
+
+
+class UnknownSession(Exception):
+    pass
+
+
+async def find_session(
+    sessionmaker: async_sessionmaker[AsyncSession], tenant: str, external_id: str
+) -> int:
+    async with sessionmaker() as db, db.begin():
+        session = await audit.session_by_external_id(db, tenant, external_id)
+    if session is None:
+        raise UnknownSession(f"no session {external_id!r} in tenant {tenant!r}")
+    return session.id
+
+
+async def session_total(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
+    async with sessionmaker() as db, db.begin():
+        return await audit.count_sessions(db)
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    database_url: str
+    session: str | None = None
+    tenant: str = audit.DEFAULT_TENANT
+    batch_size: int = BATCH_SIZE
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m scripts.{PROG}",
+        description="Check the stored data against the invariants of DESIGN.md section 2.",
+    )
+    parser.add_argument("--session", metavar="ID", help="check one session (default: all)")
+    parser.add_argument(
+        "--tenant",
+        default=audit.DEFAULT_TENANT,
+        help=f"tenant of --session (default: {audit.DEFAULT_TENANT!r}, the development tenant)",
+    )
+    parser.add_argument("--database-url", help="default: DATABASE_URL (or .env)")
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    return Options(
+        database_url=args.database_url or Settings().database_url,
+        session=args.session,
+        tenant=args.tenant,
+        batch_size=args.batch_size,
+    )
+
+
+async def run(options: Options, out: TextIO, err: TextIO) -> int:
+    """The command without the event loop: tests await it with their own streams."""
+    shown_url = make_url(options.database_url).render_as_string(hide_password=True)
+    try:
+        engine = audit.read_engine(options.database_url)
+    except OSError as exc:
+        err.write(f"{PROG}: {exc}\n")
+        return 2
+    sessionmaker = create_sessionmaker(engine)
+    try:
+        report = await _verify(sessionmaker, options, out, err)
+    except UnknownSession as exc:
+        err.write(f"{PROG}: {exc}\n")
+        return 2
+    except (SQLAlchemyError, OSError) as exc:
+        err.write(f"{PROG}: cannot read {shown_url}: {' '.join(str(exc).split())[:300]}\n")
+        return 2
+    finally:
+        await engine.dispose()
+    return 1 if report.totals.violations else 0
+
+
+async def _verify(
+    sessionmaker: async_sessionmaker[AsyncSession], options: Options, out: TextIO, err: TextIO
+) -> Report:
+    if options.session is not None:
+        session_id = await find_session(sessionmaker, options.tenant, options.session)
+        report = Report(out, Progress(err, 1))
+        check = await verify_session(sessionmaker, session_id)
+        if check is not None:
+            report.add(check)
+    else:
+        report = Report(out, Progress(err, await session_total(sessionmaker)))
+        await verify_all(sessionmaker, report, options.batch_size)
+    report.finish()
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_args(argv)
+    try:
+        return asyncio.run(run(options, sys.stdout, sys.stderr))
+    except BrokenPipeError:
+        # The reader left early (`| head`): stop quietly, and keep Python's exit flush quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,427 @@
+"""The offline `local` model: a deterministic extractive summarizer behind `LLMClient`.
+
+It reads the same prompts a real model gets (the transcript, the previous summary or
+the two summaries to merge, and the stated token target) and answers with the
+sentences that matter most, grouped and in order: user requests first, then
+decisions, then facts carrying numbers, names, paths, commands or identifiers, then
+the tools used, then the rest while the target allows. No network, no randomness:
+the same input always gives the same summary. It is the quality level without an API
+key; any litellm model string replaces it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from summarizer.client import Completion
+from summarizer.prompts import PREVIOUS_TAG, SUMMARY_TAG, TRANSCRIPT_TAG, sections, stated_target
+from summarizer.text import clip_tokens
+from summarizer.tokens import count_messages, count_text
+from summarizer.transcript import CALL_PREFIX, HEADER, PREVIEW_CUT
+
+LOCAL_MODEL = "local"
+"""The model name that selects this summarizer."""
+
+UNIT_MAX_TOKENS = 40
+"""A kept sentence is clipped to this length, so one long sentence cannot take the whole budget."""
+
+SCORE_CAP = 3
+"""Features counted per sentence at most: beyond it, earlier sentences win over denser ones."""
+
+REQUEST_SENTENCES = 2
+"""Sentences kept from the start of each user message as the request it makes."""
+
+MAX_CHARS_PER_TOKEN = 12
+"""More characters per token than any common text has: a cheap bound before counting tokens."""
+
+MIN_BULLET_TOKENS = 6
+
+TOOLS_MAX_TOKENS = 60
+"""The "tools used" line is clipped to this: it counts calls, it does not list them."""
+
+TOOLS_MAX_SHARE = 0.2
+"""Under a tight target the tools line is dropped when it would take more than this share."""
+"""Below this much room left, stop looking for another sentence that fits."""
+
+
+class Kind(IntEnum):
+    """Sections of a local summary, in priority order."""
+
+    REQUEST = 0
+    DECISION = 1
+    FACT = 2
+    OTHER = 3
+
+
+KIND_SHARES = {Kind.REQUEST: 0.4, Kind.DECISION: 0.25, Kind.FACT: 0.25, Kind.OTHER: 0.1}
+"""First-pass budget share per section, so requests cannot crowd out decisions and facts."""
+
+_HEADINGS = {
+    Kind.REQUEST: "Requests:",
+    Kind.DECISION: "Decisions:",
+    Kind.FACT: "Facts:",
+    Kind.OTHER: "Other:",
+}
+_KIND_OF_HEADING = {heading: kind for kind, heading in _HEADINGS.items()}
+_TOOLS = "Tools used:"
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？；])")
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)]|#+)\s+")
+_KEPT_BULLET = re.compile(r"^- (?:#(-?\d+) )?(?:\(([^)]*)\) )?(.*)$")
+_COUNTS = re.compile(
+    r"^Messages #(-?\d+)–#(-?\d+): (\d+) \((\d+) user, (\d+) assistant, (\d+) tool\)\.$"
+)
+_TOOL_COUNT = re.compile(r"([^,×]+?) ×(\d+)")
+_DECISION = re.compile(
+    r"\b(?:decid\w*|decision|agree[ds]?|chose|chosen|going with|we will|we'll|let's|settled"
+    r"|conclu\w+|approved?|confirm\w*|plan(?:ned)? to|next steps?|todo|must|will use)\b"
+    r"|决定|确定|采用|同意|结论|计划|決定|採用",
+    re.IGNORECASE,
+)
+_FEATURES = (
+    re.compile(r"\d"),
+    re.compile(r"https?://\S+"),
+    re.compile(r"(?:~|\.{1,2})?/[\w.@-]+/[\w./@-]*|[A-Za-z]:\\\S+|\b[\w-]+\.[a-z]{1,4}\b"),
+    re.compile(r"`[^`]+`|^\s*\$ |\b(?:pip|npm|git|docker|make|python|curl|SELECT|CREATE)\b"),
+    re.compile(r"\b[A-Za-z]*[A-Z][a-z]+[A-Z]\w*|\b[A-Z]{2,}\b|\b\w+_\w+\b|\b[A-Z][\w]*-[\w-]+"),
+    re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]{2,}"),
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message as the transcript shows it."""
+
+    seq: int
+    role: str
+    label: str
+    text: str
+    tools: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Unit:
+    kind: Kind
+    score: int
+    order: int
+    seq: int | None
+    who: str
+    text: str
+
+
+@dataclass
+class _Counts:
+    first: int
+    last: int
+    total: int
+    user: int
+    assistant: int
+    tool: int
+
+    def render(self) -> str:
+        return (
+            f"Messages #{self.first}–#{self.last}: {self.total} ({self.user} user, "
+            f"{self.assistant} assistant, {self.tool} tool)."
+        )
+
+
+def parse_transcript(transcript: str) -> list[Entry]:
+    """The entries of a transcript rendered by `summarizer.transcript`."""
+    headers = list(HEADER.finditer(transcript))
+    entries: list[Entry] = []
+    for index, header in enumerate(headers):
+        end = headers[index + 1].start() if index + 1 < len(headers) else len(transcript)
+        body_lines: list[str] = []
+        tools: list[str] = []
+        for line in transcript[header.end() : end].split("\n"):
+            if line.startswith(CALL_PREFIX):
+                tools.append(line[len(CALL_PREFIX) :].split("(", 1)[0].strip())
+            else:
+                body_lines.append(line)
+        role = header.group(2)
+        label = (header.group(3) or "").strip()
+        if role == "tool" and label:
+            tools.append(label)
+        text = "\n".join(body_lines).replace(PREVIEW_CUT, "").strip()
+        entries.append(Entry(int(header.group(1)), role, label, text, tuple(tools)))
+    return entries
+
+
+def _score(text: str) -> int:
+    return min(SCORE_CAP, sum(len(feature.findall(text)) for feature in _FEATURES))
+
+
+def _sentences(text: str) -> Iterable[str]:
+    in_code = False
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            if line:
+                yield f"`{line}`"
+            continue
+        line = _BULLET.sub("", line)
+        for sentence in _SENTENCE_END.split(line):
+            if sentence.strip():
+                yield sentence.strip()
+
+
+def _classify(text: str, *, is_request: bool) -> tuple[Kind, int]:
+    score = _score(text)
+    if is_request:
+        return Kind.REQUEST, score
+    if _DECISION.search(text):
+        return Kind.DECISION, score
+    return (Kind.FACT if score else Kind.OTHER), score
+
+
+def _entry_units(entries: Sequence[Entry]) -> list[_Unit]:
+    units: list[_Unit] = []
+    for entry in entries:
+        sentences = list(_sentences(entry.text))
+        if entry.role == "tool":
+            # a result counts through what the assistant made of it, unless it states a fact
+            opening = sentences[0] if sentences else ""
+            if _score(opening):
+                units.append(
+                    _Unit(Kind.FACT, _score(opening), len(units), entry.seq, entry.label, opening)
+                )
+            continue
+        who = entry.label if entry.role == "user" else ""
+        if entry.role == "user" and sentences:
+            opening = " ".join(sentences[:REQUEST_SENTENCES])
+            units.append(_Unit(Kind.REQUEST, _score(opening), len(units), entry.seq, who, opening))
+            sentences = sentences[REQUEST_SENTENCES:]
+        for position, sentence in enumerate(sentences):
+            is_question = entry.role == "user" and sentence.endswith(("?", "？"))
+            kind, score = _classify(sentence, is_request=is_question)
+            if entry.role != "user" and position > 0 and kind is Kind.OTHER:
+                continue  # only a reply's opening sentence is kept without a reason to
+            units.append(_Unit(kind, score, len(units), entry.seq, who, sentence))
+    return units
+
+
+def _counts(entries: Sequence[Entry]) -> _Counts | None:
+    if not entries:
+        return None
+    roles = Counter(entry.role for entry in entries)
+    return _Counts(
+        entries[0].seq,
+        entries[-1].seq,
+        len(entries),
+        roles["user"],
+        roles["assistant"],
+        roles["tool"],
+    )
+
+
+def _tool_counts(entries: Sequence[Entry]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for entry in entries:
+        if entry.role == "assistant":
+            counts.update(entry.tools)
+    return counts
+
+
+def _render_tools(tools: Counter[str]) -> str:
+    ranked = sorted(tools.items(), key=lambda item: (-item[1], item[0]))
+    return _TOOLS + " " + ", ".join(f"{name} ×{count}" for name, count in ranked) + "."
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _bullet(unit: _Unit) -> str:
+    seq = f"#{unit.seq} " if unit.seq is not None else ""
+    who = f"({unit.who}) " if unit.who else ""
+    return f"- {seq}{who}{clip_tokens(unit.text, UNIT_MAX_TOKENS)}"
+
+
+def _compose(
+    units: Sequence[_Unit],
+    counts: _Counts | None,
+    tools: Counter[str],
+    target_tokens: int,
+    previous: str | None = None,
+) -> str:
+    """The summary text: the highest-priority units that fit, grouped and in order.
+
+    A first pass gives each section its share of the budget (unused share moves on to
+    the next section); a second pass fills what is left in priority order.
+    """
+    header = counts.render() if counts else ""
+    budget = target_tokens - (count_text(header + "\n") if header else 0)
+    if budget < MIN_BULLET_TOKENS:
+        header, budget = "", target_tokens
+    tools_line = clip_tokens(_render_tools(tools), TOOLS_MAX_TOKENS) if tools else ""
+    tools_cost = count_text(tools_line + "\n") if tools_line else 0
+    if tools_cost > budget * TOOLS_MAX_SHARE:
+        tools_line, tools_cost = "", 0
+    budget -= tools_cost
+    seen = {_normalized(line) for line in (previous or "").splitlines()}
+    known = _normalized(previous or "")
+    chosen: dict[Kind, list[_Unit]] = {kind: [] for kind in Kind}
+    ranked = sorted(units, key=lambda unit: (unit.kind, -unit.score, unit.order))
+    taken: set[int] = set()
+
+    def take(unit: _Unit, allowance: int) -> int:
+        key = _normalized(unit.text)
+        if unit.order in taken or key in seen or (len(key) > 20 and key in known):
+            return 0
+        cost = count_text(_bullet(unit) + "\n")
+        if not chosen[unit.kind]:
+            cost += count_text(_HEADINGS[unit.kind] + "\n")
+        if cost > allowance:
+            return 0
+        seen.add(key)
+        taken.add(unit.order)
+        chosen[unit.kind].append(unit)
+        return cost
+
+    total, carry = budget, 0
+    for kind in Kind:
+        allowance = math.floor(total * KIND_SHARES[kind]) + carry
+        for unit in ranked:
+            if unit.kind is kind and allowance >= MIN_BULLET_TOKENS:
+                spent = take(unit, min(allowance, budget))
+                allowance -= spent
+                budget -= spent
+        carry = max(0, allowance)
+    for unit in ranked:
+        if budget < MIN_BULLET_TOKENS:
+            break
+        budget -= take(unit, budget)
+
+    lines = [header] if header else []
+    for kind in (Kind.REQUEST, Kind.DECISION, Kind.FACT):
+        lines.extend(_section(kind, chosen[kind]))
+    if tools_line:
+        lines.append(tools_line)
+    lines.extend(_section(Kind.OTHER, chosen[Kind.OTHER]))
+    return clip_tokens("\n".join(lines), target_tokens)
+
+
+def _section(kind: Kind, units: list[_Unit]) -> list[str]:
+    if not units:
+        return []
+    return [_HEADINGS[kind]] + [_bullet(unit) for unit in sorted(units, key=lambda u: u.order)]
+
+
+def _verbatim(entries: Sequence[Entry]) -> str:
+    lines: list[str] = []
+    for entry in entries:
+        who = f"{entry.role} {entry.label}" if entry.label else entry.role
+        tools = f" → {', '.join(entry.tools)}" if entry.role == "assistant" and entry.tools else ""
+        lines.append(f"{who}: {' '.join(entry.text.split())}{tools}")
+    return "\n".join(lines)
+
+
+def summarize_transcript(transcript: str, target_tokens: int, previous: str | None = None) -> str:
+    """An extractive summary of a rendered transcript in at most `target_tokens` tokens.
+
+    When the whole exchange, written compactly, is no longer than the extract, the
+    compact form is the answer: nothing is lost and nothing grows.
+    """
+    entries = parse_transcript(transcript)
+    extract = _compose(
+        _entry_units(entries), _counts(entries), _tool_counts(entries), target_tokens, previous
+    )
+    compact = _verbatim(entries)
+    if len(compact) <= MAX_CHARS_PER_TOKEN * target_tokens and count_text(compact) <= min(
+        count_text(extract), target_tokens
+    ):
+        return compact
+    return extract
+
+
+def _parse_summary(text: str, offset: int) -> tuple[list[_Unit], _Counts | None, Counter[str]]:
+    units: list[_Unit] = []
+    counts: _Counts | None = None
+    tools: Counter[str] = Counter()
+    kind: Kind | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or (line.startswith("[") and line.endswith("]")):
+            continue
+        if match := _COUNTS.match(line):
+            counts = _Counts(*(int(group) for group in match.groups()))
+        elif line in _KIND_OF_HEADING:
+            kind = _KIND_OF_HEADING[line]
+        elif line.startswith(_TOOLS):
+            tools.update({n.strip(): int(c) for n, c in _TOOL_COUNT.findall(line[len(_TOOLS) :])})
+        elif kind is not None and (bullet := _KEPT_BULLET.match(line)):
+            seq = int(bullet.group(1)) if bullet.group(1) is not None else None
+            text = bullet.group(3)
+            units.append(
+                _Unit(kind, _score(text), offset + len(units), seq, bullet.group(2) or "", text)
+            )
+        else:
+            for sentence in _sentences(line):
+                found, score = _classify(sentence, is_request=False)
+                units.append(_Unit(found, score, offset + len(units), None, "", sentence))
+    return units, counts, tools
+
+
+def _merge_counts(first: _Counts | None, second: _Counts | None) -> _Counts | None:
+    if first is None or second is None:
+        return first or second
+    return _Counts(
+        first.first,
+        second.last,
+        first.total + second.total,
+        first.user + second.user,
+        first.assistant + second.assistant,
+        first.tool + second.tool,
+    )
+
+
+def merge_texts(texts: Sequence[str], target_tokens: int) -> str:
+    """One extractive summary of consecutive summaries, at most `target_tokens` tokens."""
+    units: list[_Unit] = []
+    counts: _Counts | None = None
+    tools: Counter[str] = Counter()
+    every_counted = True
+    for position, text in enumerate(texts):
+        parsed, found, used = _parse_summary(text, len(units))
+        units.extend(parsed)
+        every_counted = every_counted and found is not None
+        counts = found if position == 0 else _merge_counts(counts, found)
+        tools.update(used)
+    return _compose(units, counts if every_counted else None, tools, target_tokens)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text") or "") for part in content)
+    return str(content or "")
+
+
+class LocalSummarizer:
+    """The `local` model as an `LLMClient`: answers summary and merge prompts offline."""
+
+    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Completion:
+        """Summarize or merge what `messages` ask for, within the stated target."""
+        system = _text(messages[0].get("content")) if messages else ""
+        request = _text(messages[-1].get("content")) if messages else ""
+        target = min(max_tokens, stated_target(system) or max_tokens)
+        summaries = sections(request, SUMMARY_TAG)
+        if summaries:
+            text = merge_texts(summaries, target)
+        else:
+            transcripts = sections(request, TRANSCRIPT_TAG)
+            previous = sections(request, PREVIOUS_TAG)
+            text = summarize_transcript(
+                transcripts[0] if transcripts else request,
+                target,
+                previous[0] if previous else None,
+            )
+        return Completion(text, count_messages(messages), count_text(text))

@@ -1,0 +1,141 @@
+"""One model call with retries: tenacity, exponential backoff with jitter, honouring Retry-After.
+
+Transient errors and degenerate answers are retried, up to a number of attempts and a
+total time; context-window errors and other rejections are raised at once. Every
+attempt is counted in `CallStats`, failed ones too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
+
+from summarizer.client import Completion, LLMClient
+from summarizer.errors import (
+    DegenerateAnswerError,
+    LLMError,
+    LLMUnavailableError,
+    TransientLLMError,
+)
+
+NON_ANSWERS = frozenset({"", "NONE", "N/A", "NA", "NULL", "NIL", "-", "...", "…"})
+"""Answers (stripped, upper-cased, without final period) that say nothing."""
+
+ECHO_MIN_CHARS = 80
+"""An answer shorter than this is never called an echo: short quotes are legitimate."""
+
+ECHO_MIN_SHARE = 0.5
+"""An answer found verbatim in its input and at least this share of its length is an echo."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try one call."""
+
+    max_attempts: int = 4
+    max_seconds: float = 120.0
+    initial_backoff: float = 0.5
+    max_backoff: float = 20.0
+
+
+@dataclass
+class CallStats:
+    """What the calls of one engine run cost."""
+
+    calls: int = 0
+    failed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.split())
+
+
+def check_answer(answer: str, source: str | None) -> None:
+    """Raise `DegenerateAnswerError` for an empty answer, a non-answer or an echo of `source`.
+
+    A merge passes no source: a merged summary may rightly repeat one of its inputs.
+    """
+    normalized = _normalized(answer)
+    if normalized.rstrip(".").upper() in NON_ANSWERS:
+        raise DegenerateAnswerError(f"non-answer {normalized[:20]!r}")
+    if source is not None and len(normalized) >= ECHO_MIN_CHARS:
+        whole = _normalized(source)
+        if len(normalized) >= ECHO_MIN_SHARE * len(whole) and normalized in whole:
+            raise DegenerateAnswerError("the answer repeats its input")
+
+
+class _Backoff:
+    """Exponential backoff with jitter, or the server's Retry-After when that is longer."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self._exponential = wait_exponential_jitter(
+            multiplier=policy.initial_backoff,
+            max=policy.max_backoff,
+            jitter=policy.initial_backoff,
+        )
+        self._cap = policy.max_seconds
+
+    def __call__(self, state: RetryCallState) -> float:
+        wait = self._exponential(state)
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, TransientLLMError) and error.retry_after is not None:
+            wait = max(wait, min(error.retry_after, self._cap))
+        return wait
+
+
+async def complete_with_retry(
+    client: LLMClient,
+    messages: list[dict[str, Any]],
+    *,
+    max_tokens: int,
+    echo_source: str | None,
+    policy: RetryPolicy,
+    stats: CallStats,
+    limiter: asyncio.Semaphore,
+) -> Completion:
+    """A usable completion, or `LLMUnavailableError` once retries are spent.
+
+    An empty answer, a non-answer, or (when `echo_source` is given) an answer repeating
+    it counts as a failed attempt.
+    `ContextWindowError` and `LLMRequestError` pass through unretried. `limiter` bounds
+    concurrent attempts; it is not held while backing off.
+    """
+    retrying = AsyncRetrying(
+        retry=retry_if_exception_type((TransientLLMError, DegenerateAnswerError)),
+        stop=stop_after_attempt(policy.max_attempts) | stop_before_delay(policy.max_seconds),
+        wait=_Backoff(policy),
+        reraise=True,
+    )
+    attempts = 0
+    try:
+        async for attempt in retrying:
+            with attempt:
+                attempts += 1
+                async with limiter:
+                    stats.calls += 1
+                    try:
+                        completion = await client.complete(messages, max_tokens=max_tokens)
+                        check_answer(completion.text, echo_source)
+                    except LLMError:
+                        stats.failed += 1
+                        raise
+                stats.input_tokens += completion.input_tokens
+                stats.output_tokens += completion.output_tokens
+                return completion
+    except (TransientLLMError, DegenerateAnswerError) as exc:
+        raise LLMUnavailableError(
+            f"no usable answer after {attempts} attempts: {exc}", attempts=attempts
+        ) from exc
+    raise AssertionError("unreachable: tenacity either returns or raises")

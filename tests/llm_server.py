@@ -1,0 +1,522 @@
+"""A fake OpenAI-compatible chat server on loopback, for tests and the summarizer benchmark.
+
+It serves `POST /v1/chat/completions` (and `GET /v1/models`) from a stdlib
+`ThreadingHTTPServer` in a daemon thread, so litellm's real HTTP path runs against it.
+Point litellm at it with `model="openai/<anything>"`, `api_base=server.base_url`,
+`api_key="test"`.
+
+Knobs (plain attributes or methods, safe to change while it runs; `reset()` restores all):
+
+- `context_window`: int or None. When `prompt tokens + max_tokens` exceed it, the server
+  answers the exact 400 OpenAI returns (`code: context_length_exceeded`), which litellm
+  maps to `ContextWindowExceededError`. Prompt tokens are counted with
+  `summarizer.tokens.count_messages` plus `REPLY_PRIMING_TOKENS`.
+- `mode`: how a successful call answers.
+    - `"summary"` (default): a short deterministic summary of the last user message
+      (its line count and first words), at most `summary_words` words and a quarter of
+      the message's words.
+    - `"marker_echo"`: every distinct token matching `MARKER-[A-Za-z0-9_-]+` found in the
+      prompt, in order of first appearance, joined by spaces (or `"no markers"`).
+    - `"echo"`: the last user message verbatim (a degenerate answer).
+    - `"empty"`: an empty answer (a degenerate answer).
+    - `"long"`: `long_words` words of filler (longer than small inputs).
+- `responder`: optional `Callable[[list[dict]], str]`; when set it overrides `mode`.
+- `window_in_error`: True (default) puts the window and the prompt size in the 400 message,
+  as OpenAI does; False sends a bare message, as some providers do.
+- `latency_seconds`: sleep before every answer (the benchmark uses it).
+- Failure injection, consumed one per request, before the window check:
+    - `fail_next(status, times=1, retry_after=None)`: answer `status` (503, 500, 429, ...)
+      `times` times; `retry_after` sets the `Retry-After` header (seconds).
+    - `slow_next(seconds, times=1)`: sleep `seconds` before answering (past a client timeout).
+    - `fail_always(status)` / `fail_always(None)`: every request fails until cleared.
+- Connection refused: `stop()` closes the listening socket; `start()` listens again on the
+  same port. `closed_port_url()` gives a base URL on which nothing listens.
+- Call log: `calls` is a list of `Call(messages, prompt_tokens, max_tokens, status, answer)`,
+  one per request received (failed ones included); `prompts()` gives the user prompts,
+  `statuses()` the statuses answered, `max_in_flight` the most concurrent requests seen.
+
+Use from any test package, with a fresh server per test:
+
+    from tests.llm_server import FakeLLM, fake_llm  # noqa: F401  (re-export the fixture)
+
+    async def test_something(fake_llm: FakeLLM) -> None:
+        fake_llm.context_window = 4096
+        ... EngineSettings(model="openai/fake", api_base=fake_llm.base_url, api_key="test") ...
+
+or without pytest: `with running_fake_llm() as server: ...`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from summarizer.tokens import count_messages, count_text, encoding
+
+REPLY_PRIMING_TOKENS = 3
+"""Tokens OpenAI adds to every prompt to prime the reply (`<|start|>assistant<|message|>`)."""
+
+MARKER_PATTERN = re.compile(r"MARKER-[A-Za-z0-9_-]+")
+"""What `marker_echo` mode repeats back: the service tests plant these to prove nothing is lost."""
+
+POLL_SECONDS = 0.02
+"""How often the serving thread checks for shutdown: `stop()` waits up to this long."""
+
+SUMMARY_WORDS = 24
+"""Default length of a `summary` mode answer, in words."""
+
+Responder = Callable[[list[dict[str, Any]]], str]
+
+
+@dataclass
+class Call:
+    """One request the server received."""
+
+    messages: list[dict[str, Any]]
+    prompt_tokens: int
+    max_tokens: int | None
+    status: int
+    answer: str | None = None
+
+
+@dataclass
+class _Fault:
+    status: int | None = None
+    retry_after: float | None = None
+    delay: float = 0.0
+
+
+@dataclass
+class _State:
+    context_window: int | None = None
+    mode: str = "summary"
+    responder: Responder | None = None
+    latency_seconds: float = 0.0
+    summary_words: int = SUMMARY_WORDS
+    long_words: int = 400
+    persistent_status: int | None = None
+    window_in_error: bool = True
+    in_flight: int = 0
+    max_in_flight: int = 0
+    faults: deque[_Fault] = field(default_factory=deque)
+    calls: list[Call] = field(default_factory=list)
+
+
+class FakeLLM:
+    """An OpenAI-compatible chat-completions server on 127.0.0.1 with test knobs."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self._port = port
+        self._lock = threading.Lock()
+        self._state = _State()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> FakeLLM:
+        """Listen (again) and serve in a daemon thread; keeps the port across restarts."""
+        if self._server is not None:
+            return self
+        server = _Server((self.host, self._port), _Handler)
+        server.fake = self
+        self._port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the listening socket: new connections are refused until `start()`."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def reset(self) -> None:
+        """Restore every knob to its default and clear the call log."""
+        with self._lock:
+            self._state = _State()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """The `api_base` to give litellm."""
+        return f"http://{self.host}:{self._port}/v1"
+
+    @staticmethod
+    def closed_port_url() -> str:
+        """A loopback base URL on which nothing listens (connection refused)."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    # knobs --------------------------------------------------------------------------------
+
+    @property
+    def context_window(self) -> int | None:
+        return self._state.context_window
+
+    @context_window.setter
+    def context_window(self, tokens: int | None) -> None:
+        self._state.context_window = tokens
+
+    @property
+    def mode(self) -> str:
+        return self._state.mode
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        if mode not in _ANSWERS:
+            raise ValueError(f"unknown mode {mode!r}; one of {sorted(_ANSWERS)}")
+        self._state.mode = mode
+
+    @property
+    def responder(self) -> Responder | None:
+        return self._state.responder
+
+    @responder.setter
+    def responder(self, responder: Responder | None) -> None:
+        self._state.responder = responder
+
+    @property
+    def latency_seconds(self) -> float:
+        return self._state.latency_seconds
+
+    @latency_seconds.setter
+    def latency_seconds(self, seconds: float) -> None:
+        self._state.latency_seconds = seconds
+
+    @property
+    def summary_words(self) -> int:
+        return self._state.summary_words
+
+    @summary_words.setter
+    def summary_words(self, words: int) -> None:
+        self._state.summary_words = words
+
+    @property
+    def long_words(self) -> int:
+        return self._state.long_words
+
+    @long_words.setter
+    def long_words(self, words: int) -> None:
+        self._state.long_words = words
+
+    @property
+    def window_in_error(self) -> bool:
+        return self._state.window_in_error
+
+    @window_in_error.setter
+    def window_in_error(self, included: bool) -> None:
+        self._state.window_in_error = included
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests the server has handled at the same time."""
+        return self._state.max_in_flight
+
+    def fail_next(self, status: int, times: int = 1, retry_after: float | None = None) -> None:
+        """Answer the next `times` requests with `status` (and `Retry-After` when given)."""
+        with self._lock:
+            for _ in range(times):
+                self._state.faults.append(_Fault(status=status, retry_after=retry_after))
+
+    def slow_next(self, seconds: float, times: int = 1) -> None:
+        """Delay the next `times` answers by `seconds` (to go past a client timeout)."""
+        with self._lock:
+            for _ in range(times):
+                self._state.faults.append(_Fault(delay=seconds))
+
+    def fail_always(self, status: int | None) -> None:
+        """Answer every request with `status` until called with None."""
+        self._state.persistent_status = status
+
+    # call log -----------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[Call]:
+        with self._lock:
+            return list(self._state.calls)
+
+    def statuses(self) -> list[int]:
+        """The status answered to each request, in order."""
+        return [call.status for call in self.calls]
+
+    def prompts(self) -> list[str]:
+        """The last user message of every request, in order."""
+        return [_last_user_text(call.messages) for call in self.calls]
+
+    # request handling (server threads) ----------------------------------------------------
+
+    def _next_fault(self) -> _Fault | None:
+        with self._lock:
+            if self._state.persistent_status is not None:
+                return _Fault(status=self._state.persistent_status)
+            return self._state.faults.popleft() if self._state.faults else None
+
+    def _log(self, call: Call) -> None:
+        with self._lock:
+            self._state.calls.append(call)
+
+    def handle(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Answer one chat-completions request: (status, JSON body, extra headers)."""
+        state = self._state
+        with self._lock:
+            state.in_flight += 1
+            state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        try:
+            return self._answer(state, body)
+        finally:
+            with self._lock:
+                state.in_flight -= 1
+
+    def _answer(
+        self, state: _State, body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        messages: list[dict[str, Any]] = list(body.get("messages") or [])
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        prompt_tokens = count_messages(messages) + REPLY_PRIMING_TOKENS
+        fault = self._next_fault()
+        if fault is not None and fault.delay:
+            time.sleep(fault.delay)
+        elif state.latency_seconds:
+            time.sleep(state.latency_seconds)
+        if fault is not None and fault.status is not None:
+            self._log(Call(messages, prompt_tokens, max_tokens, fault.status))
+            headers = {}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = _seconds_header(fault.retry_after)
+            return fault.status, _error_body(fault.status), headers
+        window = state.context_window
+        requested = prompt_tokens + int(max_tokens or 0)
+        if window is not None and requested > window:
+            self._log(Call(messages, prompt_tokens, max_tokens, 400))
+            error = _context_error(window, prompt_tokens, max_tokens, state.window_in_error)
+            return 400, error, {}
+        answer = (
+            state.responder(messages) if state.responder else _ANSWERS[state.mode](self, messages)
+        )
+        if max_tokens:
+            answer = _clip(answer, int(max_tokens))  # a real model never exceeds max_tokens
+        self._log(Call(messages, prompt_tokens, max_tokens, 200, answer))
+        return 200, _completion(body, answer, prompt_tokens), {}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    fake: FakeLLM
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            self._send(400, {"error": {"message": "bad JSON", "type": "invalid_request_error"}})
+            return
+        status, payload, headers = self.server.fake.handle(body)
+        self._send(status, payload, headers)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+        else:
+            self._send(404, {"error": {"message": "not found"}})
+
+    def _send(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout test): nothing to answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+# answers ----------------------------------------------------------------------------------
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(str(part.get("text") or "") for part in content)
+            return str(content or "")
+    return ""
+
+
+def _summary_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+    text = _last_user_text(messages)
+    lines = [line for line in text.splitlines() if line.strip()]
+    words = text.split()
+    words = words[: min(fake.summary_words, max(1, len(words) // 4))]
+    return f"Summary of {len(lines)} lines: " + " ".join(words)
+
+
+def _marker_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+    seen: dict[str, None] = {}
+    for message in messages:
+        content = message.get("content")
+        text = json.dumps(content) if isinstance(content, list) else str(content or "")
+        for marker in MARKER_PATTERN.findall(text):
+            seen.setdefault(marker, None)
+    return " ".join(seen) if seen else "no markers"
+
+
+def _echo_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+    return _last_user_text(messages)
+
+
+def _empty_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+    return ""
+
+
+def _long_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+    return " ".join(f"filler{index % 10}" for index in range(fake.long_words))
+
+
+_ANSWERS: dict[str, Callable[[FakeLLM, list[dict[str, Any]]], str]] = {
+    "summary": _summary_answer,
+    "marker_echo": _marker_answer,
+    "echo": _echo_answer,
+    "empty": _empty_answer,
+    "long": _long_answer,
+}
+
+
+def _completion(body: dict[str, Any], answer: str, prompt_tokens: int) -> dict[str, Any]:
+    completion_tokens = count_text(answer)
+    return {
+        "id": f"chatcmpl-fake-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(body.get("model") or "fake"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": answer},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def _context_error(
+    window: int, prompt_tokens: int, max_tokens: int | None, detailed: bool
+) -> dict[str, Any]:
+    if not detailed:
+        message = "The prompt is too long for this model's context window."
+    elif max_tokens:
+        message = (
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{prompt_tokens + int(max_tokens)} tokens ({prompt_tokens} in the messages, "
+            f"{max_tokens} in the completion). Please reduce the length of the messages or "
+            "completion."
+        )
+    else:
+        message = (
+            f"This model's maximum context length is {window} tokens. However, your messages "
+            f"resulted in {prompt_tokens} tokens. Please reduce the length of the messages."
+        )
+    return {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+
+
+_ERROR_TYPES = {
+    429: ("rate_limit_exceeded", "Rate limit reached for requests. Please try again later."),
+    500: ("server_error", "The server had an error while processing your request."),
+    502: ("bad_gateway", "Bad gateway."),
+    503: ("service_unavailable", "The engine is currently overloaded, please try again later."),
+}
+
+
+def _error_body(status: int) -> dict[str, Any]:
+    kind, message = _ERROR_TYPES.get(status, ("invalid_request_error", f"Injected error {status}."))
+    return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+
+
+def _clip(text: str, max_tokens: int) -> str:
+    tokens = encoding().encode_ordinary(text)
+    if len(tokens) <= max_tokens:
+        return text
+    return encoding().decode_bytes(tokens[:max_tokens]).decode("utf-8", "ignore")
+
+
+def _seconds_header(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+# pytest glue ------------------------------------------------------------------------------
+
+
+@contextmanager
+def running_fake_llm(**knobs: Any) -> Iterator[FakeLLM]:
+    """Start a FakeLLM with the given knobs (attribute names) and stop it afterwards."""
+    server = FakeLLM().start()
+    for name, value in knobs.items():
+        setattr(server, name, value)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLM]:
+    """A fresh FakeLLM on a free loopback port, stopped after the test."""
+    with running_fake_llm() as server:
+        yield server

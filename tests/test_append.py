@@ -1,0 +1,379 @@
+"""Appending messages: contiguous seqs, idempotency per client_id, concurrency, token counts.
+
+Each test works on its own session ids, so the tests share one app per backend (`app`,
+module-scoped); store-level tests use its sessionmaker (`sessionmaker` and `db`,
+overriding the conftest fixtures). A fresh app, engine and table truncation per test
+would cost more than most of these tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import store
+from api.db.models import Message, Session
+from api.main import create_app
+from summarizer.tokens import IMAGE_PART_TOKENS, count_message
+from tests.conftest import make_settings
+
+CONCURRENT_TASKS = 8
+APPENDS_PER_TASK = 50
+HTTP_APPENDS_PER_TASK = 5
+
+
+NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
+"""No background worker and no summarization: these tests are about the service core."""
+
+
+@pytest.fixture(scope="module")
+async def app(database_url: str) -> AsyncIterator[FastAPI]:
+    """One app for this module on this backend; its sessions are deleted at the end."""
+    app = create_app(make_settings(database_url, **NO_SUMMARIES))
+    async with app.router.lifespan_context(app):
+        yield app
+        async with app.state.engine.begin() as connection:
+            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
+
+
+@pytest.fixture(scope="module")
+async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http
+
+
+@pytest.fixture
+def sessionmaker(app: FastAPI) -> async_sessionmaker[AsyncSession]:
+    """The module app's sessionmaker (overrides the conftest `sessionmaker`)."""
+    maker: async_sessionmaker[AsyncSession] = app.state.sessionmaker
+    return maker
+
+
+@pytest.fixture
+async def db(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    """A store-level session on the module's app (overrides the conftest `db`)."""
+    async with sessionmaker() as session:
+        yield session
+
+
+@pytest.fixture
+def sid() -> str:
+    """This test's own session id."""
+    return f"ap-{uuid.uuid4().hex[:12]}"
+
+
+def user(content: str, **fields: Any) -> dict[str, Any]:
+    return {"role": "user", "content": content, **fields}
+
+
+async def append(
+    api: httpx.AsyncClient, session_id: str, *messages: dict[str, Any]
+) -> list[dict[str, Any]]:
+    answer = await api.post(
+        f"/v1/sessions/{session_id}/messages", json={"messages": list(messages)}
+    )
+    assert answer.status_code == 201, answer.text
+    stored: list[dict[str, Any]] = answer.json()["messages"]
+    return stored
+
+
+async def stored_messages(api: httpx.AsyncClient, session_id: str) -> list[dict[str, Any]]:
+    answer = await api.get(f"/v1/sessions/{session_id}/messages", params={"limit": 1000})
+    assert answer.status_code == 200, answer.text
+    messages: list[dict[str, Any]] = answer.json()["messages"]
+    return messages
+
+
+def new_message(content: str, client_id: str | None = None) -> store.NewMessage:
+    return store.NewMessage(
+        role="user",
+        content=content,
+        content_parts=None,
+        name=None,
+        tool_calls=None,
+        tool_call_id=None,
+        metadata=None,
+        client_id=client_id,
+        token_count=count_message({"role": "user", "content": content}),
+    )
+
+
+# --- HTTP: seqs and session creation --------------------------------------------------------
+
+
+async def test_seqs_are_contiguous_across_batches(api: httpx.AsyncClient, sid: str) -> None:
+    seqs: list[int] = []
+    for size in (3, 1, 4):
+        batch = await append(api, sid, *(user(f"m{n}") for n in range(size)))
+        seqs += [m["seq"] for m in batch]
+    assert seqs == list(range(1, 9))
+
+
+async def test_append_answers_201_with_a_summarization_status(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    answer = await api.post(f"/v1/sessions/{sid}/messages", json={"messages": [user("hi")]})
+    assert answer.status_code == 201
+    assert answer.json()["summarization"] == {"scheduled": False, "reason": None}
+
+
+async def test_append_creates_a_missing_session(api: httpx.AsyncClient, sid: str) -> None:
+    assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
+    await append(api, sid, user("a"), user("b"))
+    session = await api.get(f"/v1/sessions/{sid}")
+    assert session.status_code == 200
+    assert session.json()["last_seq"] == 2
+
+
+async def test_append_to_an_existing_session_keeps_its_metadata(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    created = await api.post("/v1/sessions", json={"id": sid, "metadata": {"k": "v"}})
+    assert created.status_code == 201
+    await append(api, sid, user("a"))
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["metadata"] == {"k": "v"}
+
+
+async def test_appended_messages_come_back_in_seq_order(api: httpx.AsyncClient, sid: str) -> None:
+    await append(api, sid, user("one"), user("two"))
+    await append(api, sid, user("three"))
+    assert [m["content"] for m in await stored_messages(api, sid)] == ["one", "two", "three"]
+
+
+async def test_message_ids_grow_with_seq(api: httpx.AsyncClient, sid: str) -> None:
+    batch = await append(api, sid, user("a"), user("b"), user("c"))
+    ids = [m["id"] for m in batch]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+
+
+async def test_created_at_in_the_answer_carries_a_time_zone(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await append(api, sid, user("a"))
+    (message,) = await stored_messages(api, sid)
+    assert datetime.fromisoformat(message["created_at"]).utcoffset() is not None
+
+
+# --- HTTP: idempotency ----------------------------------------------------------------------
+
+
+async def test_repeated_client_id_returns_the_stored_message(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    (first,) = await append(api, sid, user("hello", client_id="c-1"))
+    (again,) = await append(api, sid, user("hello", client_id="c-1"))
+    assert (again["id"], again["seq"]) == (first["id"], first["seq"])
+
+
+async def test_repeated_client_id_stores_nothing_new(api: httpx.AsyncClient, sid: str) -> None:
+    await append(api, sid, user("hello", client_id="c-1"))
+    await append(api, sid, user("hello", client_id="c-1"))
+    assert len(await stored_messages(api, sid)) == 1
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["last_seq"] == 1
+
+
+async def test_repeated_client_id_with_other_content_returns_the_original(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(api, sid, user("original", client_id="c-1"))
+    (again,) = await append(api, sid, user("changed", client_id="c-1"))
+    assert again["content"] == "original"
+
+
+async def test_duplicate_client_id_within_one_batch_is_stored_once(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    batch = await append(api, sid, user("a", client_id="dup"), user("a", client_id="dup"))
+    assert batch[0]["id"] == batch[1]["id"]
+    assert len(await stored_messages(api, sid)) == 1
+
+
+async def test_a_batch_mixing_known_and_new_client_ids_stores_only_the_new(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    (known,) = await append(api, sid, user("a", client_id="c-1"))
+    batch = await append(api, sid, user("a", client_id="c-1"), user("b", client_id="c-2"))
+    assert [m["seq"] for m in batch] == [known["seq"], 2]
+    assert [m["client_id"] for m in await stored_messages(api, sid)] == ["c-1", "c-2"]
+
+
+async def test_messages_without_client_id_are_never_deduplicated(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(api, sid, user("same"), user("same"))
+    await append(api, sid, user("same"))
+    assert len(await stored_messages(api, sid)) == 3
+
+
+async def test_the_same_client_id_in_two_sessions_is_stored_in_both(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    (in_a,) = await append(api, f"{sid}-a", user("x", client_id="c-1"))
+    (in_b,) = await append(api, f"{sid}-b", user("x", client_id="c-1"))
+    assert in_a["id"] != in_b["id"]
+    assert in_b["seq"] == 1
+
+
+# --- HTTP: concurrency ----------------------------------------------------------------------
+
+
+async def test_concurrent_requests_to_one_session_get_contiguous_seqs(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    # The full 8 x 50 runs at store level below; over HTTP each append costs ~10 ms here.
+    async def task(worker: int) -> None:
+        for n in range(HTTP_APPENDS_PER_TASK):
+            await append(api, sid, user(f"{worker}-{n}"))
+
+    await asyncio.gather(*(task(w) for w in range(CONCURRENT_TASKS)))
+    messages = await stored_messages(api, sid)
+    total = CONCURRENT_TASKS * HTTP_APPENDS_PER_TASK
+    assert [m["seq"] for m in messages] == list(range(1, total + 1))
+    assert len({m["content"] for m in messages}) == total
+
+
+async def test_concurrent_appends_to_different_sessions_do_not_interfere(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    async def task(session_id: str) -> None:
+        for n in range(10):
+            await append(api, session_id, user(f"{session_id}-{n}"))
+
+    sessions = [f"{sid}-{n}" for n in range(4)]
+    await asyncio.gather(*(task(s) for s in sessions))
+    for session_id in sessions:
+        messages = await stored_messages(api, session_id)
+        assert [m["seq"] for m in messages] == list(range(1, 11))
+        assert [m["content"] for m in messages] == [f"{session_id}-{n}" for n in range(10)]
+
+
+# --- HTTP: token counts ---------------------------------------------------------------------
+
+TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Zürich"}'},
+}
+
+COUNTED_MESSAGES = {
+    "plain user text": {"role": "user", "content": "What is the weather like today?"},
+    "named user": {"role": "user", "content": "hi", "name": "alice"},
+    "system": {"role": "system", "content": "You are terse."},
+    "assistant with tool calls": {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+    "tool result": {"role": "tool", "content": '{"temp": 21}', "tool_call_id": "call_1"},
+    "text parts": {
+        "role": "user",
+        "content": [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}],
+    },
+}
+
+
+@pytest.mark.parametrize("message", COUNTED_MESSAGES.values(), ids=COUNTED_MESSAGES.keys())
+async def test_token_count_equals_count_message_of_the_openai_message(
+    api: httpx.AsyncClient, sid: str, message: dict[str, Any]
+) -> None:
+    with_extras = {**message, "metadata": {"ignored": "x" * 50}, "client_id": "c-1"}
+    (stored,) = await append(api, sid, with_extras)
+    assert stored["token_count"] == count_message(message)
+
+
+async def test_an_image_part_counts_1000_tokens(api: httpx.AsyncClient, sid: str) -> None:
+    text_part = {"type": "text", "text": "what is this?"}
+    image_part = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    with_image, text_only = await append(
+        api,
+        sid,
+        {"role": "user", "content": [text_part, image_part]},
+        {"role": "user", "content": [text_part]},
+    )
+    assert IMAGE_PART_TOKENS == 1000
+    assert with_image["token_count"] - text_only["token_count"] == 1000
+
+
+async def test_token_count_is_stored_with_the_message(api: httpx.AsyncClient, sid: str) -> None:
+    (answer,) = await append(api, sid, user("count me once"))
+    (stored,) = await stored_messages(api, sid)
+    assert stored["token_count"] == answer["token_count"] > 0
+
+
+# --- store level ----------------------------------------------------------------------------
+
+
+async def test_store_append_assigns_contiguous_seqs(db: AsyncSession, sid: str) -> None:
+    first = await store.append_messages(db, "t", sid, [new_message("a"), new_message("b")])
+    second = await store.append_messages(db, "t", sid, [new_message("c")])
+    await db.commit()
+    assert [m.seq for m in first.messages + second.messages] == [1, 2, 3]
+    assert second.session.last_seq == 3
+
+
+async def test_store_append_creates_the_session(db: AsyncSession, sid: str) -> None:
+    await store.append_messages(db, "t", sid, [new_message("a")])
+    await db.commit()
+    session = await store.get_session(db, "t", sid)
+    assert session.last_seq == 1
+
+
+async def test_store_append_reports_what_it_inserted(db: AsyncSession, sid: str) -> None:
+    await store.append_messages(db, "t", sid, [new_message("a", client_id="c-1")])
+    outcome = await store.append_messages(
+        db, "t", sid, [new_message("a", client_id="c-1"), new_message("b", client_id="c-2")]
+    )
+    assert outcome.inserted == 1
+    assert [m.seq for m in outcome.messages] == [1, 2]
+
+
+async def test_store_repeated_client_id_returns_the_stored_row(db: AsyncSession, sid: str) -> None:
+    first = await store.append_messages(db, "t", sid, [new_message("a", client_id="c-1")])
+    await db.commit()
+    again = await store.append_messages(db, "t", sid, [new_message("a", client_id="c-1")])
+    await db.commit()
+    assert again.messages[0].id == first.messages[0].id
+    count = select(func.count()).where(Message.session_id == first.session.id)
+    assert await db.scalar(count) == 1
+
+
+async def test_store_rolled_back_append_leaves_no_session_and_no_message(
+    db: AsyncSession, sid: str
+) -> None:
+    await store.append_messages(db, "t", sid, [new_message(sid)])
+    await db.rollback()
+    assert await db.scalar(select(func.count()).where(Session.external_id == sid)) == 0
+    assert await db.scalar(select(func.count()).where(Message.content == sid)) == 0
+
+
+async def test_concurrent_appends_to_one_session_get_seqs_1_to_400(
+    sessionmaker: async_sessionmaker[AsyncSession], sid: str
+) -> None:
+    # One message per transaction, each in its own database session, 8 at once.
+    async def task(worker: int) -> None:
+        for n in range(APPENDS_PER_TASK):
+            async with sessionmaker() as db:
+                await store.append_messages(db, "t", sid, [new_message(f"{worker}-{n}")])
+                await db.commit()
+
+    await asyncio.gather(*(task(w) for w in range(CONCURRENT_TASKS)))
+    async with sessionmaker() as db:
+        session = await store.get_session(db, "t", sid)
+        query = select(Message.seq, Message.content).where(Message.session_id == session.id)
+        rows = (await db.execute(query.order_by(Message.seq))).all()
+    assert [seq for seq, _ in rows] == list(range(1, CONCURRENT_TASKS * APPENDS_PER_TASK + 1))
+    assert len({content for _, content in rows}) == CONCURRENT_TASKS * APPENDS_PER_TASK

@@ -1,0 +1,266 @@
+"""Bearer keys per tenant; tenants never see each other; no keys means loopback only.
+
+Each test works on its own session ids, so the tests share one app per backend (`app`,
+module-scoped, with two tenants' keys): a fresh app, engine and table truncation per test
+would cost more than the requests themselves.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import store
+from api.main import create_app
+from tests.conftest import make_settings
+
+KEYS = "tenant_a:key_a,tenant_b:key_b"
+A = {"Authorization": "Bearer key_a"}
+B = {"Authorization": "Bearer key_b"}
+
+NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
+"""No background worker and no summarization: these tests are about the service core."""
+
+
+@pytest.fixture(scope="module")
+async def app(database_url: str) -> AsyncIterator[FastAPI]:
+    """One app with two tenants for this module on this backend; sessions deleted at the end."""
+    app = create_app(make_settings(database_url, api_keys=KEYS, **NO_SUMMARIES))
+    async with app.router.lifespan_context(app):
+        yield app
+        async with app.state.engine.begin() as connection:
+            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
+
+
+@pytest.fixture(scope="module")
+async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http
+
+
+@pytest.fixture
+async def db(app: FastAPI) -> AsyncIterator[AsyncSession]:
+    """A store-level session on the module's app (overrides the conftest `db`)."""
+    async with app.state.sessionmaker() as session:
+        yield session
+
+
+@pytest.fixture
+def sid() -> str:
+    """This test's own session id."""
+    return f"a-{uuid.uuid4().hex[:12]}"
+
+
+@asynccontextmanager
+async def client_at(
+    database_url: str, host: str, **settings: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a fresh app, connecting from `host`."""
+    app = create_app(make_settings(database_url, **{**NO_SUMMARIES, **settings}))
+    transport = httpx.ASGITransport(app=app, client=(host, 1234))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://test") as http,
+    ):
+        yield http
+
+
+def messages(*contents: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": c} for c in contents]}
+
+
+async def contents(api: httpx.AsyncClient, sid: str, headers: dict[str, str]) -> list[str]:
+    answer = await api.get(f"/v1/sessions/{sid}/messages", headers=headers)
+    assert answer.status_code == 200, answer.text
+    return [m["content"] for m in answer.json()["messages"]]
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+V1_ROUTES: list[tuple[str, str, Any]] = [
+    ("GET", "/v1/sessions", None),
+    ("POST", "/v1/sessions", {"id": "new"}),
+    ("GET", "/v1/sessions/{sid}", None),
+    ("PATCH", "/v1/sessions/{sid}", {"metadata": {}}),
+    ("DELETE", "/v1/sessions/{sid}", None),
+    ("GET", "/v1/sessions/{sid}/messages", None),
+    ("POST", "/v1/sessions/{sid}/messages", messages("hi")),
+    ("GET", "/v1/sessions/{sid}/history", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"), V1_ROUTES, ids=[f"{m} {p}" for m, p, _ in V1_ROUTES]
+)
+async def test_every_v1_route_without_a_key_gets_401(
+    api: httpx.AsyncClient, sid: str, method: str, path: str, body: Any
+) -> None:
+    answer = await api.request(method, path.format(sid=sid), json=body)
+    assert answer.status_code == 401
+    assert set(answer.json()) == {"error", "detail"}
+
+
+async def test_a_wrong_key_gets_401(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/v1/sessions", headers={"Authorization": "Bearer key_c"})
+    assert answer.status_code == 401
+
+
+async def test_a_key_in_another_scheme_gets_401(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/v1/sessions", headers={"Authorization": "Basic key_a"})
+    assert answer.status_code == 401
+
+
+async def test_a_tenant_name_is_not_a_key(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/v1/sessions", headers={"Authorization": "Bearer tenant_a"})
+    assert answer.status_code == 401
+
+
+async def test_an_append_without_a_key_stores_nothing(api: httpx.AsyncClient, sid: str) -> None:
+    assert (await api.post(f"/v1/sessions/{sid}/messages", json=messages("x"))).status_code == 401
+    assert (await api.get(f"/v1/sessions/{sid}", headers=A)).status_code == 404
+
+
+async def test_a_valid_key_is_served(api: httpx.AsyncClient, sid: str) -> None:
+    answer = await api.post(f"/v1/sessions/{sid}/messages", json=messages("x"), headers=A)
+    assert answer.status_code == 201
+    assert await contents(api, sid, A) == ["x"]
+
+
+async def test_healthz_needs_no_key(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/healthz")
+    assert answer.status_code == 200
+    assert answer.json() == {"status": "ok"}
+
+
+# --- tenant isolation -----------------------------------------------------------------------
+
+SESSION_ROUTES: list[tuple[str, str, Any]] = [
+    ("GET", "/v1/sessions/{sid}", None),
+    ("PATCH", "/v1/sessions/{sid}", {"metadata": {"taken": "over"}}),
+    ("DELETE", "/v1/sessions/{sid}", None),
+    ("GET", "/v1/sessions/{sid}/messages", None),
+    ("GET", "/v1/sessions/{sid}/history", None),
+    ("GET", "/v1/sessions/{sid}/summaries", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"), SESSION_ROUTES, ids=[f"{m} {p}" for m, p, _ in SESSION_ROUTES]
+)
+async def test_another_tenants_session_is_not_found_on_every_route(
+    api: httpx.AsyncClient, sid: str, method: str, path: str, body: Any
+) -> None:
+    created = await api.post(
+        "/v1/sessions", json={"id": sid, "metadata": {"owner": "a"}}, headers=A
+    )
+    assert created.status_code == 201
+    await api.post(f"/v1/sessions/{sid}/messages", json=messages("secret"), headers=A)
+    answer = await api.request(method, path.format(sid=sid), json=body, headers=B)
+    assert answer.status_code == 404
+    assert "secret" not in answer.text
+    session = (await api.get(f"/v1/sessions/{sid}", headers=A)).json()
+    assert (session["metadata"], session["last_seq"]) == ({"owner": "a"}, 1)
+
+
+async def test_another_tenants_summary_is_not_found(
+    api: httpx.AsyncClient, db: AsyncSession, sid: str
+) -> None:
+    await api.post(f"/v1/sessions/{sid}/messages", json=messages("one", "two"), headers=A)
+    session = await store.get_session(db, "tenant_a", sid)
+    draft = store.SummaryDraft(
+        first_seq=1,
+        last_seq=2,
+        summary_text="secret summary",
+        summary_prompt="summarize",
+        model="test",
+        temperature=0.0,
+        target_summary_tokens=100,
+        keep_last_n=0,
+        approx_tokens=5,
+        metadata={},
+    )
+    summary = await store.save_summary(db, session.id, draft)
+    await db.commit()
+    assert (await api.get(f"/v1/summaries/{summary.id}", headers=A)).status_code == 200
+    answer = await api.get(f"/v1/summaries/{summary.id}", headers=B)
+    assert answer.status_code == 404
+    assert "secret" not in answer.text
+
+
+async def test_appending_to_another_tenants_id_creates_a_separate_session(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await api.post(f"/v1/sessions/{sid}/messages", json=messages("a1", "a2", "a3"), headers=A)
+    answer = await api.post(f"/v1/sessions/{sid}/messages", json=messages("b1"), headers=B)
+    assert answer.status_code == 201
+    assert answer.json()["messages"][0]["seq"] == 1
+    assert await contents(api, sid, A) == ["a1", "a2", "a3"]
+    assert await contents(api, sid, B) == ["b1"]
+
+
+async def test_the_same_external_id_can_exist_in_both_tenants(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    first = await api.post("/v1/sessions", json={"id": sid}, headers=A)
+    second = await api.post("/v1/sessions", json={"id": sid}, headers=B)
+    assert (first.status_code, second.status_code) == (201, 201)
+
+
+async def test_a_tenant_lists_only_its_own_sessions(api: httpx.AsyncClient, sid: str) -> None:
+    for owner, headers in (("a1", A), ("a2", A), ("b1", B)):
+        await api.post("/v1/sessions", json={"id": f"{sid}-{owner}"}, headers=headers)
+    listed = (await api.get("/v1/sessions", params={"limit": 1000}, headers=B)).json()
+    ids = {s["id"] for s in listed["sessions"]}
+    assert f"{sid}-b1" in ids
+    assert not ids & {f"{sid}-a1", f"{sid}-a2"}
+
+
+async def test_a_tenants_delete_leaves_the_other_tenants_session(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await api.post(f"/v1/sessions/{sid}/messages", json=messages("a"), headers=A)
+    await api.post(f"/v1/sessions/{sid}/messages", json=messages("b"), headers=B)
+    assert (await api.delete(f"/v1/sessions/{sid}", headers=B)).status_code == 204
+    assert await contents(api, sid, A) == ["a"]
+
+
+# --- development mode (no keys) -------------------------------------------------------------
+# These build their own apps; `app` is used only so that its teardown deletes their sessions.
+
+dev_mode = pytest.mark.usefixtures("app")
+
+
+@dev_mode
+async def test_without_keys_a_non_loopback_client_gets_403(database_url: str, sid: str) -> None:
+    async with client_at(database_url, "10.0.0.5") as remote:
+        answer = await remote.post(f"/v1/sessions/{sid}/messages", json=messages("x"))
+        assert answer.status_code == 403
+        assert set(answer.json()) == {"error", "detail"}
+    async with client_at(database_url, "127.0.0.1") as local:
+        assert (await local.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+@dev_mode
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+async def test_without_keys_a_loopback_client_is_served(
+    database_url: str, sid: str, host: str
+) -> None:
+    async with client_at(database_url, host) as local:
+        answer = await local.post(f"/v1/sessions/{sid}/messages", json=messages("x"))
+        assert answer.status_code == 201
+        assert (await local.get(f"/v1/sessions/{sid}")).status_code == 200
+
+
+@dev_mode
+async def test_with_keys_a_non_loopback_client_with_a_key_is_served(database_url: str) -> None:
+    async with client_at(database_url, "10.0.0.5", api_keys=KEYS) as remote:
+        assert (await remote.get("/v1/sessions", headers=A)).status_code == 200

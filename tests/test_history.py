@@ -1,0 +1,404 @@
+"""The history loader: latest summaries, later messages, tool-pair repair, the token budget.
+
+Each test works on its own session id, so the tests share one app per backend (`app`,
+module-scoped) and write summaries through its sessionmaker (`db`, overriding the
+conftest fixture): a fresh app, engine and table truncation per test would cost more
+than most of these tests.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import store
+from api.auth import DEVELOPMENT_TENANT
+from api.context import MISSING_TOOL_RESULT, TRUNCATION_MARKER
+from api.main import create_app
+from summarizer.tokens import count_messages
+from tests.conftest import make_settings
+
+NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
+"""No background worker and no summarization: these tests are about the service core."""
+
+
+@pytest.fixture(scope="module")
+async def app(database_url: str) -> AsyncIterator[FastAPI]:
+    """One app for this module on this backend; its sessions are deleted at the end."""
+    # No background or inline summarization: these tests write the summaries themselves.
+    app = create_app(make_settings(database_url, **NO_SUMMARIES))
+    async with app.router.lifespan_context(app):
+        yield app
+        async with app.state.engine.begin() as connection:
+            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
+
+
+@pytest.fixture(scope="module")
+async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http
+
+
+@pytest.fixture
+async def db(app: FastAPI) -> AsyncIterator[AsyncSession]:
+    """A store-level session on the module's app (overrides the conftest `db`)."""
+    async with app.state.sessionmaker() as session:
+        yield session
+
+
+@pytest.fixture
+def sid() -> str:
+    """This test's own session id."""
+    return f"h-{uuid.uuid4().hex[:12]}"
+
+
+def user(content: str) -> dict[str, Any]:
+    return {"role": "user", "content": content}
+
+
+def assistant(content: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": content}
+
+
+def call(*call_ids: str) -> dict[str, Any]:
+    calls = [
+        {"id": cid, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        for cid in call_ids
+    ]
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def result(call_id: str, content: str = "ok") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def chat(count: int) -> list[dict[str, Any]]:
+    """`count` alternating user/assistant messages of about 20 tokens each."""
+    return [
+        (user if n % 2 == 0 else assistant)(f"message {n}: " + "lorem ipsum dolor " * 5)
+        for n in range(count)
+    ]
+
+
+async def append(api: httpx.AsyncClient, sid: str, *messages: dict[str, Any]) -> None:
+    answer = await api.post(f"/v1/sessions/{sid}/messages", json={"messages": messages})
+    assert answer.status_code == 201, answer.text
+
+
+async def history(api: httpx.AsyncClient, sid: str, **params: Any) -> dict[str, Any]:
+    answer = await api.get(f"/v1/sessions/{sid}/history", params=params)
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def draft(first_seq: int, last_seq: int, absorbs: tuple[int, ...] = ()) -> store.SummaryDraft:
+    return store.SummaryDraft(
+        first_seq=first_seq,
+        last_seq=last_seq,
+        summary_text=f"summary of {first_seq}-{last_seq}",
+        summary_prompt="summarize",
+        model="test",
+        temperature=0.0,
+        target_summary_tokens=100,
+        keep_last_n=0,
+        approx_tokens=8,
+        metadata={"algorithm": "test"},
+        level=1 if absorbs else 0,
+        absorbs=absorbs,
+    )
+
+
+async def summarize(db: AsyncSession, sid: str, *drafts: store.SummaryDraft) -> list[int]:
+    """Save the drafts through the store in one transaction; return their ids."""
+    session = await store.get_session(db, DEVELOPMENT_TENANT, sid)
+    ids = [(await store.save_summary(db, session.id, d)).id for d in drafts]
+    await db.commit()
+    return ids
+
+
+def ranges(summaries: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(s["first_seq"], s["last_seq"]) for s in summaries]
+
+
+def assert_tool_pairs_valid(context: list[dict[str, Any]]) -> None:
+    """Every tool result directly follows its call's block; every call has exactly one result."""
+    pending: list[str] = []
+    for message in context:
+        if message["role"] == "tool":
+            assert pending and message["tool_call_id"] == pending.pop(0), message
+            continue
+        assert not pending, f"calls without results: {pending}"
+        pending = [c["id"] for c in message.get("tool_calls") or ()]
+    assert not pending, f"calls without results: {pending}"
+
+
+# --- summaries and the messages after them --------------------------------------------------
+
+
+async def test_without_summaries_the_context_is_every_message(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    messages = chat(4)
+    await append(api, sid, *messages)
+    body = await history(api, sid)
+    assert body["summaries"] == []
+    assert body["context"] == messages
+    assert [m["seq"] for m in body["messages"]] == [1, 2, 3, 4]
+
+
+async def test_only_the_latest_summary_limit_summaries_come_oldest_first(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(10))
+    await summarize(db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
+    body = await history(api, sid, summary_limit=2)
+    assert ranges(body["summaries"]) == [(5, 6), (7, 8)]
+
+
+async def test_the_default_summary_limit_comes_from_the_settings(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(10))
+    await summarize(db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
+    assert ranges((await history(api, sid))["summaries"]) == [(3, 4), (5, 6), (7, 8)]
+
+
+async def test_a_session_summary_limit_setting_applies(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(10))
+    await summarize(db, sid, draft(1, 2), draft(3, 4))
+    patched = await api.patch(f"/v1/sessions/{sid}", json={"settings": {"summary_limit": 1}})
+    assert patched.status_code == 200
+    assert ranges((await history(api, sid))["summaries"]) == [(3, 4)]
+
+
+async def test_only_messages_after_the_newest_summary_are_loaded(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(10))
+    await summarize(db, sid, draft(1, 4), draft(5, 8))
+    assert [m["seq"] for m in (await history(api, sid))["messages"]] == [9, 10]
+
+
+async def test_messages_before_hidden_summaries_are_not_loaded_either(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(10))
+    await summarize(db, sid, draft(1, 2), draft(3, 4), draft(5, 6))
+    body = await history(api, sid, summary_limit=1)
+    assert ranges(body["summaries"]) == [(5, 6)]
+    assert [m["seq"] for m in body["messages"]] == [7, 8, 9, 10]
+
+
+async def test_summaries_lead_the_context_as_system_messages(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    messages = chat(6)
+    await append(api, sid, *messages)
+    await summarize(db, sid, draft(1, 2), draft(3, 4))
+    context = (await history(api, sid))["context"]
+    assert [m["role"] for m in context[:2]] == ["system", "system"]
+    assert "summary of 1-2" in context[0]["content"]
+    assert "summary of 3-4" in context[1]["content"]
+    assert context[2:] == messages[4:]
+
+
+async def test_a_superseded_summary_is_not_returned(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(8))
+    first, second = await summarize(db, sid, draft(1, 2), draft(3, 4))
+    (rollup,) = await summarize(db, sid, draft(1, 4, absorbs=(first, second)))
+    (latest,) = await summarize(db, sid, draft(5, 6))
+    body = await history(api, sid)
+    assert [s["id"] for s in body["summaries"]] == [rollup, latest]
+    assert all("summary of 1-2" not in m["content"] for m in body["context"])
+
+
+async def test_summaries_in_the_history_carry_their_range_and_level(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(6))
+    first, second = await summarize(db, sid, draft(1, 2), draft(3, 4))
+    await summarize(db, sid, draft(1, 4, absorbs=(first, second)))
+    (summary,) = (await history(api, sid))["summaries"]
+    assert (summary["session_id"], summary["level"], summary["message_count"]) == (sid, 1, 4)
+    assert (summary["first_seq"], summary["last_seq"], summary["superseded_by"]) == (1, 4, None)
+
+
+async def test_summarized_messages_stay_in_the_raw_message_list(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(6))
+    await summarize(db, sid, draft(1, 4))
+    raw = (await api.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+    assert [m["seq"] for m in raw] == [1, 2, 3, 4, 5, 6]
+
+
+async def test_history_of_an_unknown_session_answers_404(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/v1/sessions/nobody/history")
+    assert answer.status_code == 404
+    assert set(answer.json()) == {"error", "detail"}
+
+
+# --- tool-pair repair -----------------------------------------------------------------------
+
+
+async def test_a_tool_result_whose_call_is_summarized_is_dropped_from_the_context(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, user("q"), call("c1"), result("c1", "answer"), user("next"))
+    await summarize(db, sid, draft(1, 2))
+    body = await history(api, sid)
+    assert [m["seq"] for m in body["messages"]] == [3, 4]
+    assert [m["role"] for m in body["context"]] == ["system", "user"]
+    assert body["context"][-1]["content"] == "next"
+
+
+async def test_a_call_without_results_gets_a_placeholder_result(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(api, sid, user("q"), call("c1"))
+    context = (await history(api, sid))["context"]
+    assert context[-1] == {"role": "tool", "tool_call_id": "c1", "content": MISSING_TOOL_RESULT}
+    assert_tool_pairs_valid(context)
+
+
+async def test_parallel_call_results_follow_their_call_in_call_order(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(
+        api, sid, user("q"), call("a", "b", "c"), result("c"), result("a"), result("b"), user("n")
+    )
+    context = (await history(api, sid))["context"]
+    assert_tool_pairs_valid(context)
+    assert [m.get("tool_call_id") for m in context] == [None, None, "a", "b", "c", None]
+
+
+async def test_parallel_calls_with_one_missing_result_get_one_placeholder(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(api, sid, user("q"), call("a", "b"), result("b", "real"), user("n"))
+    context = (await history(api, sid))["context"]
+    assert_tool_pairs_valid(context)
+    assert [m["content"] for m in context if m["role"] == "tool"] == [MISSING_TOOL_RESULT, "real"]
+
+
+# --- the max_tokens budget ------------------------------------------------------------------
+
+
+async def test_max_tokens_keeps_the_context_within_the_budget(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await append(api, sid, *chat(40))
+    body = await history(api, sid, max_tokens=200)
+    assert body["token_estimate"] <= 200
+    assert count_messages(body["context"]) == body["token_estimate"]
+
+
+async def test_max_tokens_keeps_the_newest_message(api: httpx.AsyncClient, sid: str) -> None:
+    messages = chat(40)
+    await append(api, sid, *messages)
+    assert (await history(api, sid, max_tokens=200))["context"][-1] == messages[-1]
+
+
+async def test_max_tokens_keeps_the_newest_message_even_when_it_alone_is_over(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(api, sid, *chat(5), user("the newest " * 100))
+    context = (await history(api, sid, max_tokens=10))["context"]
+    assert context[-1]["content"] == "the newest " * 100
+
+
+async def test_max_tokens_drops_the_oldest_behind_exactly_one_marker(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    messages = chat(40)
+    await append(api, sid, *messages)
+    context = (await history(api, sid, max_tokens=200))["context"]
+    assert [m["content"] for m in context].count(TRUNCATION_MARKER) == 1
+    assert context[0] == {"role": "system", "content": TRUNCATION_MARKER}
+    assert context[1:] == messages[len(messages) - len(context) + 1 :]
+
+
+async def test_max_tokens_marks_the_truncation_even_when_only_the_newest_message_fits(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(api, sid, *chat(5), user("the newest " * 100))
+    context = (await history(api, sid, max_tokens=10))["context"]
+    assert [m["content"] for m in context].count(TRUNCATION_MARKER) == 1
+
+
+async def test_max_tokens_within_budget_changes_nothing(api: httpx.AsyncClient, sid: str) -> None:
+    messages = chat(10)
+    await append(api, sid, *messages)
+    body = await history(api, sid, max_tokens=100_000)
+    assert body["context"] == messages
+
+
+async def test_max_tokens_keeps_summaries_ahead_of_the_marker(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, *chat(40))
+    await summarize(db, sid, draft(1, 2))
+    context = (await history(api, sid, max_tokens=200))["context"]
+    assert "summary of 1-2" in context[0]["content"]
+    assert context[1]["content"] == TRUNCATION_MARKER
+
+
+async def test_max_tokens_never_splits_parallel_tool_results_from_their_call(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    # A budget of 80 fits the last user message and the short result "b", never "a".
+    await append(
+        api,
+        sid,
+        *chat(4),
+        call("a", "b"),
+        result("a", "long result " * 60),
+        result("b", "short"),
+        user("last"),
+    )
+    context = (await history(api, sid, max_tokens=80))["context"]
+    assert_tool_pairs_valid(context)
+    assert context[-1]["content"] == "last"
+    assert all(m["role"] != "tool" for m in context)
+
+
+async def test_max_tokens_keeps_a_tool_unit_whole_when_it_fits(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await append(api, sid, *chat(20), call("a"), result("a", "the result"), user("last"))
+    context = (await history(api, sid, max_tokens=120))["context"]
+    assert_tool_pairs_valid(context)
+    assert [m["role"] for m in context[-3:]] == ["assistant", "tool", "user"]
+    assert context[-2]["content"] == "the result"
+
+
+async def test_max_tokens_on_a_large_session_loads_only_a_tail(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    messages = chat(2000)
+    for start in range(0, 2000, 500):
+        await append(api, sid, *messages[start : start + 500])
+    body = await history(api, sid, max_tokens=300)
+    assert len(body["messages"]) < 100
+    assert body["messages"][-1]["seq"] == 2000
+    assert body["token_estimate"] <= 300

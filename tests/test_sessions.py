@@ -1,0 +1,411 @@
+"""Sessions: create, read, update, list with cursors, delete with everything they own.
+
+Each test works on its own session ids, so the tests share one app per backend (`app`,
+module-scoped) and write summaries through its sessionmaker (`db`, overriding the
+conftest fixture); the list tests, which need a database of their own, start with
+`empty_database`. A fresh app, engine and table truncation per test would cost more than
+the requests themselves.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import store
+from api.auth import DEVELOPMENT_TENANT
+from api.db.models import Message, Summary, SummaryMessage
+from api.main import create_app
+from api.schemas import SESSION_ID_PATTERN
+from tests.conftest import make_settings
+
+NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
+"""No background worker and no summarization: these tests are about the service core."""
+
+
+@pytest.fixture(scope="module")
+async def app(database_url: str) -> AsyncIterator[FastAPI]:
+    """One app for this module on this backend; its sessions are deleted at the end."""
+    app = create_app(make_settings(database_url, **NO_SUMMARIES))
+    async with app.router.lifespan_context(app):
+        yield app
+        await delete_every_session(app)
+
+
+async def delete_every_session(app: FastAPI) -> None:
+    async with app.state.engine.begin() as connection:
+        await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
+
+
+@pytest.fixture(scope="module")
+async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http
+
+
+@pytest.fixture
+async def empty_database(app: FastAPI) -> None:
+    """For the tests that look at every session: start from none."""
+    await delete_every_session(app)
+
+
+@pytest.fixture
+async def db(app: FastAPI) -> AsyncIterator[AsyncSession]:
+    """A store-level session on the module's app (overrides the conftest `db`)."""
+    async with app.state.sessionmaker() as session:
+        yield session
+
+
+@pytest.fixture
+def sid() -> str:
+    """This test's own session id."""
+    return f"s-{uuid.uuid4().hex[:12]}"
+
+
+def draft(first_seq: int, last_seq: int, absorbs: tuple[int, ...] = ()) -> store.SummaryDraft:
+    return store.SummaryDraft(
+        first_seq=first_seq,
+        last_seq=last_seq,
+        summary_text=f"summary of {first_seq}-{last_seq}",
+        summary_prompt="summarize",
+        model="test",
+        temperature=0.0,
+        target_summary_tokens=100,
+        keep_last_n=0,
+        approx_tokens=10,
+        metadata={"algorithm": "test"},
+        level=1 if absorbs else 0,
+        absorbs=absorbs,
+    )
+
+
+async def append(api: httpx.AsyncClient, session_id: str, count: int) -> None:
+    messages = [{"role": "user", "content": f"m{n}"} for n in range(count)]
+    answer = await api.post(f"/v1/sessions/{session_id}/messages", json={"messages": messages})
+    assert answer.status_code == 201, answer.text
+
+
+async def summarize(db: AsyncSession, session_id: str, *ranges: tuple[int, int]) -> list[int]:
+    """Write summaries over `ranges` through the store and commit; return their ids."""
+    session = await store.get_session(db, DEVELOPMENT_TENANT, session_id)
+    ids = [(await store.save_summary(db, session.id, draft(*r))).id for r in ranges]
+    await db.commit()
+    return ids
+
+
+async def create(api: httpx.AsyncClient, **body: Any) -> httpx.Response:
+    return await api.post("/v1/sessions", json=body)
+
+
+# --- create ---------------------------------------------------------------------------------
+
+
+async def test_create_with_an_id_answers_201_with_an_empty_session(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    answer = await create(api, id=sid, metadata={"user": "ü"})
+    assert answer.status_code == 201, answer.text
+    body = answer.json()
+    assert (body["id"], body["metadata"], body["settings"]) == (sid, {"user": "ü"}, {})
+    assert (body["message_count"], body["summary_count"], body["last_seq"]) == (0, 0, 0)
+
+
+async def test_create_with_an_existing_id_answers_409(api: httpx.AsyncClient, sid: str) -> None:
+    assert (await create(api, id=sid)).status_code == 201
+    answer = await create(api, id=sid, metadata={"other": True})
+    assert answer.status_code == 409
+    assert set(answer.json()) == {"error", "detail"}
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["metadata"] == {}
+
+
+async def test_create_without_an_id_generates_one_matching_the_pattern(
+    api: httpx.AsyncClient,
+) -> None:
+    answer = await create(api)
+    assert answer.status_code == 201
+    generated = answer.json()["id"]
+    assert re.fullmatch(SESSION_ID_PATTERN, generated)
+    assert (await api.get(f"/v1/sessions/{generated}")).status_code == 200
+
+
+async def test_generated_ids_are_unique(api: httpx.AsyncClient) -> None:
+    ids = {(await create(api)).json()["id"] for _ in range(5)}
+    assert len(ids) == 5
+
+
+@pytest.mark.parametrize("bad_id", ["", "x" * 129, "has space", "slash/inside", "ü"])
+async def test_create_with_a_bad_id_gets_422(api: httpx.AsyncClient, bad_id: str) -> None:
+    answer = await create(api, id=bad_id)
+    assert answer.status_code == 422
+    assert "id" in answer.json()["detail"]
+
+
+async def test_create_with_an_unknown_field_gets_422(api: httpx.AsyncClient, sid: str) -> None:
+    answer = await create(api, id=sid, colour="blue")
+    assert answer.status_code == 422
+    assert "colour" in answer.json()["detail"]
+
+
+async def test_create_with_settings_stores_them(api: httpx.AsyncClient, sid: str) -> None:
+    await create(api, id=sid, settings={"message_limit": 10, "temperature": 0.5})
+    settings = (await api.get(f"/v1/sessions/{sid}")).json()["settings"]
+    assert settings == {"message_limit": 10, "temperature": 0.5}
+
+
+# --- read -----------------------------------------------------------------------------------
+
+
+async def test_get_shows_message_count_summary_count_and_last_seq(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, 5)
+    await summarize(db, sid, (1, 2))
+    body = (await api.get(f"/v1/sessions/{sid}")).json()
+    assert (body["message_count"], body["summary_count"], body["last_seq"]) == (5, 1, 5)
+
+
+async def test_summary_count_counts_only_live_summaries(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, 6)
+    first, second = await summarize(db, sid, (1, 2), (3, 4))
+    session = await store.get_session(db, DEVELOPMENT_TENANT, sid)
+    await store.save_summary(db, session.id, draft(1, 4, absorbs=(first, second)))
+    await db.commit()
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["summary_count"] == 1
+
+
+async def test_get_shows_created_and_updated_times_with_a_time_zone(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await create(api, id=sid)
+    body = (await api.get(f"/v1/sessions/{sid}")).json()
+    for key in ("created_at", "updated_at"):
+        assert re.search(r"(Z|[+-]\d\d:\d\d)$", body[key]), body[key]
+
+
+async def test_get_an_unknown_session_answers_404(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/v1/sessions/nobody")
+    assert answer.status_code == 404
+    assert set(answer.json()) == {"error", "detail"}
+
+
+# --- update ---------------------------------------------------------------------------------
+
+
+async def test_patch_replaces_metadata(api: httpx.AsyncClient, sid: str) -> None:
+    await create(api, id=sid, metadata={"old": 1})
+    answer = await api.patch(f"/v1/sessions/{sid}", json={"metadata": {"new": [1, "二"]}})
+    assert answer.status_code == 200, answer.text
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["metadata"] == {"new": [1, "二"]}
+
+
+async def test_patch_replaces_settings(api: httpx.AsyncClient, sid: str) -> None:
+    await create(api, id=sid, settings={"message_limit": 10})
+    answer = await api.patch(
+        f"/v1/sessions/{sid}", json={"settings": {"keep_last_n": 4, "model": "gpt-4o-mini"}}
+    )
+    assert answer.status_code == 200, answer.text
+    settings = (await api.get(f"/v1/sessions/{sid}")).json()["settings"]
+    assert settings == {"keep_last_n": 4, "model": "gpt-4o-mini"}
+
+
+async def test_patch_of_settings_leaves_metadata_unchanged(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await create(api, id=sid, metadata={"keep": "me"})
+    await api.patch(f"/v1/sessions/{sid}", json={"settings": {"keep_last_n": 4}})
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["metadata"] == {"keep": "me"}
+
+
+async def test_patch_of_metadata_leaves_settings_unchanged(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await create(api, id=sid, settings={"keep_last_n": 4})
+    await api.patch(f"/v1/sessions/{sid}", json={"metadata": {"a": 1}})
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["settings"] == {"keep_last_n": 4}
+
+
+async def test_patch_answers_the_updated_session(api: httpx.AsyncClient, sid: str) -> None:
+    await create(api, id=sid)
+    answer = await api.patch(f"/v1/sessions/{sid}", json={"metadata": {"a": 1}})
+    assert answer.json()["metadata"] == {"a": 1}
+    assert answer.json()["id"] == sid
+
+
+BAD_SETTINGS = {
+    "unknown key": {"colour": "blue"},
+    "message_limit not a number": {"message_limit": "many"},
+    "message_limit zero": {"message_limit": 0},
+    "keep_last_n negative": {"keep_last_n": -1},
+    "temperature out of range": {"temperature": 5},
+    "bisect_enabled not a bool": {"bisect_enabled": "perhaps"},
+    "model empty": {"model": ""},
+    "api_base": {"api_base": "http://attacker.example"},
+    "api_key": {"api_key": "sk-stolen"},
+    "summary_api_base": {"summary_api_base": "http://attacker.example"},
+}
+
+
+@pytest.mark.parametrize("settings", BAD_SETTINGS.values(), ids=list(BAD_SETTINGS.keys()))
+async def test_patch_with_bad_settings_gets_422_and_changes_nothing(
+    api: httpx.AsyncClient, sid: str, settings: dict[str, Any]
+) -> None:
+    await create(api, id=sid, settings={"keep_last_n": 4})
+    answer = await api.patch(f"/v1/sessions/{sid}", json={"settings": settings})
+    assert answer.status_code == 422, answer.text
+    assert next(iter(settings)) in answer.json()["detail"]
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["settings"] == {"keep_last_n": 4}
+
+
+@pytest.mark.parametrize("key", ["api_base", "summary_api_base", "api_key"])
+async def test_create_rejects_a_per_session_api_base_or_key(
+    api: httpx.AsyncClient, sid: str, key: str
+) -> None:
+    answer = await create(api, id=sid, settings={key: "http://attacker.example"})
+    assert answer.status_code == 422
+    assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+async def test_patch_with_an_unknown_field_gets_422(api: httpx.AsyncClient, sid: str) -> None:
+    await create(api, id=sid)
+    answer = await api.patch(f"/v1/sessions/{sid}", json={"id": "renamed"})
+    assert answer.status_code == 422
+
+
+async def test_patch_of_an_unknown_session_answers_404(api: httpx.AsyncClient) -> None:
+    answer = await api.patch("/v1/sessions/nobody", json={"metadata": {}})
+    assert answer.status_code == 404
+
+
+# --- list -----------------------------------------------------------------------------------
+
+every_session = pytest.mark.usefixtures("empty_database")
+
+
+@every_session
+async def test_list_shows_sessions_newest_first(api: httpx.AsyncClient) -> None:
+    for name in ("first", "second", "third"):
+        await create(api, id=name)
+    listed = (await api.get("/v1/sessions")).json()
+    assert [s["id"] for s in listed["sessions"]] == ["third", "second", "first"]
+    assert listed["next_cursor"] is None
+
+
+@every_session
+async def test_list_pagination_covers_every_session_exactly_once(api: httpx.AsyncClient) -> None:
+    created = [f"s{n}" for n in range(7)]
+    for name in created:
+        await create(api, id=name)
+    seen: list[str] = []
+    pages = 0
+    params: dict[str, Any] = {"limit": 3}
+    while True:
+        page = (await api.get("/v1/sessions", params=params)).json()
+        pages += 1
+        seen += [s["id"] for s in page["sessions"]]
+        if page["next_cursor"] is None:
+            break
+        params = {"limit": 3, "cursor": page["next_cursor"]}
+    assert seen == list(reversed(created))
+    assert pages == 3
+
+
+@every_session
+async def test_list_with_an_exact_page_ends_without_a_cursor(api: httpx.AsyncClient) -> None:
+    for name in ("a", "b", "c"):
+        await create(api, id=name)
+    first = (await api.get("/v1/sessions", params={"limit": 3})).json()
+    assert len(first["sessions"]) == 3
+    assert first["next_cursor"] is None
+
+
+@every_session
+async def test_list_of_no_sessions_is_empty(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/v1/sessions")).json() == {"sessions": [], "next_cursor": None}
+
+
+async def test_list_shows_counts_per_session(api: httpx.AsyncClient, sid: str) -> None:
+    await append(api, f"{sid}-busy", 3)
+    await create(api, id=f"{sid}-idle")
+    listed = (await api.get("/v1/sessions", params={"limit": 1000})).json()["sessions"]
+    counts = {s["id"]: s["message_count"] for s in listed}
+    assert (counts[f"{sid}-busy"], counts[f"{sid}-idle"]) == (3, 0)
+
+
+# --- delete ---------------------------------------------------------------------------------
+
+
+async def test_delete_answers_204_and_the_session_is_gone(api: httpx.AsyncClient, sid: str) -> None:
+    await append(api, sid, 2)
+    answer = await api.delete(f"/v1/sessions/{sid}")
+    assert answer.status_code == 204
+    assert answer.content == b""
+    assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+async def test_delete_removes_messages_summaries_and_links(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, sid, 4)
+    (summary_id,) = await summarize(db, sid, (1, 2))
+    internal_id = (await store.get_session(db, DEVELOPMENT_TENANT, sid)).id
+    await db.commit()
+    assert (await api.delete(f"/v1/sessions/{sid}")).status_code == 204
+    assert await rows(db, internal_id, summary_id) == (0, 0, 0)
+
+
+async def test_delete_leaves_other_sessions_untouched(
+    api: httpx.AsyncClient, sid: str, db: AsyncSession
+) -> None:
+    await append(api, f"{sid}-doomed", 2)
+    await append(api, f"{sid}-kept", 3)
+    (summary_id,) = await summarize(db, f"{sid}-kept", (1, 2))
+    kept_id = (await store.get_session(db, DEVELOPMENT_TENANT, f"{sid}-kept")).id
+    await db.commit()
+    assert (await api.delete(f"/v1/sessions/{sid}-doomed")).status_code == 204
+    assert await rows(db, kept_id, summary_id) == (3, 1, 2)
+
+
+async def rows(db: AsyncSession, session_id: int, summary_id: int) -> tuple[int, int, int]:
+    """Stored messages and summaries of a session, and links of one summary."""
+    counted = (
+        await db.scalar(select(func.count()).where(Message.session_id == session_id)),
+        await db.scalar(select(func.count()).where(Summary.session_id == session_id)),
+        await db.scalar(select(func.count()).where(SummaryMessage.summary_id == summary_id)),
+    )
+    await db.commit()
+    return (counted[0] or 0, counted[1] or 0, counted[2] or 0)
+
+
+async def test_a_second_delete_answers_404(api: httpx.AsyncClient, sid: str) -> None:
+    await create(api, id=sid)
+    assert (await api.delete(f"/v1/sessions/{sid}")).status_code == 204
+    second = await api.delete(f"/v1/sessions/{sid}")
+    assert second.status_code == 404
+    assert set(second.json()) == {"error", "detail"}
+
+
+async def test_append_after_delete_starts_a_new_session_at_seq_1(
+    api: httpx.AsyncClient,
+    sid: str,
+) -> None:
+    await append(api, sid, 3)
+    await api.delete(f"/v1/sessions/{sid}")
+    answer = await api.post(
+        f"/v1/sessions/{sid}/messages", json={"messages": [{"role": "user", "content": "again"}]}
+    )
+    assert answer.json()["messages"][0]["seq"] == 1
+    listed = (await api.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+    assert [m["content"] for m in listed] == ["again"]
