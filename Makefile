@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run migrate test lint format typecheck check bench bench-summarizer demo load
+.PHONY: install run migrate test lint format typecheck check bench bench-summarizer demo verify load
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -40,3 +40,9 @@ check: lint typecheck test
 
 bench-summarizer: $(STAMP)
 	$(BIN)/python -m scripts.bench_summarizer
+
+demo: $(STAMP)
+	$(BIN)/python -m scripts.demo --base-url http://$(HOST):$(PORT)
+
+verify: $(STAMP)
+	$(BIN)/python -m scripts.verify
