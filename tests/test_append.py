@@ -136,8 +136,7 @@ async def test_append_creates_a_missing_session(api: httpx.AsyncClient, sid: str
 
 
 async def test_append_to_an_existing_session_keeps_its_metadata(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     created = await api.post("/v1/sessions", json={"id": sid, "metadata": {"k": "v"}})
     assert created.status_code == 201
@@ -184,8 +183,7 @@ async def test_repeated_client_id_stores_nothing_new(api: httpx.AsyncClient, sid
 
 
 async def test_repeated_client_id_with_other_content_returns_the_original(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(api, sid, user("original", client_id="c-1"))
     (again,) = await append(api, sid, user("changed", client_id="c-1"))
@@ -193,8 +191,7 @@ async def test_repeated_client_id_with_other_content_returns_the_original(
 
 
 async def test_duplicate_client_id_within_one_batch_is_stored_once(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     batch = await append(api, sid, user("a", client_id="dup"), user("a", client_id="dup"))
     assert batch[0]["id"] == batch[1]["id"]
@@ -202,8 +199,7 @@ async def test_duplicate_client_id_within_one_batch_is_stored_once(
 
 
 async def test_a_batch_mixing_known_and_new_client_ids_stores_only_the_new(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     (known,) = await append(api, sid, user("a", client_id="c-1"))
     batch = await append(api, sid, user("a", client_id="c-1"), user("b", client_id="c-2"))
@@ -211,9 +207,18 @@ async def test_a_batch_mixing_known_and_new_client_ids_stores_only_the_new(
     assert [m["client_id"] for m in await stored_messages(api, sid)] == ["c-1", "c-2"]
 
 
+async def test_concurrent_repeats_of_one_client_id_store_it_once(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    answers = await asyncio.gather(
+        *(append(api, sid, user("retry", client_id="c-1")) for _ in range(CONCURRENT_TASKS))
+    )
+    assert {(a["id"], a["seq"]) for (a,) in answers} == {(answers[0][0]["id"], 1)}
+    assert len(await stored_messages(api, sid)) == 1
+
+
 async def test_messages_without_client_id_are_never_deduplicated(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(api, sid, user("same"), user("same"))
     await append(api, sid, user("same"))
@@ -221,8 +226,7 @@ async def test_messages_without_client_id_are_never_deduplicated(
 
 
 async def test_the_same_client_id_in_two_sessions_is_stored_in_both(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     (in_a,) = await append(api, f"{sid}-a", user("x", client_id="c-1"))
     (in_b,) = await append(api, f"{sid}-b", user("x", client_id="c-1"))
@@ -234,8 +238,7 @@ async def test_the_same_client_id_in_two_sessions_is_stored_in_both(
 
 
 async def test_concurrent_requests_to_one_session_get_contiguous_seqs(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     # The full 8 x 50 runs at store level below; over HTTP each append costs ~10 ms here.
     async def task(worker: int) -> None:
@@ -250,8 +253,7 @@ async def test_concurrent_requests_to_one_session_get_contiguous_seqs(
 
 
 async def test_concurrent_appends_to_different_sessions_do_not_interfere(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     async def task(session_id: str) -> None:
         for n in range(10):

@@ -147,8 +147,7 @@ TOOL_CALLS = [
 
 
 async def test_tool_calls_with_unicode_arguments_round_trip_exactly(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     message = {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}
     for seen in await round_trip(api, sid, message):
@@ -196,8 +195,7 @@ async def test_metadata_numbers_keep_their_json_types(api: httpx.AsyncClient, si
 
 
 async def test_metadata_float_with_a_large_exponent_keeps_its_value(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     """JSONB keeps numbers as `numeric`: 1e300 may come back written out as an integer."""
     message = {"role": "user", "content": "x", "metadata": {"big": 1e300, "small": 5e-324}}

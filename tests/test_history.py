@@ -25,6 +25,9 @@ from api.main import create_app
 from summarizer.tokens import count_messages
 from tests.conftest import make_settings
 
+SUMMARY_LIMIT = 3
+"""The server-wide SUMMARY_LIMIT of this module's app."""
+
 NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
 """No background worker and no summarization: these tests are about the service core."""
 
@@ -33,7 +36,7 @@ NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_worke
 async def app(database_url: str) -> AsyncIterator[FastAPI]:
     """One app for this module on this backend; its sessions are deleted at the end."""
     # No background or inline summarization: these tests write the summaries themselves.
-    app = create_app(make_settings(database_url, **NO_SUMMARIES))
+    app = create_app(make_settings(database_url, summary_limit=SUMMARY_LIMIT, **NO_SUMMARIES))
     async with app.router.lifespan_context(app):
         yield app
         async with app.state.engine.begin() as connection:
@@ -190,7 +193,7 @@ async def test_only_messages_after_the_newest_summary_are_loaded(
     assert [m["seq"] for m in (await history(api, sid))["messages"]] == [9, 10]
 
 
-async def test_messages_before_hidden_summaries_are_not_loaded_either(
+async def test_messages_under_summaries_beyond_the_limit_are_not_loaded(
     api: httpx.AsyncClient, sid: str, db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
@@ -266,8 +269,7 @@ async def test_a_tool_result_whose_call_is_summarized_is_dropped_from_the_contex
 
 
 async def test_a_call_without_results_gets_a_placeholder_result(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(api, sid, user("q"), call("c1"))
     context = (await history(api, sid))["context"]
@@ -276,8 +278,7 @@ async def test_a_call_without_results_gets_a_placeholder_result(
 
 
 async def test_parallel_call_results_follow_their_call_in_call_order(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(
         api, sid, user("q"), call("a", "b", "c"), result("c"), result("a"), result("b"), user("n")
@@ -288,8 +289,7 @@ async def test_parallel_call_results_follow_their_call_in_call_order(
 
 
 async def test_parallel_calls_with_one_missing_result_get_one_placeholder(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(api, sid, user("q"), call("a", "b"), result("b", "real"), user("n"))
     context = (await history(api, sid))["context"]
@@ -316,8 +316,7 @@ async def test_max_tokens_keeps_the_newest_message(api: httpx.AsyncClient, sid: 
 
 
 async def test_max_tokens_keeps_the_newest_message_even_when_it_alone_is_over(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(api, sid, *chat(5), user("the newest " * 100))
     context = (await history(api, sid, max_tokens=10))["context"]
@@ -325,8 +324,7 @@ async def test_max_tokens_keeps_the_newest_message_even_when_it_alone_is_over(
 
 
 async def test_max_tokens_drops_the_oldest_behind_exactly_one_marker(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     messages = chat(40)
     await append(api, sid, *messages)
@@ -337,8 +335,7 @@ async def test_max_tokens_drops_the_oldest_behind_exactly_one_marker(
 
 
 async def test_max_tokens_marks_the_truncation_even_when_only_the_newest_message_fits(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(api, sid, *chat(5), user("the newest " * 100))
     context = (await history(api, sid, max_tokens=10))["context"]
@@ -363,8 +360,7 @@ async def test_max_tokens_keeps_summaries_ahead_of_the_marker(
 
 
 async def test_max_tokens_never_splits_parallel_tool_results_from_their_call(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     # A budget of 80 fits the last user message and the short result "b", never "a".
     await append(

@@ -110,8 +110,7 @@ async def create(api: httpx.AsyncClient, **body: Any) -> httpx.Response:
 
 
 async def test_create_with_an_id_answers_201_with_an_empty_session(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     answer = await create(api, id=sid, metadata={"user": "ü"})
     assert answer.status_code == 201, answer.text
@@ -186,8 +185,7 @@ async def test_summary_count_counts_only_live_summaries(
 
 
 async def test_get_shows_created_and_updated_times_with_a_time_zone(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await create(api, id=sid)
     body = (await api.get(f"/v1/sessions/{sid}")).json()
@@ -398,8 +396,7 @@ async def test_a_second_delete_answers_404(api: httpx.AsyncClient, sid: str) -> 
 
 
 async def test_append_after_delete_starts_a_new_session_at_seq_1(
-    api: httpx.AsyncClient,
-    sid: str,
+    api: httpx.AsyncClient, sid: str
 ) -> None:
     await append(api, sid, 3)
     await api.delete(f"/v1/sessions/{sid}")
