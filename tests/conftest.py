@@ -18,6 +18,7 @@ import httpx
 import pytest
 from alembic import command
 from alembic.config import Config
+from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -192,6 +193,58 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 def settings_overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
     """App settings for `client`: parametrize indirectly, or override in a test module."""
     return dict(getattr(request, "param", {}))
+
+
+QUIET: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
+"""No background worker and no summarization: for tests of the service core."""
+
+
+@pytest.fixture(scope="module")
+def module_settings() -> dict[str, Any]:
+    """Settings of the module's shared `app`; override in a module to change them."""
+    return dict(QUIET)
+
+
+@pytest.fixture(scope="module")
+async def app(database_url: str, module_settings: dict[str, Any]) -> AsyncIterator[FastAPI]:
+    """One app per test module and backend, shared by tests that each use their own ids.
+
+    Cheaper than a fresh app, engine and table truncation per test; its sessions (and with
+    them everything else) are deleted at the end of the module.
+    """
+    app = create_app(make_settings(database_url, **module_settings))
+    async with app.router.lifespan_context(app):
+        yield app
+        async with app.state.engine.begin() as connection:
+            await connection.execute(text("DELETE FROM sessions"))
+
+
+@pytest.fixture(scope="module")
+async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the module's shared `app`."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http
+
+
+@pytest.fixture
+def app_sessionmaker(app: FastAPI) -> async_sessionmaker[AsyncSession]:
+    """The shared app's sessionmaker, for store-level steps beside its HTTP calls."""
+    maker: async_sessionmaker[AsyncSession] = app.state.sessionmaker
+    return maker
+
+
+@pytest.fixture
+async def app_db(app_sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    """A store-level session on the shared app's database."""
+    async with app_sessionmaker() as session:
+        yield session
+
+
+@pytest.fixture
+def sid() -> str:
+    """This test's own session id."""
+    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

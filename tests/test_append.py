@@ -1,75 +1,26 @@
 """Appending messages: contiguous seqs, idempotency per client_id, concurrency, token counts.
 
-Each test works on its own session ids, so the tests share one app per backend (`app`,
-module-scoped); store-level tests use its sessionmaker (`sessionmaker` and `db`,
-overriding the conftest fixtures). A fresh app, engine and table truncation per test
-would cost more than most of these tests.
+Tests share the module's app (`api`, `app_db` from conftest), each on its own session ids.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
 from api.db.models import Message, Session
-from api.main import create_app
 from summarizer.tokens import IMAGE_PART_TOKENS, count_message
-from tests.conftest import make_settings
 
 CONCURRENT_TASKS = 8
 APPENDS_PER_TASK = 50
 HTTP_APPENDS_PER_TASK = 5
-
-
-NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
-"""No background worker and no summarization: these tests are about the service core."""
-
-
-@pytest.fixture(scope="module")
-async def app(database_url: str) -> AsyncIterator[FastAPI]:
-    """One app for this module on this backend; its sessions are deleted at the end."""
-    app = create_app(make_settings(database_url, **NO_SUMMARIES))
-    async with app.router.lifespan_context(app):
-        yield app
-        async with app.state.engine.begin() as connection:
-            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
-
-
-@pytest.fixture(scope="module")
-async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
-
-
-@pytest.fixture
-def sessionmaker(app: FastAPI) -> async_sessionmaker[AsyncSession]:
-    """The module app's sessionmaker (overrides the conftest `sessionmaker`)."""
-    maker: async_sessionmaker[AsyncSession] = app.state.sessionmaker
-    return maker
-
-
-@pytest.fixture
-async def db(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
-    """A store-level session on the module's app (overrides the conftest `db`)."""
-    async with sessionmaker() as session:
-        yield session
-
-
-@pytest.fixture
-def sid() -> str:
-    """This test's own session id."""
-    return f"ap-{uuid.uuid4().hex[:12]}"
 
 
 def user(content: str, **fields: Any) -> dict[str, Any]:
@@ -319,63 +270,65 @@ async def test_token_count_is_stored_with_the_message(api: httpx.AsyncClient, si
 # --- store level ----------------------------------------------------------------------------
 
 
-async def test_store_append_assigns_contiguous_seqs(db: AsyncSession, sid: str) -> None:
-    first = await store.append_messages(db, "t", sid, [new_message("a"), new_message("b")])
-    second = await store.append_messages(db, "t", sid, [new_message("c")])
-    await db.commit()
+async def test_store_append_assigns_contiguous_seqs(app_db: AsyncSession, sid: str) -> None:
+    first = await store.append_messages(app_db, "t", sid, [new_message("a"), new_message("b")])
+    second = await store.append_messages(app_db, "t", sid, [new_message("c")])
+    await app_db.commit()
     assert [m.seq for m in first.messages + second.messages] == [1, 2, 3]
     assert second.session.last_seq == 3
 
 
-async def test_store_append_creates_the_session(db: AsyncSession, sid: str) -> None:
-    await store.append_messages(db, "t", sid, [new_message("a")])
-    await db.commit()
-    session = await store.get_session(db, "t", sid)
+async def test_store_append_creates_the_session(app_db: AsyncSession, sid: str) -> None:
+    await store.append_messages(app_db, "t", sid, [new_message("a")])
+    await app_db.commit()
+    session = await store.get_session(app_db, "t", sid)
     assert session.last_seq == 1
 
 
-async def test_store_append_reports_what_it_inserted(db: AsyncSession, sid: str) -> None:
-    await store.append_messages(db, "t", sid, [new_message("a", client_id="c-1")])
+async def test_store_append_reports_what_it_inserted(app_db: AsyncSession, sid: str) -> None:
+    await store.append_messages(app_db, "t", sid, [new_message("a", client_id="c-1")])
     outcome = await store.append_messages(
-        db, "t", sid, [new_message("a", client_id="c-1"), new_message("b", client_id="c-2")]
+        app_db, "t", sid, [new_message("a", client_id="c-1"), new_message("b", client_id="c-2")]
     )
     assert outcome.inserted == 1
     assert [m.seq for m in outcome.messages] == [1, 2]
 
 
-async def test_store_repeated_client_id_returns_the_stored_row(db: AsyncSession, sid: str) -> None:
-    first = await store.append_messages(db, "t", sid, [new_message("a", client_id="c-1")])
-    await db.commit()
-    again = await store.append_messages(db, "t", sid, [new_message("a", client_id="c-1")])
-    await db.commit()
+async def test_store_repeated_client_id_returns_the_stored_row(
+    app_db: AsyncSession, sid: str
+) -> None:
+    first = await store.append_messages(app_db, "t", sid, [new_message("a", client_id="c-1")])
+    await app_db.commit()
+    again = await store.append_messages(app_db, "t", sid, [new_message("a", client_id="c-1")])
+    await app_db.commit()
     assert again.messages[0].id == first.messages[0].id
     count = select(func.count()).where(Message.session_id == first.session.id)
-    assert await db.scalar(count) == 1
+    assert await app_db.scalar(count) == 1
 
 
 async def test_store_rolled_back_append_leaves_no_session_and_no_message(
-    db: AsyncSession, sid: str
+    app_db: AsyncSession, sid: str
 ) -> None:
-    await store.append_messages(db, "t", sid, [new_message(sid)])
-    await db.rollback()
-    assert await db.scalar(select(func.count()).where(Session.external_id == sid)) == 0
-    assert await db.scalar(select(func.count()).where(Message.content == sid)) == 0
+    await store.append_messages(app_db, "t", sid, [new_message(sid)])
+    await app_db.rollback()
+    assert await app_db.scalar(select(func.count()).where(Session.external_id == sid)) == 0
+    assert await app_db.scalar(select(func.count()).where(Message.content == sid)) == 0
 
 
 async def test_concurrent_appends_to_one_session_get_seqs_1_to_400(
-    sessionmaker: async_sessionmaker[AsyncSession], sid: str
+    app_sessionmaker: async_sessionmaker[AsyncSession], sid: str
 ) -> None:
     # One message per transaction, each in its own database session, 8 at once.
     async def task(worker: int) -> None:
         for n in range(APPENDS_PER_TASK):
-            async with sessionmaker() as db:
-                await store.append_messages(db, "t", sid, [new_message(f"{worker}-{n}")])
-                await db.commit()
+            async with app_sessionmaker() as app_db:
+                await store.append_messages(app_db, "t", sid, [new_message(f"{worker}-{n}")])
+                await app_db.commit()
 
     await asyncio.gather(*(task(w) for w in range(CONCURRENT_TASKS)))
-    async with sessionmaker() as db:
-        session = await store.get_session(db, "t", sid)
+    async with app_sessionmaker() as app_db:
+        session = await store.get_session(app_db, "t", sid)
         query = select(Message.seq, Message.content).where(Message.session_id == session.id)
-        rows = (await db.execute(query.order_by(Message.seq))).all()
+        rows = (await app_db.execute(query.order_by(Message.seq))).all()
     assert [seq for seq, _ in rows] == list(range(1, CONCURRENT_TASKS * APPENDS_PER_TASK + 1))
     assert len({content for _, content in rows}) == CONCURRENT_TASKS * APPENDS_PER_TASK

@@ -1,63 +1,30 @@
 """Bearer keys per tenant; tenants never see each other; no keys means loopback only.
 
-Each test works on its own session ids, so the tests share one app per backend (`app`,
-module-scoped, with two tenants' keys): a fresh app, engine and table truncation per test
-would cost more than the requests themselves.
+Tests share the module's app (with two tenants' keys), each on its own session ids.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.main import create_app
-from tests.conftest import make_settings
+from tests.conftest import QUIET, make_settings
 
 KEYS = "tenant_a:key_a,tenant_b:key_b"
 A = {"Authorization": "Bearer key_a"}
 B = {"Authorization": "Bearer key_b"}
 
-NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
-"""No background worker and no summarization: these tests are about the service core."""
-
 
 @pytest.fixture(scope="module")
-async def app(database_url: str) -> AsyncIterator[FastAPI]:
-    """One app with two tenants for this module on this backend; sessions deleted at the end."""
-    app = create_app(make_settings(database_url, api_keys=KEYS, **NO_SUMMARIES))
-    async with app.router.lifespan_context(app):
-        yield app
-        async with app.state.engine.begin() as connection:
-            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
-
-
-@pytest.fixture(scope="module")
-async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
-
-
-@pytest.fixture
-async def db(app: FastAPI) -> AsyncIterator[AsyncSession]:
-    """A store-level session on the module's app (overrides the conftest `db`)."""
-    async with app.state.sessionmaker() as session:
-        yield session
-
-
-@pytest.fixture
-def sid() -> str:
-    """This test's own session id."""
-    return f"a-{uuid.uuid4().hex[:12]}"
+def module_settings() -> dict[str, Any]:
+    return {**QUIET, "api_keys": KEYS}
 
 
 @asynccontextmanager
@@ -65,7 +32,7 @@ async def client_at(
     database_url: str, host: str, **settings: Any
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a fresh app, connecting from `host`."""
-    app = create_app(make_settings(database_url, **{**NO_SUMMARIES, **settings}))
+    app = create_app(make_settings(database_url, **{**QUIET, **settings}))
     transport = httpx.ASGITransport(app=app, client=(host, 1234))
     async with (
         app.router.lifespan_context(app),
@@ -172,10 +139,10 @@ async def test_another_tenants_session_is_not_found_on_every_route(
 
 
 async def test_another_tenants_summary_is_not_found(
-    api: httpx.AsyncClient, db: AsyncSession, sid: str
+    api: httpx.AsyncClient, app_db: AsyncSession, sid: str
 ) -> None:
     await api.post(f"/v1/sessions/{sid}/messages", json=messages("one", "two"), headers=A)
-    session = await store.get_session(db, "tenant_a", sid)
+    session = await store.get_session(app_db, "tenant_a", sid)
     draft = store.SummaryDraft(
         first_seq=1,
         last_seq=2,
@@ -188,8 +155,8 @@ async def test_another_tenants_summary_is_not_found(
         approx_tokens=5,
         metadata={},
     )
-    summary = await store.save_summary(db, session.id, draft)
-    await db.commit()
+    summary = await store.save_summary(app_db, session.id, draft)
+    await app_db.commit()
     assert (await api.get(f"/v1/summaries/{summary.id}", headers=A)).status_code == 200
     answer = await api.get(f"/v1/summaries/{summary.id}", headers=B)
     assert answer.status_code == 404

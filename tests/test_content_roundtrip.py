@@ -1,50 +1,18 @@
 """What goes in comes back exactly: through the append answer, GET messages and the history.
 
-Each test works on its own session id, so the tests share one app per backend (`api`,
-module-scoped): a fresh app, engine and table truncation per test would cost more than
-the round trips themselves.
+Tests share the module's app (`api`), each on its own session id.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
-
-from api.main import create_app
-from tests.conftest import make_settings
 
 CHUNK = "The quick brown fox jumps over the lazy dog. Ünïcödé 😀\n"
 LONG_TEXT = CHUNK * (900_000 // len(CHUNK.encode()))
 """About 900 KB of UTF-8: under the default 1 MB per-message limit."""
-
-
-NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
-"""No background worker and no summarization: these tests are about the service core."""
-
-
-@pytest.fixture(scope="module")
-async def api(database_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    """One app for this module on this backend; its sessions are deleted at the end."""
-    # No summarization: a 900 KB message would otherwise schedule a background summary.
-    app = create_app(make_settings(database_url, **NO_SUMMARIES))
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http,
-    ):
-        yield http
-        async with app.state.engine.begin() as connection:
-            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
-
-
-@pytest.fixture
-def sid() -> str:
-    """This test's own session id."""
-    return f"rt-{uuid.uuid4().hex[:12]}"
 
 
 async def round_trip(

@@ -1,66 +1,29 @@
 """The history loader: latest summaries, later messages, tool-pair repair, the token budget.
 
-Each test works on its own session id, so the tests share one app per backend (`app`,
-module-scoped) and write summaries through its sessionmaker (`db`, overriding the
-conftest fixture): a fresh app, engine and table truncation per test would cost more
-than most of these tests.
+Tests share the module's app and write summaries through `app_db`, each on its own session.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.auth import DEVELOPMENT_TENANT
 from api.context import MISSING_TOOL_RESULT, TRUNCATION_MARKER
-from api.main import create_app
 from summarizer.tokens import count_messages
-from tests.conftest import make_settings
+from tests.conftest import QUIET
 
 SUMMARY_LIMIT = 3
 """The server-wide SUMMARY_LIMIT of this module's app."""
 
-NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
-"""No background worker and no summarization: these tests are about the service core."""
-
 
 @pytest.fixture(scope="module")
-async def app(database_url: str) -> AsyncIterator[FastAPI]:
-    """One app for this module on this backend; its sessions are deleted at the end."""
-    # No background or inline summarization: these tests write the summaries themselves.
-    app = create_app(make_settings(database_url, summary_limit=SUMMARY_LIMIT, **NO_SUMMARIES))
-    async with app.router.lifespan_context(app):
-        yield app
-        async with app.state.engine.begin() as connection:
-            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
-
-
-@pytest.fixture(scope="module")
-async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
-
-
-@pytest.fixture
-async def db(app: FastAPI) -> AsyncIterator[AsyncSession]:
-    """A store-level session on the module's app (overrides the conftest `db`)."""
-    async with app.state.sessionmaker() as session:
-        yield session
-
-
-@pytest.fixture
-def sid() -> str:
-    """This test's own session id."""
-    return f"h-{uuid.uuid4().hex[:12]}"
+def module_settings() -> dict[str, Any]:
+    return {**QUIET, "summary_limit": SUMMARY_LIMIT}
 
 
 def user(content: str) -> dict[str, Any]:
@@ -120,11 +83,11 @@ def draft(first_seq: int, last_seq: int, absorbs: tuple[int, ...] = ()) -> store
     )
 
 
-async def summarize(db: AsyncSession, sid: str, *drafts: store.SummaryDraft) -> list[int]:
+async def summarize(app_db: AsyncSession, sid: str, *drafts: store.SummaryDraft) -> list[int]:
     """Save the drafts through the store in one transaction; return their ids."""
-    session = await store.get_session(db, DEVELOPMENT_TENANT, sid)
-    ids = [(await store.save_summary(db, session.id, d)).id for d in drafts]
-    await db.commit()
+    session = await store.get_session(app_db, DEVELOPMENT_TENANT, sid)
+    ids = [(await store.save_summary(app_db, session.id, d)).id for d in drafts]
+    await app_db.commit()
     return ids
 
 
@@ -159,56 +122,56 @@ async def test_without_summaries_the_context_is_every_message(
 
 
 async def test_only_the_latest_summary_limit_summaries_come_oldest_first(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
+    await summarize(app_db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
     body = await history(api, sid, summary_limit=2)
     assert ranges(body["summaries"]) == [(5, 6), (7, 8)]
 
 
 async def test_the_default_summary_limit_comes_from_the_settings(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
+    await summarize(app_db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
     assert ranges((await history(api, sid))["summaries"]) == [(3, 4), (5, 6), (7, 8)]
 
 
 async def test_a_session_summary_limit_setting_applies(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(db, sid, draft(1, 2), draft(3, 4))
+    await summarize(app_db, sid, draft(1, 2), draft(3, 4))
     patched = await api.patch(f"/v1/sessions/{sid}", json={"settings": {"summary_limit": 1}})
     assert patched.status_code == 200
     assert ranges((await history(api, sid))["summaries"]) == [(3, 4)]
 
 
 async def test_only_messages_after_the_newest_summary_are_loaded(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(db, sid, draft(1, 4), draft(5, 8))
+    await summarize(app_db, sid, draft(1, 4), draft(5, 8))
     assert [m["seq"] for m in (await history(api, sid))["messages"]] == [9, 10]
 
 
 async def test_messages_under_summaries_beyond_the_limit_are_not_loaded(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(db, sid, draft(1, 2), draft(3, 4), draft(5, 6))
+    await summarize(app_db, sid, draft(1, 2), draft(3, 4), draft(5, 6))
     body = await history(api, sid, summary_limit=1)
     assert ranges(body["summaries"]) == [(5, 6)]
     assert [m["seq"] for m in body["messages"]] == [7, 8, 9, 10]
 
 
 async def test_summaries_lead_the_context_as_system_messages(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     messages = chat(6)
     await append(api, sid, *messages)
-    await summarize(db, sid, draft(1, 2), draft(3, 4))
+    await summarize(app_db, sid, draft(1, 2), draft(3, 4))
     context = (await history(api, sid))["context"]
     assert [m["role"] for m in context[:2]] == ["system", "system"]
     assert "summary of 1-2" in context[0]["content"]
@@ -217,33 +180,33 @@ async def test_summaries_lead_the_context_as_system_messages(
 
 
 async def test_a_superseded_summary_is_not_returned(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(8))
-    first, second = await summarize(db, sid, draft(1, 2), draft(3, 4))
-    (rollup,) = await summarize(db, sid, draft(1, 4, absorbs=(first, second)))
-    (latest,) = await summarize(db, sid, draft(5, 6))
+    first, second = await summarize(app_db, sid, draft(1, 2), draft(3, 4))
+    (rollup,) = await summarize(app_db, sid, draft(1, 4, absorbs=(first, second)))
+    (latest,) = await summarize(app_db, sid, draft(5, 6))
     body = await history(api, sid)
     assert [s["id"] for s in body["summaries"]] == [rollup, latest]
     assert all("summary of 1-2" not in m["content"] for m in body["context"])
 
 
 async def test_summaries_in_the_history_carry_their_range_and_level(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(6))
-    first, second = await summarize(db, sid, draft(1, 2), draft(3, 4))
-    await summarize(db, sid, draft(1, 4, absorbs=(first, second)))
+    first, second = await summarize(app_db, sid, draft(1, 2), draft(3, 4))
+    await summarize(app_db, sid, draft(1, 4, absorbs=(first, second)))
     (summary,) = (await history(api, sid))["summaries"]
     assert (summary["session_id"], summary["level"], summary["message_count"]) == (sid, 1, 4)
     assert (summary["first_seq"], summary["last_seq"], summary["superseded_by"]) == (1, 4, None)
 
 
 async def test_summarized_messages_stay_in_the_raw_message_list(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(6))
-    await summarize(db, sid, draft(1, 4))
+    await summarize(app_db, sid, draft(1, 4))
     raw = (await api.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
     assert [m["seq"] for m in raw] == [1, 2, 3, 4, 5, 6]
 
@@ -258,10 +221,10 @@ async def test_history_of_an_unknown_session_answers_404(api: httpx.AsyncClient)
 
 
 async def test_a_tool_result_whose_call_is_summarized_is_dropped_from_the_context(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, user("q"), call("c1"), result("c1", "answer"), user("next"))
-    await summarize(db, sid, draft(1, 2))
+    await summarize(app_db, sid, draft(1, 2))
     body = await history(api, sid)
     assert [m["seq"] for m in body["messages"]] == [3, 4]
     assert [m["role"] for m in body["context"]] == ["system", "user"]
@@ -350,10 +313,10 @@ async def test_max_tokens_within_budget_changes_nothing(api: httpx.AsyncClient, 
 
 
 async def test_max_tokens_keeps_summaries_ahead_of_the_marker(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(40))
-    await summarize(db, sid, draft(1, 2))
+    await summarize(app_db, sid, draft(1, 2))
     context = (await history(api, sid, max_tokens=200))["context"]
     assert "summary of 1-2" in context[0]["content"]
     assert context[1]["content"] == TRUNCATION_MARKER

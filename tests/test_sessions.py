@@ -1,17 +1,12 @@
 """Sessions: create, read, update, list with cursors, delete with everything they own.
 
-Each test works on its own session ids, so the tests share one app per backend (`app`,
-module-scoped) and write summaries through its sessionmaker (`db`, overriding the
-conftest fixture); the list tests, which need a database of their own, start with
-`empty_database`. A fresh app, engine and table truncation per test would cost more than
-the requests themselves.
+Tests share the module's app, each on its own session ids; the list tests, which look at
+every session, start from `empty_database`.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -23,52 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import store
 from api.auth import DEVELOPMENT_TENANT
 from api.db.models import Message, Summary, SummaryMessage
-from api.main import create_app
 from api.schemas import SESSION_ID_PATTERN
-from tests.conftest import make_settings
-
-NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
-"""No background worker and no summarization: these tests are about the service core."""
-
-
-@pytest.fixture(scope="module")
-async def app(database_url: str) -> AsyncIterator[FastAPI]:
-    """One app for this module on this backend; its sessions are deleted at the end."""
-    app = create_app(make_settings(database_url, **NO_SUMMARIES))
-    async with app.router.lifespan_context(app):
-        yield app
-        await delete_every_session(app)
-
-
-async def delete_every_session(app: FastAPI) -> None:
-    async with app.state.engine.begin() as connection:
-        await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
-
-
-@pytest.fixture(scope="module")
-async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
 
 
 @pytest.fixture
 async def empty_database(app: FastAPI) -> None:
     """For the tests that look at every session: start from none."""
-    await delete_every_session(app)
-
-
-@pytest.fixture
-async def db(app: FastAPI) -> AsyncIterator[AsyncSession]:
-    """A store-level session on the module's app (overrides the conftest `db`)."""
-    async with app.state.sessionmaker() as session:
-        yield session
-
-
-@pytest.fixture
-def sid() -> str:
-    """This test's own session id."""
-    return f"s-{uuid.uuid4().hex[:12]}"
+    async with app.state.engine.begin() as connection:
+        await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
 
 
 def draft(first_seq: int, last_seq: int, absorbs: tuple[int, ...] = ()) -> store.SummaryDraft:
@@ -94,11 +51,11 @@ async def append(api: httpx.AsyncClient, session_id: str, count: int) -> None:
     assert answer.status_code == 201, answer.text
 
 
-async def summarize(db: AsyncSession, session_id: str, *ranges: tuple[int, int]) -> list[int]:
+async def summarize(app_db: AsyncSession, session_id: str, *ranges: tuple[int, int]) -> list[int]:
     """Write summaries over `ranges` through the store and commit; return their ids."""
-    session = await store.get_session(db, DEVELOPMENT_TENANT, session_id)
-    ids = [(await store.save_summary(db, session.id, draft(*r))).id for r in ranges]
-    await db.commit()
+    session = await store.get_session(app_db, DEVELOPMENT_TENANT, session_id)
+    ids = [(await store.save_summary(app_db, session.id, draft(*r))).id for r in ranges]
+    await app_db.commit()
     return ids
 
 
@@ -165,22 +122,22 @@ async def test_create_with_settings_stores_them(api: httpx.AsyncClient, sid: str
 
 
 async def test_get_shows_message_count_summary_count_and_last_seq(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, 5)
-    await summarize(db, sid, (1, 2))
+    await summarize(app_db, sid, (1, 2))
     body = (await api.get(f"/v1/sessions/{sid}")).json()
     assert (body["message_count"], body["summary_count"], body["last_seq"]) == (5, 1, 5)
 
 
 async def test_summary_count_counts_only_live_summaries(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, 6)
-    first, second = await summarize(db, sid, (1, 2), (3, 4))
-    session = await store.get_session(db, DEVELOPMENT_TENANT, sid)
-    await store.save_summary(db, session.id, draft(1, 4, absorbs=(first, second)))
-    await db.commit()
+    first, second = await summarize(app_db, sid, (1, 2), (3, 4))
+    session = await store.get_session(app_db, DEVELOPMENT_TENANT, sid)
+    await store.save_summary(app_db, session.id, draft(1, 4, absorbs=(first, second)))
+    await app_db.commit()
     assert (await api.get(f"/v1/sessions/{sid}")).json()["summary_count"] == 1
 
 
@@ -354,36 +311,36 @@ async def test_delete_answers_204_and_the_session_is_gone(api: httpx.AsyncClient
 
 
 async def test_delete_removes_messages_summaries_and_links(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, 4)
-    (summary_id,) = await summarize(db, sid, (1, 2))
-    internal_id = (await store.get_session(db, DEVELOPMENT_TENANT, sid)).id
-    await db.commit()
+    (summary_id,) = await summarize(app_db, sid, (1, 2))
+    internal_id = (await store.get_session(app_db, DEVELOPMENT_TENANT, sid)).id
+    await app_db.commit()
     assert (await api.delete(f"/v1/sessions/{sid}")).status_code == 204
-    assert await rows(db, internal_id, summary_id) == (0, 0, 0)
+    assert await rows(app_db, internal_id, summary_id) == (0, 0, 0)
 
 
 async def test_delete_leaves_other_sessions_untouched(
-    api: httpx.AsyncClient, sid: str, db: AsyncSession
+    api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, f"{sid}-doomed", 2)
     await append(api, f"{sid}-kept", 3)
-    (summary_id,) = await summarize(db, f"{sid}-kept", (1, 2))
-    kept_id = (await store.get_session(db, DEVELOPMENT_TENANT, f"{sid}-kept")).id
-    await db.commit()
+    (summary_id,) = await summarize(app_db, f"{sid}-kept", (1, 2))
+    kept_id = (await store.get_session(app_db, DEVELOPMENT_TENANT, f"{sid}-kept")).id
+    await app_db.commit()
     assert (await api.delete(f"/v1/sessions/{sid}-doomed")).status_code == 204
-    assert await rows(db, kept_id, summary_id) == (3, 1, 2)
+    assert await rows(app_db, kept_id, summary_id) == (3, 1, 2)
 
 
-async def rows(db: AsyncSession, session_id: int, summary_id: int) -> tuple[int, int, int]:
+async def rows(app_db: AsyncSession, session_id: int, summary_id: int) -> tuple[int, int, int]:
     """Stored messages and summaries of a session, and links of one summary."""
     counted = (
-        await db.scalar(select(func.count()).where(Message.session_id == session_id)),
-        await db.scalar(select(func.count()).where(Summary.session_id == session_id)),
-        await db.scalar(select(func.count()).where(SummaryMessage.summary_id == summary_id)),
+        await app_db.scalar(select(func.count()).where(Message.session_id == session_id)),
+        await app_db.scalar(select(func.count()).where(Summary.session_id == session_id)),
+        await app_db.scalar(select(func.count()).where(SummaryMessage.summary_id == summary_id)),
     )
-    await db.commit()
+    await app_db.commit()
     return (counted[0] or 0, counted[1] or 0, counted[2] or 0)
 
 

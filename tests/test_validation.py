@@ -1,47 +1,25 @@
 """Bad input gets its 4xx in the one error shape, naming the field, and nothing of it is stored.
 
-Most tests here are rejected before any SQL runs, so they share one app per backend
-(`api`, module-scoped) and each works on its own session id; building an app, an engine
-and emptying the tables for each of them would triple this module's run time. Tests
-that need other settings use the per-test `client`.
+Tests share the module's app (`api`), each on its own session id; tests that need other
+settings use the per-test `client`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
-from api.main import create_app
-from tests.conftest import make_settings
+from tests.conftest import QUIET
 
 TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 
 
-NO_SUMMARIES: dict[str, Any] = {"dynamic_summary_enabled": False, "summary_workers": 0}
-"""No background worker and no summarization: these tests are about the service core."""
-
-
 @pytest.fixture
 def settings_overrides() -> dict[str, Any]:
-    return dict(NO_SUMMARIES)
-
-
-@pytest.fixture(scope="module")
-async def api(database_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    """One app for the module on this backend; its sessions are deleted at the end."""
-    app = create_app(make_settings(database_url, **NO_SUMMARIES))
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http,
-    ):
-        yield http
-        async with app.state.engine.begin() as connection:
-            await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
+    return dict(QUIET)
 
 
 @pytest.fixture
@@ -318,7 +296,7 @@ async def test_a_nul_byte_in_patched_metadata_gets_422(
 # --- size limits ----------------------------------------------------------------------------
 
 SMALL_MESSAGES = pytest.mark.parametrize(
-    "settings_overrides", [{**NO_SUMMARIES, "max_message_bytes": 1000}]
+    "settings_overrides", [{**QUIET, "max_message_bytes": 1000}]
 )
 
 
@@ -358,7 +336,7 @@ async def test_the_size_limit_counts_bytes_not_characters(
     assert_error(await client.post(url, json={"messages": [user("😀" * 400)]}), 413)
 
 
-@pytest.mark.parametrize("settings_overrides", [{**NO_SUMMARIES, "max_request_bytes": 10_000}])
+@pytest.mark.parametrize("settings_overrides", [{**QUIET, "max_request_bytes": 10_000}])
 async def test_a_request_body_over_the_limit_gets_413(
     client: httpx.AsyncClient, url: str, session_id: str
 ) -> None:
