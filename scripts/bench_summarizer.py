@@ -22,12 +22,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from summarizer import EngineSettings, SummaryResult, summarize
 from summarizer.engine import output_cap
 from summarizer.prompts import summary_request
 from summarizer.tokens import count_message, count_messages
+
+if TYPE_CHECKING:
+    from tests.llm_server import FakeLLM
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sharegpt_multilang.jsonl"
 SIZES = (10_000, 100_000, 1_000_000)
@@ -133,6 +136,13 @@ async def run_once(
     return result, time.perf_counter() - started
 
 
+def _reset(server: FakeLLM, window: int, latency: float) -> None:
+    server.reset()
+    server.context_window = window
+    server.latency_seconds = latency
+    server.summary_words = ANSWER_WORDS
+
+
 async def bench(sizes: Sequence[int], latency: float, all_sequential: bool) -> list[Row]:
     from tests.llm_server import FakeLLM
 
@@ -155,18 +165,12 @@ async def bench(sizes: Sequence[int], latency: float, all_sequential: bool) -> l
                     max_concurrency=4,
                 )
 
-                def reset() -> None:
-                    server.reset()
-                    server.context_window = window
-                    server.latency_seconds = latency
-                    server.summary_words = ANSWER_WORDS
-
-                reset()
+                _reset(server, window, latency)
                 result, concurrent = await run_once(messages, base)
                 meta = result.metadata
                 sequential: float | None = None
                 if all_sequential or meta["llm_calls"] <= SEQUENTIAL_MAX_CALLS:
-                    reset()
+                    _reset(server, window, latency)
                     _, sequential = await run_once(
                         messages, EngineSettings(**{**base.__dict__, "max_concurrency": 1})
                     )

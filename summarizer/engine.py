@@ -239,8 +239,13 @@ class _Run:
 
     def learn(self, error: ContextWindowError, estimate: int, cap: int) -> None:
         """Tighten what we know of the window after an overflow."""
-        if error.prompt_tokens and estimate:
-            self.scale = max(self.scale, error.prompt_tokens / (estimate / self.scale))
+        # the provider counts the prompt at least as it reports, or as the overflow implies
+        counted = error.prompt_tokens or 0
+        if not counted and error.window_tokens:
+            counted = error.window_tokens - cap + 1
+        ours = estimate / self.scale
+        if ours > 0 and counted > ours:
+            self.scale = max(self.scale, counted / ours)
         if error.window_tokens:
             window, self.window_exact = error.window_tokens, True
         else:
@@ -295,7 +300,7 @@ class _Run:
     async def merge(self, first: str, second: str) -> str:
         """Two consecutive summaries as one; inputs are clipped when they overflow."""
         target = self.settings.merge_target_tokens
-        source_tokens = count_text(first) + count_text(second)
+        source_tokens = count_text(f"{first}\n{second}")
         limit: int | None = None
         pair = (first, second)
         for _ in range(TRUNCATION_ATTEMPTS):
@@ -330,7 +335,7 @@ class _Run:
                 break
             return self.finish(text, source_tokens, self.merge_cap)
         self.truncated = self.fallback = True
-        return fallback_merge([first, second], target)
+        return fallback_merge([first, second], min(target, source_tokens))
 
     def _clip_pair(self, first: str, second: str, budget: int) -> tuple[str, str] | None:
         room = math.floor(budget / self.scale) - self.merge_overhead
@@ -402,7 +407,7 @@ class _Summarization(_Run):
         self.max_depth = max(self.max_depth, depth)
         if self.llm_down:
             return self.fallback_leaf(start, end, previous)
-        room = self.room(previous)
+        room = self.room(None)
         if room is not None and room < MIN_PROMPT_ROOM:
             return self.fallback_leaf(start, end, previous)  # no call can fit: do not split
         estimate = self.leaf_estimate(start, end, previous)
@@ -488,11 +493,11 @@ class _Summarization(_Run):
         sizes = [self.prefix[i + 1] - self.prefix[i] for i in indices]
         if sum(sizes) <= room:
             return join(self.entries[start:end])
-        omitted = 0
+        omitted = head = 0
         if len(indices) * MIN_LINE_TOKENS > room:
+            # too many messages to clip them all: keep the first and the last ones
             keep = max(2, room // MIN_LINE_TOKENS - 1)
-            omitted = len(indices) - keep
-            head = keep // 2
+            omitted, head = len(indices) - keep, keep // 2
             indices = indices[:head] + indices[len(indices) - (keep - head) :]
             sizes = sizes[:head] + sizes[len(sizes) - (keep - head) :]
             room -= entry_tokens(OMITTED.format(count=omitted))
@@ -503,7 +508,6 @@ class _Summarization(_Run):
                 for i, size in zip(indices, sizes, strict=True)
             ]
             if omitted:
-                head = len(lines) // 2
                 lines.insert(head, OMITTED.format(count=omitted))
             transcript = join(lines)
             excess = count_text(transcript) - room
@@ -516,8 +520,10 @@ class _Summarization(_Run):
         self.truncated = self.fallback = True
         self.leaves.append((start, end))
         transcript = join(self.entries[start:end])
-        text = fallback_summary(transcript, self.settings.target_tokens, previous)
-        return self.finish(text, self.source_tokens(start, end), self.summary_cap)
+        source_tokens = self.source_tokens(start, end)
+        limit = min(self.settings.target_tokens, source_tokens)
+        text = fallback_summary(transcript, limit, previous)
+        return self.finish(text, source_tokens, self.summary_cap)
 
 
 def _seq(message: Mapping[str, Any]) -> int:

@@ -6,30 +6,30 @@ message counts) under a note saying no model wrote it; the engine marks it trunc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from summarizer.local import merge_texts, summarize_transcript
-from summarizer.text import clip_tokens
 from summarizer.tokens import count_text
 
 FALLBACK_NOTE = "[Fallback summary: the summarizer model was unavailable; key lines extracted.]"
-"""First line of every fallback summary."""
+"""First line of every fallback summary that has room for it."""
+
+NOTE_MAX_SHARE = 0.25
+"""The note is left out when it would take more than this share of a small budget."""
 
 
-def _with_note(body_budget_text: str, target_tokens: int) -> str:
-    return clip_tokens(f"{FALLBACK_NOTE}\n{body_budget_text}".rstrip(), target_tokens)
+def _noted(write: Callable[[int], str], max_tokens: int) -> str:
+    note_tokens = count_text(FALLBACK_NOTE + "\n")
+    if note_tokens > max_tokens * NOTE_MAX_SHARE:
+        return write(max_tokens)
+    return f"{FALLBACK_NOTE}\n{write(max_tokens - note_tokens)}".rstrip()
 
 
-def _body_budget(target_tokens: int) -> int:
-    return max(0, target_tokens - count_text(FALLBACK_NOTE + "\n"))
-
-
-def fallback_summary(transcript: str, target_tokens: int, previous: str | None = None) -> str:
+def fallback_summary(transcript: str, max_tokens: int, previous: str | None = None) -> str:
     """A summary of a rendered transcript written without the model."""
-    body = summarize_transcript(transcript, _body_budget(target_tokens), previous)
-    return _with_note(body, target_tokens)
+    return _noted(lambda budget: summarize_transcript(transcript, budget, previous), max_tokens)
 
 
-def fallback_merge(texts: Sequence[str], target_tokens: int) -> str:
+def fallback_merge(texts: Sequence[str], max_tokens: int) -> str:
     """Consecutive summaries merged without the model."""
-    return _with_note(merge_texts(texts, _body_budget(target_tokens)), target_tokens)
+    return _noted(lambda budget: merge_texts(texts, budget), max_tokens)

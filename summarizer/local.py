@@ -41,13 +41,13 @@ MAX_CHARS_PER_TOKEN = 12
 """More characters per token than any common text has: a cheap bound before counting tokens."""
 
 MIN_BULLET_TOKENS = 6
+"""Below this much room left, stop looking for another sentence that fits."""
 
 TOOLS_MAX_TOKENS = 60
 """The "tools used" line is clipped to this: it counts calls, it does not list them."""
 
 TOOLS_MAX_SHARE = 0.2
 """Under a tight target the tools line is dropped when it would take more than this share."""
-"""Below this much room left, stop looking for another sentence that fits."""
 
 
 class Kind(IntEnum):
@@ -252,11 +252,12 @@ def _compose(
     tools: Counter[str],
     target_tokens: int,
     previous: str | None = None,
-) -> str:
-    """The summary text: the highest-priority units that fit, grouped and in order.
+) -> tuple[str, bool]:
+    """The summary text and whether every unit made it in.
 
-    A first pass gives each section its share of the budget (unused share moves on to
-    the next section); a second pass fills what is left in priority order.
+    The text holds the highest-priority units that fit, grouped and in order. A first
+    pass gives each section its share of the budget (unused share moves on to the next
+    section); a second pass fills what is left in priority order.
     """
     header = counts.render() if counts else ""
     budget = target_tokens - (count_text(header + "\n") if header else 0)
@@ -307,7 +308,8 @@ def _compose(
     if tools_line:
         lines.append(tools_line)
     lines.extend(_section(Kind.OTHER, chosen[Kind.OTHER]))
-    return clip_tokens("\n".join(lines), target_tokens)
+    complete = all(unit.order in taken or _normalized(unit.text) in seen for unit in units)
+    return clip_tokens("\n".join(lines), target_tokens), complete
 
 
 def _section(kind: Kind, units: list[_Unit]) -> list[str]:
@@ -321,7 +323,8 @@ def _verbatim(entries: Sequence[Entry]) -> str:
     for entry in entries:
         who = f"{entry.role} {entry.label}" if entry.label else entry.role
         tools = f" → {', '.join(entry.tools)}" if entry.role == "assistant" and entry.tools else ""
-        lines.append(f"{who}: {' '.join(entry.text.split())}{tools}")
+        text = " ".join(entry.text.split())
+        lines.append(f"{who}: {text}{tools}" if text else f"{who}:{tools}")
     return "\n".join(lines)
 
 
@@ -332,7 +335,7 @@ def summarize_transcript(transcript: str, target_tokens: int, previous: str | No
     compact form is the answer: nothing is lost and nothing grows.
     """
     entries = parse_transcript(transcript)
-    extract = _compose(
+    extract, _ = _compose(
         _entry_units(entries), _counts(entries), _tool_counts(entries), target_tokens, previous
     )
     compact = _verbatim(entries)
@@ -396,7 +399,13 @@ def merge_texts(texts: Sequence[str], target_tokens: int) -> str:
         every_counted = every_counted and found is not None
         counts = found if position == 0 else _merge_counts(counts, found)
         tools.update(used)
-    return _compose(units, counts if every_counted else None, tools, target_tokens)
+    extract, complete = _compose(units, counts if every_counted else None, tools, target_tokens)
+    if complete:
+        return extract
+    joined = "\n".join(text.strip() for text in texts)
+    if len(joined) <= MAX_CHARS_PER_TOKEN * target_tokens and count_text(joined) <= target_tokens:
+        return joined  # the extract would drop lines the plain texts still have room for
+    return extract
 
 
 def _text(content: Any) -> str:

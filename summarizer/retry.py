@@ -108,7 +108,7 @@ async def complete_with_retry(
     """A usable completion, or `LLMUnavailableError` once retries are spent.
 
     An empty answer, a non-answer, or (when `echo_source` is given) an answer repeating
-    it counts as a failed attempt.
+    it counts as a failed attempt and is retried like a transient error.
     `ContextWindowError` and `LLMRequestError` pass through unretried. `limiter` bounds
     concurrent attempts; it is not held while backing off.
     """

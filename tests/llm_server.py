@@ -29,8 +29,9 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
       `times` times; `retry_after` sets the `Retry-After` header (seconds).
     - `slow_next(seconds, times=1)`: sleep `seconds` before answering (past a client timeout).
     - `fail_always(status)` / `fail_always(None)`: every request fails until cleared.
-- Connection refused: `stop()` closes the listening socket; `start()` listens again on the
-  same port. `closed_port_url()` gives a base URL on which nothing listens.
+- Connection refused: `stop()` closes the listening socket and every kept-alive connection;
+  `start()` listens again on the same port. `closed_port_url()` gives a base URL on which
+  nothing listens.
 - Call log: `calls` is a list of `Call(messages, prompt_tokens, max_tokens, status, answer)`,
   one per request received (failed ones included); `prompts()` gives the user prompts,
   `statuses()` the statuses answered, `max_in_flight` the most concurrent requests seen.
@@ -55,7 +56,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -121,7 +122,7 @@ class FakeLLM:
         self._port = port
         self._lock = threading.Lock()
         self._state = _State()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     # lifecycle ----------------------------------------------------------------------------
@@ -146,6 +147,7 @@ class FakeLLM:
         if server is not None:
             server.shutdown()
             server.server_close()
+            server.drop_connections()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -330,11 +332,36 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     fake: FakeLLM
 
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.open_connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def drop_connections(self) -> None:
+        """Close kept-alive client connections too, so a stopped server answers nothing."""
+        with self.connections_lock:
+            connections, self.open_connections = self.open_connections, set()
+        for connection in connections:
+            with suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.open_connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.open_connections.discard(self.connection)
+        with suppress(OSError):
+            super().finish()
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from summarizer import EngineSettings, summarize
+from summarizer import EngineSettings, merge_summaries, summarize
 from summarizer.prompts import CONTINUE_PROMPT, PREVIOUS_TAG, PROMPT_VERSION, SUMMARY_PROMPT
 from tests.llm_server import FakeLLM
 from tests.summarizer.builders import assistant, call, chat, filler, result, user
@@ -159,3 +159,35 @@ async def test_messages_without_seq_are_rejected() -> None:
 def test_invalid_settings_are_rejected() -> None:
     with pytest.raises(ValueError, match="target_tokens"):
         EngineSettings(target_tokens=0)
+
+
+async def test_rollup_with_the_local_model_keeps_both_summaries_requests() -> None:
+    first = "Messages #1–#4: 4 (2 user, 2 assistant, 0 tool).\nRequests:\n- #1 Deploy v2.3.1."
+    second = "Messages #5–#8: 4 (2 user, 2 assistant, 0 tool).\nRequests:\n- #5 Rotate KEY-42."
+    merged = await merge_summaries([first, second], EngineSettings())
+    assert "Messages #1–#8: 8 (4 user, 4 assistant, 0 tool)." in merged.summary_text
+    assert "Deploy v2.3.1." in merged.summary_text and "Rotate KEY-42." in merged.summary_text
+    assert merged.metadata["llm_calls"] == 1 and not merged.metadata["truncated"]
+
+
+async def test_rollup_with_the_model_down_gives_a_deterministic_merge(
+    fake_llm: FakeLLM, llm_settings: Settings
+) -> None:
+    fake_llm.stop()
+    merged = await merge_summaries(["First: KEY-1.", "Second: KEY-2."], llm_settings())
+    assert merged.metadata["fallback"] and merged.metadata["truncated"]
+    assert "KEY-1" in merged.summary_text and "KEY-2" in merged.summary_text
+
+
+async def test_many_messages_in_an_unsplittable_chunk_keep_head_and_tail(
+    fake_llm: FakeLLM, llm_settings: Settings
+) -> None:
+    fake_llm.context_window = 1024
+    messages = chat([60] * 200, marker=True)
+    settings = llm_settings(model_context_tokens=1024, target_tokens=100, bisect_enabled=False)
+    result_ = await summarize(messages, settings)
+    assert result_ is not None and result_.metadata["truncated"]
+    prompt = fake_llm.prompts()[0]
+    assert "MARKER-m1 " in prompt and "MARKER-m200 " in prompt
+    assert "messages omitted to fit the window" in prompt
+    assert fake_llm.statuses() == [200]
