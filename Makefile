@@ -46,3 +46,6 @@ demo: $(STAMP)
 
 verify: $(STAMP)
 	$(BIN)/python -m scripts.verify
+
+load: $(STAMP)
+	$(BIN)/python -m scripts.load $(LOAD_ARGS)

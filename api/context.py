@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from summarizer.tokens import count_message
@@ -27,12 +28,20 @@ class AssembledContext:
     truncated_messages: int
 
 
+SUMMARY_TOKEN_CACHE_SIZE = 1024
+"""Summary messages whose token counts a process remembers: a summary is immutable and every
+history load sends it again, so counting it each time was a quarter of a load's CPU; 1024 of
+them (a few MB of text) cover the sessions in active use."""
+
+
 def summary_message(first_seq: int, last_seq: int, text: str) -> Item:
-    message = {
-        "role": "system",
-        "content": f"Summary of earlier conversation (messages {first_seq}-{last_seq}):\n{text}",
-    }
-    return Item(message, count_message(message))
+    content = f"Summary of earlier conversation (messages {first_seq}-{last_seq}):\n{text}"
+    return Item({"role": "system", "content": content}, _system_message_tokens(content))
+
+
+@lru_cache(maxsize=SUMMARY_TOKEN_CACHE_SIZE)
+def _system_message_tokens(content: str) -> int:
+    return count_message({"role": "system", "content": content})
 
 
 def assemble(

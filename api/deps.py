@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from contextlib import suppress
+from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import ServiceUnavailable
@@ -21,6 +23,24 @@ async def transaction(request: Request) -> AsyncIterator[AsyncSession]:
 
     Ends before the response is sent, so a 2xx means the data is committed.
     """
+    async with _request_transaction(request) as db:
+        yield db
+
+
+async def write_transaction(request: Request) -> AsyncIterator[AsyncSession]:
+    """The transaction of a request that writes. On SQLite, the process's writers take turns.
+
+    SQLite has one write lock per database, and a writer that finds it taken polls with
+    growing sleeps: under many concurrent appends some starve for seconds. Queueing them
+    in-process first (FIFO) keeps the wait proportional to the queue.
+    """
+    lock: asyncio.Lock | None = request.app.state.write_lock
+    async with lock if lock is not None else nullcontext(), _request_transaction(request) as db:
+        yield db
+
+
+@asynccontextmanager
+async def _request_transaction(request: Request) -> AsyncIterator[AsyncSession]:
     async with request.app.state.sessionmaker() as db:
         try:
             yield db
@@ -28,13 +48,30 @@ async def transaction(request: Request) -> AsyncIterator[AsyncSession]:
         except DBAPIError as exc:
             with suppress(Exception):
                 await db.rollback()
-            if exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError)):
+            if _unavailable(exc):
                 raise ServiceUnavailable("the database is unavailable; retry") from exc
             raise
+        except PoolTimeout as exc:
+            with suppress(Exception):
+                await db.rollback()
+            raise ServiceUnavailable("no database connection was free in time; retry") from exc
+        except OSError as exc:  # the driver could not even connect (refused, unreachable)
+            with suppress(Exception):
+                await db.rollback()
+            raise ServiceUnavailable("the database is unreachable; retry") from exc
         except BaseException:
             with suppress(Exception):
                 await db.rollback()
             raise
+
+
+def _unavailable(exc: DBAPIError) -> bool:
+    """The database, not the statement, failed: a lost connection, or none could be made."""
+    return (
+        exc.connection_invalidated
+        or isinstance(exc, (OperationalError, InterfaceError))
+        or exc.statement is None  # raised while connecting, before any statement ran
+    )
 
 
 def summarizer_of(request: Request) -> Summarizer:
@@ -53,6 +90,7 @@ def settings_of(request: Request) -> Settings:
 
 
 Db = Annotated[AsyncSession, Depends(transaction, scope="function")]
+WriteDb = Annotated[AsyncSession, Depends(write_transaction, scope="function")]
 AppSettings = Annotated[Settings, Depends(settings_of)]
 AppSummarizer = Annotated[Summarizer, Depends(summarizer_of)]
 AppWorker = Annotated[Worker, Depends(worker_of)]

@@ -28,8 +28,16 @@ class SummarizerBusy(Exception):
 
 
 class SessionLocks:
-    def __init__(self, engine: AsyncEngine) -> None:
+    """Per-session summarizer locks; with `max_running`, also a bound on summarizations at once.
+
+    A running summarization holds one connection for its advisory lock and, at times, one
+    for its reads and writes: with `max_running` and a pool of at least twice that, the
+    summarizations of a process can never starve each other of connections.
+    """
+
+    def __init__(self, engine: AsyncEngine, max_running: int | None = None) -> None:
         self._engine = engine
+        self._slots = asyncio.Semaphore(max_running) if max_running else None
         # Weak values: a session's lock lives while a holder or a waiter references it.
         self._local: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
         self._postgres = engine.dialect.name == "postgresql"
@@ -51,24 +59,45 @@ class SessionLocks:
         except TimeoutError as exc:
             raise SummarizerBusy(f"session {session_id} is being summarized") from exc
         try:
-            if not self._postgres:
+            async with self._slot(session_id, deadline), self._advisory(session_id, deadline):
                 yield
-                return
-            async with self._engine.connect() as connection:
-                await self._advisory_lock(connection, session_id, deadline)
-                try:
-                    yield
-                finally:
-                    # A dead connection has released the lock with it.
-                    with suppress(Exception):
-                        await connection.scalar(
-                            select(
-                                func.pg_advisory_unlock(ADVISORY_LOCK_NAMESPACE, _key(session_id))
-                            )
-                        )
-                        await connection.commit()
         finally:
             lock.release()
+
+    @asynccontextmanager
+    async def _slot(self, session_id: int, deadline: float) -> AsyncIterator[None]:
+        if self._slots is None:
+            yield
+            return
+        try:
+            remaining = max(deadline - time.monotonic(), 0.001)
+            await asyncio.wait_for(self._slots.acquire(), timeout=remaining)
+        except TimeoutError as exc:
+            raise SummarizerBusy(
+                f"session {session_id} waits: every summarization slot is in use"
+            ) from exc
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    @asynccontextmanager
+    async def _advisory(self, session_id: int, deadline: float) -> AsyncIterator[None]:
+        """PostgreSQL: the advisory lock, on a connection held for the whole summarization."""
+        if not self._postgres:
+            yield
+            return
+        async with self._engine.connect() as connection:
+            await self._advisory_lock(connection, session_id, deadline)
+            try:
+                yield
+            finally:
+                # A dead connection has released the lock with it.
+                with suppress(Exception):
+                    await connection.scalar(
+                        select(func.pg_advisory_unlock(ADVISORY_LOCK_NAMESPACE, _key(session_id)))
+                    )
+                    await connection.commit()
 
     async def _advisory_lock(
         self, connection: AsyncConnection, session_id: int, deadline: float

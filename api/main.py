@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import KeyGate
@@ -21,10 +23,17 @@ from api.routes import probes, router
 from api.settings import Settings, get_settings
 from api.summarization import Summarizer
 from api.worker import Worker
+from summarizer.llm import load_litellm
+from summarizer.local import LOCAL_MODEL
 
 logger = logging.getLogger("precis")
 
-HTTP_ERROR_NAMES = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge"}
+HTTP_ERROR_NAMES = {
+    400: "BadRequest",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "PayloadTooLarge",
+}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -35,11 +44,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         app.state.settings = resolved
         app.state.tenant_keys = resolved.tenant_keys()
+        if resolved.summary_model != LOCAL_MODEL:
+            # Importing litellm takes seconds of CPU: pay it before serving, not mid-traffic.
+            await load_litellm()
         engine = create_engine(resolved.database_url)
         sessionmaker = create_sessionmaker(engine)
-        summarizer = Summarizer(resolved, sessionmaker, SessionLocks(engine))
-        worker = Worker(sessionmaker, summarizer, resolved.summary_workers)
+        # Summarization runs while the request that asked for it holds a connection: with one
+        # shared pool, requests could hold every connection and wait for each other forever.
+        running = resolved.summary_concurrency
+        background = create_engine(resolved.database_url, pool_size=2 * running, max_overflow=0)
+        background_sessionmaker = create_sessionmaker(background)
+        write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        summarizer = Summarizer(
+            resolved,
+            background_sessionmaker,
+            SessionLocks(background, max_running=running),
+            write_lock,
+        )
+        worker = Worker(background_sessionmaker, summarizer, resolved.summary_workers)
         app.state.engine = engine
+        app.state.write_lock = write_lock
         app.state.sessionmaker = sessionmaker
         app.state.summarizer = summarizer
         app.state.worker = worker
@@ -50,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await worker.stop()
             await engine.dispose()
+            await background.dispose()
 
     app = FastAPI(title="Precis", version="0.1.0", lifespan=lifespan)
     app.include_router(router)
@@ -63,8 +88,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _error(status: int, name: str, detail: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": name, "detail": detail})
+def _error(
+    status: int, name: str, detail: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    content = {"error": name, "detail": detail}
+    return JSONResponse(status_code=status, content=content, headers=headers)
 
 
 async def _precis_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -78,15 +106,45 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def _describe(error: Any) -> str:
+    if error.get("type") == "json_invalid":
+        position = error.get("loc", ("body", "?"))[-1]
+        reason = (error.get("ctx") or {}).get("error", "JSON decode error")
+        return f"body: invalid JSON at character {position}: {reason}"
     location = ".".join(str(part) for part in error.get("loc", ()))
     message = str(error.get("msg", "invalid"))
     return f"{location}: {message}" if location else message
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.__cause__ is not None:
+        # FastAPI could not parse the JSON body: malformed JSON, like any other, gets 422.
+        return _error(422, "ValidationError", _unparsable_body(exc.__cause__))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette lists the methods of one route; a path may have several routes.
+        headers["Allow"] = ", ".join(_allowed_methods(request.url.path)) or headers.get("Allow", "")
     name = HTTP_ERROR_NAMES.get(exc.status_code, "HTTPError")
-    return _error(exc.status_code, name, str(exc.detail))
+    return _error(exc.status_code, name, str(exc.detail), headers)
+
+
+def _allowed_methods(path: str) -> list[str]:
+    methods: set[str] = set()
+    for route in (*router.routes, *probes.routes):
+        if isinstance(route, APIRoute) and route.path_regex.match(path):
+            methods |= route.methods or set()
+    return sorted(methods)
+
+
+def _unparsable_body(cause: BaseException) -> str:
+    """Why a body that is not malformed JSON to the letter still could not be parsed."""
+    if isinstance(cause, RecursionError):
+        return "body: JSON nested too deeply to parse"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body: invalid JSON: not UTF-8 at byte {cause.start}"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "body: a number has too many digits (4300 at most)"
+    return f"body: could not be read ({type(cause).__name__})"
 
 
 async def _unexpected_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response, status
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response, status
+from fastapi.dependencies.models import Dependant
 from fastapi.responses import PlainTextResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from api import metrics, service
 from api.auth import Tenant
-from api.deps import AppSettings, AppSummarizer, AppWorker, Db
+from api.deps import AppSettings, AppSummarizer, AppWorker, Db, WriteDb
 from api.errors import (
     BadRequest,
     Forbidden,
@@ -52,13 +54,57 @@ MAX_SEQ = 2**62
 MAX_HISTORY_TOKENS = 10_000_000
 """Largest `max_tokens` budget accepted by the history loader."""
 
+MAX_ID = 2**63 - 1
+"""Largest row id (64-bit): path ids and cursors beyond it cannot exist."""
+
 SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, max_length=128)]
 PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
-Cursor = Annotated[str | None, Query(max_length=32)]
+CURSOR_PATTERN = r"^[0-9]{1,18}$"
+"""What the cursors handed out look like (documented; others get 400, not 422)."""
+
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=32,
+        description="`next_cursor` of the previous page",
+        json_schema_extra={"pattern": CURSOR_PATTERN},
+    ),
+]
+
+
+def checked_cursor(cursor: str | None) -> str | None:
+    """A cursor is a positive 64-bit id in ASCII digits: anything else was not handed out."""
+    if cursor is not None and not (
+        cursor.isascii() and cursor.isdigit() and int(cursor[:20]) <= MAX_ID
+    ):
+        raise BadRequest("cursor is not one this server handed out")
+    return cursor
+
 
 COMMON = (Unauthorized, Forbidden, ValidationFailed, ServiceUnavailable)
 
-router = APIRouter(prefix="/v1")
+
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def known_query_only(request: Request) -> None:
+    """Refuse query parameters a route does not take: a typo (`max_token=`) must not pass
+    silently as if the client had not asked."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    unknown = sorted(set(request.query_params) - _query_names(route.dependant))
+    if unknown:
+        raise ValidationFailed(
+            "; ".join(f"query.{name}: not a parameter of this route" for name in unknown)
+        )
+
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(known_query_only)])
 probes = APIRouter()
 
 
@@ -68,7 +114,7 @@ probes = APIRouter()
     responses=responses(*COMMON, SessionExists, PayloadTooLarge),
 )
 async def create_session(
-    body: SessionCreate, db: Db, tenant: Tenant, settings: AppSettings
+    body: SessionCreate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
     check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     return await service.create_session(db, tenant, body)
@@ -78,7 +124,7 @@ async def create_session(
 async def list_sessions(
     db: Db, tenant: Tenant, limit: PageSize = 50, cursor: Cursor = None
 ) -> SessionList:
-    sessions, next_cursor = await service.list_sessions(db, tenant, limit, cursor)
+    sessions, next_cursor = await service.list_sessions(db, tenant, limit, checked_cursor(cursor))
     return SessionList(sessions=sessions, next_cursor=next_cursor)
 
 
@@ -91,7 +137,7 @@ async def get_session(session_id: SessionPath, db: Db, tenant: Tenant) -> Sessio
     "/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound, PayloadTooLarge)
 )
 async def update_session(
-    session_id: SessionPath, body: SessionUpdate, db: Db, tenant: Tenant, settings: AppSettings
+    session_id: SessionPath, body: SessionUpdate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
     check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     return await service.update_session(db, tenant, session_id, body)
@@ -102,7 +148,7 @@ async def update_session(
     status_code=status.HTTP_204_NO_CONTENT,
     responses=responses(*COMMON, SessionNotFound),
 )
-async def delete_session(session_id: SessionPath, db: Db, tenant: Tenant) -> Response:
+async def delete_session(session_id: SessionPath, db: WriteDb, tenant: Tenant) -> Response:
     await service.delete_session(db, tenant, session_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -115,7 +161,7 @@ async def delete_session(session_id: SessionPath, db: Db, tenant: Tenant) -> Res
 async def append_messages(
     session_id: SessionPath,
     body: AppendRequest,
-    db: Db,
+    db: WriteDb,
     tenant: Tenant,
     settings: AppSettings,
     worker: AppWorker,
@@ -185,14 +231,14 @@ async def list_summaries(
     cursor: Cursor = None,
 ) -> SummaryList:
     summaries, next_cursor = await service.list_summaries(
-        db, tenant, session_id, include_superseded, limit, cursor
+        db, tenant, session_id, include_superseded, limit, checked_cursor(cursor)
     )
     return SummaryList(summaries=summaries, next_cursor=next_cursor)
 
 
 @router.get("/summaries/{summary_id}", responses=responses(*COMMON, SummaryNotFound))
 async def get_summary(
-    summary_id: Annotated[int, Path(ge=1, le=2**63 - 1)], db: Db, tenant: Tenant
+    summary_id: Annotated[int, Path(ge=1, le=MAX_ID)], db: Db, tenant: Tenant
 ) -> SummaryDetail:
     return await service.get_summary(db, tenant, summary_id)
 
@@ -215,7 +261,15 @@ async def readyz(request: Request) -> Health:
 
 
 @probes.get(
-    "/metrics", response_class=PlainTextResponse, responses=responses(Unauthorized, Forbidden)
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={
+        error.status_code: {
+            "description": error.__name__,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        }
+        for error in (Unauthorized, Forbidden)
+    },
 )
 async def prometheus_metrics(_tenant: Tenant) -> PlainTextResponse:
     """Prometheus text; needs a key like every /v1 route (loopback only without API_KEYS)."""

@@ -1,4 +1,8 @@
-"""Pydantic schemas of the REST API, kept apart from the ORM models."""
+"""Pydantic schemas of the REST API, kept apart from the ORM models.
+
+Request models are strict: a JSON value must have the documented type (`"12"` is not an
+integer, `true` is not 1) and unknown fields are refused.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.settings import SummaryOverrides
+from api.settings import JSON_INTEGER, SummaryOverrides
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 
@@ -67,19 +71,19 @@ def check_text(text: str, where: str) -> None:
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["text"]
     text: str
 
 
 class ImageUrl(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     url: Annotated[str, Field(min_length=1)]
     detail: Literal["auto", "low", "high"] | None = None
 
 
 class ImagePart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["image_url"]
     image_url: ImageUrl
 
@@ -88,7 +92,7 @@ ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
 class ToolFunction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: Annotated[str, Field(min_length=1, max_length=256)]
     arguments: str
 
@@ -96,7 +100,7 @@ class ToolFunction(BaseModel):
 class ToolCall(BaseModel):
     """One tool call of an assistant message, in OpenAI shape."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     id: ToolCallId
     type: Literal["function"] = "function"
     function: ToolFunction
@@ -105,7 +109,7 @@ class ToolCall(BaseModel):
 class MessageIn(BaseModel):
     """A message to append, in OpenAI chat shape plus `metadata` and `client_id`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Role
     content: str | Annotated[list[ContentPart], Field(min_length=1)] | None = None
@@ -144,7 +148,7 @@ class MessageIn(BaseModel):
 
 
 class AppendRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=500)]
 
 
@@ -178,7 +182,7 @@ class MessageList(BaseModel):
 
 
 class SessionCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     id: SessionId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     settings: SummaryOverrides = Field(default_factory=SummaryOverrides)
@@ -192,7 +196,7 @@ class SessionCreate(BaseModel):
 class SessionUpdate(BaseModel):
     """Fields to change; absent fields stay as they are (applied with `exclude_unset`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     metadata: dict[str, Any] | None = None
     settings: SummaryOverrides | None = None
 
@@ -257,9 +261,9 @@ class History(BaseModel):
 class CompactRequest(BaseModel):
     """`overflow_retry` summarizes everything (keep_last_n 0); `manual` keeps the newest."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     trigger: Literal["overflow_retry", "manual"] = "manual"
-    keep_last_n: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    keep_last_n: Annotated[int, Field(ge=0, le=1_000_000), *JSON_INTEGER] | None = None
 
 
 class CompactResponse(BaseModel):

@@ -61,7 +61,11 @@ def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMess
     )
 
 
-def message_out(message: Message) -> MessageOut:
+StoredMessage = Message | store.MessageRow
+"""A stored message: an ORM instance (append, list) or a plain row (the history loader)."""
+
+
+def message_out(message: StoredMessage) -> MessageOut:
     return MessageOut(
         id=message.id,
         seq=message.seq,
@@ -77,7 +81,7 @@ def message_out(message: Message) -> MessageOut:
     )
 
 
-def openai_message(message: Message) -> dict[str, Any]:
+def openai_message(message: StoredMessage) -> dict[str, Any]:
     """A stored message in OpenAI chat shape."""
     out: dict[str, Any] = {
         "role": message.role,
@@ -229,6 +233,8 @@ async def history(
         and policy.dynamic_summary_enabled
         and policy.retry_on_context_overflow
     ):
+        # End the read transaction first: the connection must not idle in it during LLM calls.
+        await db.commit()
         with suppress(SummarizerBusy):
             summary = await summarizer.run(
                 session.id, "proactive", "token_limit", wait_seconds=INLINE_WAIT_SECONDS
@@ -250,10 +256,7 @@ async def load_history(
     policy = summarizer.settings.policy(session.settings)
     summaries = await store.live_summaries(db, session.id, summary_limit or policy.summary_limit)
     after_seq = summaries[-1].last_seq if summaries else 0
-    if max_tokens is None:
-        messages = await store.messages_after(db, session.id, after_seq)
-    else:
-        messages = await store.tail_within_budget(db, session.id, after_seq, max_tokens)
+    messages = await store.tail_within_budget(db, session.id, after_seq, max_tokens)
     first_loaded = messages[0].seq if messages else session.last_seq + 1
     context = assemble(
         [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in summaries],
@@ -330,6 +333,6 @@ def decode_cursor(cursor: str | None) -> int | None:
     """Cursors are opaque to clients; here they are the last id (or seq) of the previous page."""
     if cursor is None:
         return None
-    if not cursor.isdigit() or len(cursor) > 19:
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 19:
         raise BadRequest("cursor is not one this server handed out")
     return int(cursor)

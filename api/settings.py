@@ -8,12 +8,16 @@ from typing import Annotated, Any
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
+    Strict,
     field_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from summarizer.local import LOCAL_MODEL
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"
 """The embedded default: one SQLite file under ./data/, created on first migration."""
@@ -33,24 +37,38 @@ ModelName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_
 """A litellm model string: printable (PostgreSQL stores no NUL; a name has no control chars)."""
 
 
+def _json_integer(value: Any) -> Any:
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be a JSON integer, not a boolean or a string")
+    return value
+
+
+JSON_INTEGER = (Strict(False), BeforeValidator(_json_integer))
+"""Metadata for an int of a strict request model: `3` or `3.0` (both JSON Schema integers),
+never `true` or `"3"`. It follows the bounds in `Annotated`, so the schema keeps them."""
+
+OverrideCount = Annotated[int, Field(ge=1, le=10_000_000), *JSON_INTEGER]
+OverrideNonNegative = Annotated[int, Field(ge=0, le=10_000_000), *JSON_INTEGER]
+
+
 class SummaryOverrides(BaseModel):
     """Per-session summary settings: the keys a session's `settings` object may carry."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     dynamic_summary_enabled: bool | None = None
-    message_limit: PositiveInt | None = None
-    max_context_tokens: PositiveInt | None = None
-    keep_last_n: NonNegativeInt | None = None
-    target_tokens: PositiveInt | None = None
-    merge_target_tokens: PositiveInt | None = None
+    message_limit: OverrideCount | None = None
+    max_context_tokens: OverrideCount | None = None
+    keep_last_n: OverrideNonNegative | None = None
+    target_tokens: OverrideCount | None = None
+    merge_target_tokens: OverrideCount | None = None
     bisect_enabled: bool | None = None
-    bisect_max_depth: Annotated[int, Field(ge=0, le=32)] | None = None
-    bisect_min_messages: PositiveInt | None = None
+    bisect_max_depth: Annotated[int, Field(ge=0, le=32), *JSON_INTEGER] | None = None
+    bisect_min_messages: OverrideCount | None = None
     retry_on_context_overflow: bool | None = None
-    summary_limit: Annotated[int, Field(ge=1, le=100)] | None = None
+    summary_limit: Annotated[int, Field(ge=1, le=100), *JSON_INTEGER] | None = None
     model: ModelName | None = None
-    model_context_tokens: PositiveInt | None = None
+    model_context_tokens: OverrideCount | None = None
     temperature: Temperature | None = None
 
 
@@ -95,6 +113,10 @@ class Settings(BaseSettings):
     summary_retry_on_context_overflow: bool = True
     summary_limit: Annotated[int, Field(ge=1, le=100)] = 3
     summary_model: ModelName = "local"
+    summary_allowed_models: str = ""
+    """Other litellm models a session's `settings.model` may name (comma-separated), besides
+    SUMMARY_MODEL and `local`. A session naming any other is summarized with SUMMARY_MODEL:
+    a client must not send the server's API key to a provider (or a local port) it picks."""
     summary_api_base: str | None = None
     summary_api_key: SecretStr | None = None
     summary_model_context_tokens: PositiveInt | None = None
@@ -109,6 +131,12 @@ class Settings(BaseSettings):
 
     summary_workers: Annotated[int, Field(ge=0, le=64)] = 2
     """Background summarization jobs run at once by this process (0: this replica runs none)."""
+    summary_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    """Summarizations (background jobs and inline compactions) this process runs at once.
+
+    They use a pool of their own, twice this size, apart from the requests' pool: an inline
+    compaction runs while its request holds a connection, so one shared pool could deadlock.
+    """
 
     max_message_bytes: PositiveInt = 1_000_000
     """Largest accepted message (its JSON encoding); larger ones get 413."""
@@ -144,7 +172,15 @@ class Settings(BaseSettings):
         )
         if overrides is None:
             return base
-        return base.model_copy(update=overrides.model_dump(exclude_none=True))
+        update = overrides.model_dump(exclude_none=True)
+        if update.get("model") not in (None, *self.allowed_models()):
+            del update["model"]
+        return base.model_copy(update=update)
+
+    def allowed_models(self) -> frozenset[str]:
+        """The models a session may choose: SUMMARY_MODEL, `local` and SUMMARY_ALLOWED_MODELS."""
+        extra = {name.strip() for name in self.summary_allowed_models.split(",") if name.strip()}
+        return frozenset({self.summary_model, LOCAL_MODEL, *extra})
 
     def tenant_keys(self) -> dict[str, str]:
         """API key -> tenant, parsed from `API_KEYS="tenant_a:key_a,tenant_b:key_b"`."""
@@ -156,6 +192,8 @@ class Settings(BaseSettings):
             tenant, sep, key = entry.partition(":")
             if not sep or not tenant.strip() or not key.strip():
                 raise ValueError("API_KEYS entries must look like tenant:key")
+            if keys.get(key.strip(), tenant.strip()) != tenant.strip():
+                raise ValueError("API_KEYS gives one key to two tenants")
             keys[key.strip()] = tenant.strip()
         return keys
 

@@ -6,8 +6,10 @@ are then written in one short transaction under the session's summarizer lock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +60,8 @@ class Summarizer:
     settings: Settings
     sessionmaker: async_sessionmaker[AsyncSession]
     locks: SessionLocks
+    write_lock: asyncio.Lock | None = None
+    """SQLite only: the process's writers take turns (see `api.deps.write_transaction`)."""
 
     async def run(
         self,
@@ -160,7 +164,11 @@ class Summarizer:
             metrics.SUMMARIES.labels(trigger, "rollup").inc()
 
     async def _save(self, session_id: int, draft: store.SummaryDraft) -> Summary:
-        async with self.sessionmaker() as db, db.begin():
+        async with (
+            self.write_lock or nullcontext(),
+            self.sessionmaker() as db,
+            db.begin(),
+        ):
             return await store.save_summary(db, session_id, draft)
 
     def engine_settings(

@@ -458,6 +458,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--llm-latency", type=float, default=0.05, help="fake LLM seconds/call")
     parser.add_argument("--workers", type=int, default=2, help="SUMMARY_WORKERS")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--server-log", type=Path, help="keep the server's log in this file")
     args = parser.parse_args(argv)
     if args.backends < 1 or args.turns < 1 or args.duration <= 0:
         parser.error("--backends, --turns and --duration must be positive")
@@ -489,7 +490,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             with running_fake_llm(latency_seconds=args.llm_latency) as llm:
                 settings["summary_api_base"] = llm.base_url
-                server = LiveServer(database_url, Path(folder) / "server.log", settings)
+                log_path = args.server_log or Path(folder) / "server.log"
+                server = LiveServer(database_url, log_path, settings)
                 with server:
                     outcome = asyncio.run(run_load(server.base_url, api_key, plan))
                     exit_status = server.stop()

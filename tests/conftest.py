@@ -66,6 +66,22 @@ def pytest_configure(config: pytest.Config) -> None:
 _PG_KEY = pytest.StashKey[bool]()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `postgresql_only` are not collected for SQLite (deselected, not skipped)."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_sqlite = callspec is not None and callspec.params.get("database_url") == "sqlite"
+        if on_sqlite and item.get_closest_marker("postgresql_only"):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def alembic_config(database_url: str) -> Config:
     config = Config(str(REPO_ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(REPO_ROOT / "migrations"))

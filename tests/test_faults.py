@@ -1,0 +1,478 @@
+"""Faults lose nothing: the LLM down, slow or flaky; database connections killed; SIGTERM.
+
+LLM faults run on both databases through the loopback fake LLM (litellm's real HTTP path).
+Killed connections are a PostgreSQL matter (`pg_terminate_backend` from an admin
+connection); SIGTERM runs the real server (`python -m api`) as a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import store
+from api.db.engine import create_engine
+from api.db.models import Message, Summary, SummaryJob, SummaryMessage
+from api.main import create_app
+from scripts.load import LiveServer
+from tests.conftest import make_settings
+from tests.invariants import invariant_violations
+from tests.llm_server import FakeLLM, fake_llm  # noqa: F401
+
+WAIT_SECONDS = 30.0
+
+KILL_CONNECTIONS = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def llm_overrides(llm: FakeLLM) -> dict[str, Any]:
+    """The fake LLM as summarizer, with quick retries so a fault plays out in a second."""
+    return {
+        "summary_model": "openai/fake",
+        "summary_api_base": llm.base_url,
+        "summary_api_key": "test",
+        "summary_llm_max_attempts": 2,
+        "summary_llm_backoff_seconds": 0.01,
+        "summary_llm_timeout_seconds": 1.0,
+        "summary_keep_last_n": 2,
+        "summary_message_limit": 10_000,
+        "summary_workers": 0,
+    }
+
+
+@pytest.fixture
+def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dict[str, Any]:  # noqa: F811
+    return {**llm_overrides(fake_llm), **getattr(request, "param", {})}
+
+
+async def append(client: httpx.AsyncClient, session: str, *messages: dict[str, Any]) -> Any:
+    answer = await client.post(f"/v1/sessions/{session}/messages", json={"messages": messages})
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+async def wait_for_summary(client: httpx.AsyncClient, session: str) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        history = (await client.get(f"/v1/sessions/{session}/history")).json()
+        if history["summaries"] and not history["summarization_pending"]:
+            return dict(history)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no summary for {session} within {WAIT_SECONDS} s")
+
+
+async def assert_nothing_lost(
+    sessionmaker: async_sessionmaker[AsyncSession], session: str, messages: int
+) -> None:
+    """The session has exactly `messages` messages, seq 1..n, and invariants 1 and 2 hold."""
+    async with sessionmaker() as db:
+        pk = (await store.get_session(db, "default", session)).id
+        seqs = list(
+            await db.scalars(select(Message.seq).where(Message.session_id == pk).order_by("seq"))
+        )
+        assert seqs == list(range(1, messages + 1))
+        assert await invariant_violations(db, pk) == []
+
+
+async def count(sessionmaker: async_sessionmaker[AsyncSession], model: type[Any]) -> int:
+    async with sessionmaker() as db:
+        return int(await db.scalar(select(func.count()).select_from(model)) or 0)
+
+
+# --- the LLM down, flaky or slow ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 6, "summary_workers": 1}],
+    indirect=True,
+)
+async def test_proactive_summary_with_the_llm_down_stores_a_truncated_fallback(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,  # noqa: F811
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    fake_llm.fail_always(503)
+    answer = await append(client, "down", *(user(f"question {i}") for i in range(6)))
+    assert answer["summarization"]["scheduled"] is True
+    history = await wait_for_summary(client, "down")
+    [summary] = history["summaries"]
+    assert (summary["first_seq"], summary["last_seq"]) == (1, 4)
+    assert summary["metadata"]["truncated"] is True
+    assert summary["metadata"]["failed_llm_calls"] >= 2
+    assert summary["summary_text"].strip()
+    assert set(fake_llm.statuses()) == {503}
+    await assert_nothing_lost(sessionmaker, "down", 6)
+    assert await count(sessionmaker, SummaryJob) == 0
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 6, "summary_workers": 1, "summary_llm_max_attempts": 3}],
+    indirect=True,
+)
+async def test_proactive_summary_rides_out_a_flaky_llm(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,  # noqa: F811
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    fake_llm.fail_next(503)
+    fake_llm.fail_next(429, retry_after=0)
+    await append(client, "flaky", *(user(f"question {i}") for i in range(6)))
+    history = await wait_for_summary(client, "flaky")
+    metadata = history["summaries"][0]["metadata"]
+    assert metadata["truncated"] is False
+    assert metadata["failed_llm_calls"] == 2
+    assert fake_llm.statuses() == [503, 429, 200]
+    await assert_nothing_lost(sessionmaker, "flaky", 6)
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 6, "summary_workers": 1}],
+    indirect=True,
+)
+async def test_proactive_summary_retries_past_a_slow_llm(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,  # noqa: F811
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    fake_llm.slow_next(3.0)  # past the 1 s timeout
+    await append(client, "slow", *(user(f"question {i}") for i in range(6)))
+    history = await wait_for_summary(client, "slow")
+    metadata = history["summaries"][0]["metadata"]
+    assert metadata["truncated"] is False
+    assert metadata["failed_llm_calls"] >= 1
+    await assert_nothing_lost(sessionmaker, "slow", 6)
+
+
+async def test_compact_with_the_llm_down_answers_with_a_truncated_fallback(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,  # noqa: F811
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    fake_llm.fail_always(503)
+    await append(client, "inline", *(user(f"question {i}") for i in range(8)))
+    answer = await client.post("/v1/sessions/inline/compact", json={"trigger": "overflow_retry"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["summary"]["first_seq"], body["summary"]["last_seq"]) == (1, 8)
+    assert body["summary"]["metadata"]["truncated"] is True
+    assert body["history"]["messages"] == []
+    assert body["history"]["context"][0]["role"] == "system"
+    await assert_nothing_lost(sessionmaker, "inline", 8)
+
+
+@pytest.fixture
+def unreachable_llm(settings_overrides: dict[str, Any]) -> None:
+    settings_overrides["summary_api_base"] = FakeLLM.closed_port_url()
+
+
+async def test_compact_with_the_llm_unreachable_answers_with_a_truncated_fallback(
+    unreachable_llm: None,
+    client: httpx.AsyncClient,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    await append(client, "refused", *(user(f"question {i}") for i in range(5)))
+    answer = await client.post(
+        "/v1/sessions/refused/compact", json={"trigger": "manual", "keep_last_n": 1}
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["summary"]["metadata"]["truncated"] is True
+    assert answer.json()["summary"]["last_seq"] == 4
+    await assert_nothing_lost(sessionmaker, "refused", 5)
+
+
+async def test_history_over_max_tokens_with_the_llm_down_still_fits_the_budget(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,  # noqa: F811
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    fake_llm.fail_always(503)
+    text_ = "The parcel for order 1234 left the Lyon depot on Monday morning. " * 3
+    await append(client, "budget", *(user(f"{i}: {text_}") for i in range(12)))
+    answer = await client.get("/v1/sessions/budget/history", params={"max_tokens": 300})
+    assert answer.status_code == 200, answer.text
+    history = answer.json()
+    assert history["token_estimate"] <= 300
+    assert history["summaries"] and history["summaries"][0]["metadata"]["truncated"] is True
+    await assert_nothing_lost(sessionmaker, "budget", 12)
+
+
+async def test_after_an_outage_the_llm_summarizes_the_rest_normally(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,  # noqa: F811
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    fake_llm.fail_always(503)
+    await append(client, "outage", *(user(f"before {i}") for i in range(4)))
+    down = await client.post("/v1/sessions/outage/compact", json={"trigger": "overflow_retry"})
+    assert down.json()["summary"]["metadata"]["truncated"] is True
+    fake_llm.fail_always(None)
+    await append(client, "outage", *(user(f"after {i}") for i in range(4)))
+    up = await client.post("/v1/sessions/outage/compact", json={"trigger": "overflow_retry"})
+    assert up.status_code == 200, up.text
+    summary = up.json()["summary"]
+    assert (summary["first_seq"], summary["last_seq"]) == (5, 8)
+    assert summary["metadata"]["truncated"] is False
+    await assert_nothing_lost(sessionmaker, "outage", 8)
+
+
+# --- the database connection killed (PostgreSQL) --------------------------------------------
+
+
+async def kill_connections(database_url: str) -> int:
+    """Terminate every other connection to the test database, from an admin connection."""
+    admin = create_engine(database_url)
+    try:
+        async with admin.connect() as connection:
+            return len((await connection.execute(text(KILL_CONNECTIONS))).all())
+    finally:
+        await admin.dispose()
+
+
+def pause_after(
+    original: Callable[..., Awaitable[Any]], reached: asyncio.Event, resume: asyncio.Event
+) -> Callable[..., Awaitable[Any]]:
+    """Wrap a store function: the first call signals `reached` and waits for `resume`."""
+    first = True
+
+    async def paused(*args: Any, **kwargs: Any) -> Any:
+        nonlocal first
+        result = await original(*args, **kwargs)
+        if first:
+            first = False
+            reached.set()
+            await resume.wait()
+        return result
+
+    return paused
+
+
+def pause_before(
+    original: Callable[..., Awaitable[Any]], reached: asyncio.Event, resume: asyncio.Event
+) -> Callable[..., Awaitable[Any]]:
+    first = True
+
+    async def paused(*args: Any, **kwargs: Any) -> Any:
+        nonlocal first
+        if first:
+            first = False
+            reached.set()
+            await resume.wait()
+        return await original(*args, **kwargs)
+
+    return paused
+
+
+async def kill_when_reached(
+    database_url: str, reached: asyncio.Event, resume: asyncio.Event
+) -> int:
+    await asyncio.wait_for(reached.wait(), WAIT_SECONDS)
+    killed = await kill_connections(database_url)
+    resume.set()
+    return killed
+
+
+@pytest.mark.postgresql_only
+async def test_killed_idle_connections_are_replaced_before_the_next_request(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    await append(client, "idle", user("one"))
+    assert await kill_connections(database_url) >= 1
+    assert (await client.get("/readyz")).status_code == 200
+    await append(client, "idle", user("two"))
+    assert [m["seq"] for m in (await client.get("/v1/sessions/idle/messages")).json()["messages"]]
+    await assert_nothing_lost(sessionmaker, "idle", 2)
+
+
+@pytest.mark.postgresql_only
+async def test_a_connection_killed_mid_append_gets_503_and_stores_none_of_the_batch(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await append(client, "mid", user("kept"))
+    reached, resume = asyncio.Event(), asyncio.Event()
+    monkeypatch.setattr(
+        store, "append_messages", pause_after(store.append_messages, reached, resume)
+    )
+    batch = {"messages": [user(f"lost {i}") for i in range(5)]}
+    request = asyncio.create_task(client.post("/v1/sessions/mid/messages", json=batch))
+    assert await kill_when_reached(database_url, reached, resume) >= 1
+    answer = await request
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"] == "ServiceUnavailable"
+    await assert_nothing_lost(sessionmaker, "mid", 1)
+    retried = await append(client, "mid", *batch["messages"])
+    assert [m["seq"] for m in retried["messages"]] == [2, 3, 4, 5, 6]
+    await assert_nothing_lost(sessionmaker, "mid", 6)
+
+
+@pytest.mark.postgresql_only
+async def test_a_connection_killed_while_a_summary_is_written_leaves_none_of_it(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await append(client, "write", *(user(f"question {i}") for i in range(6)))
+    reached, resume = asyncio.Event(), asyncio.Event()
+    # The summary row is inserted; its links are not, when the connection dies.
+    monkeypatch.setattr(
+        store, "_link_messages", pause_before(store._link_messages, reached, resume)
+    )
+    request = asyncio.create_task(
+        client.post("/v1/sessions/write/compact", json={"trigger": "overflow_retry"})
+    )
+    assert await kill_when_reached(database_url, reached, resume) >= 1
+    answer = await request
+    assert answer.status_code == 503, answer.text
+    assert await count(sessionmaker, Summary) == 0
+    assert await count(sessionmaker, SummaryMessage) == 0
+    retried = await client.post("/v1/sessions/write/compact", json={"trigger": "overflow_retry"})
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["summary"]["message_count"] == 6
+    await assert_nothing_lost(sessionmaker, "write", 6)
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 6, "summary_workers": 1}],
+    indirect=True,
+)
+@pytest.mark.postgresql_only
+async def test_a_background_job_cut_by_a_killed_connection_is_retried(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reached, resume = asyncio.Event(), asyncio.Event()
+    monkeypatch.setattr(
+        store, "_link_messages", pause_before(store._link_messages, reached, resume)
+    )
+    await append(client, "job", *(user(f"question {i}") for i in range(6)))
+    assert await kill_when_reached(database_url, reached, resume) >= 1
+    history = await wait_for_summary(client, "job")  # the job is retried after its backoff
+    assert (history["summaries"][0]["first_seq"], history["summaries"][0]["last_seq"]) == (1, 4)
+    await assert_nothing_lost(sessionmaker, "job", 6)
+    assert await count(sessionmaker, SummaryJob) == 0
+
+
+async def test_an_unreachable_database_gets_503_and_readyz_says_so() -> None:
+    url = "postgresql+asyncpg://postgres@127.0.0.1:1/precis"  # nothing listens on port 1
+    app = create_app(make_settings(url, summary_workers=0))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+    ):
+        ready = await http.get("/readyz")
+        answer = await http.post("/v1/sessions/s/messages", json={"messages": [user("x")]})
+    assert ready.status_code == 503 and ready.json()["error"] == "ServiceUnavailable"
+    assert answer.status_code == 503 and answer.json()["error"] == "ServiceUnavailable"
+
+
+# --- SIGTERM ---------------------------------------------------------------------------------
+
+
+class Gate:
+    """Holds the fake LLM's answers to prompts carrying a marker until released."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def hold(self, prompt: str) -> None:
+        if self.marker in prompt:
+            self.entered.set()
+            self.release.wait(WAIT_SECONDS)
+
+
+@pytest.fixture
+async def gated_llm(fake_llm: FakeLLM) -> AsyncIterator[tuple[FakeLLM, Gate, Gate]]:  # noqa: F811
+    background, inline = Gate("HOLD-BACKGROUND"), Gate("HOLD-INLINE")
+
+    def responder(messages: list[dict[str, Any]]) -> str:
+        prompt = " ".join(str(message.get("content")) for message in messages)
+        background.hold(prompt)
+        inline.hold(prompt)
+        return "A short summary of the conversation."
+
+    fake_llm.responder = responder
+    try:
+        yield fake_llm, background, inline
+    finally:
+        background.release.set()
+        inline.release.set()
+
+
+async def wait_until(event: threading.Event) -> None:
+    assert await asyncio.to_thread(event.wait, WAIT_SECONDS)
+
+
+@pytest.mark.postgresql_only
+async def test_sigterm_finishes_in_flight_requests_and_a_new_process_resumes_the_job(
+    engine: Any,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    gated_llm: tuple[FakeLLM, Gate, Gate],
+    tmp_path: Path,
+) -> None:
+    llm, background, inline = gated_llm
+    settings = {
+        **llm_overrides(llm),
+        "summary_workers": 1,
+        "summary_message_limit": 4,
+        "summary_keep_last_n": 1,
+        "summary_llm_timeout_seconds": 60,
+    }
+    first = LiveServer(database_url, tmp_path / "first.log", settings)
+    with first:
+        async with httpx.AsyncClient(base_url=first.base_url, timeout=WAIT_SECONDS) as http:
+            # A background job whose LLM call hangs, and an inline compaction in flight.
+            await append(http, "bg", *(user(f"HOLD-BACKGROUND {i}") for i in range(4)))
+            await wait_until(background.entered)
+            await append(http, "fg", *(user(f"HOLD-INLINE {i}") for i in range(3)))
+            compact = asyncio.create_task(
+                http.post("/v1/sessions/fg/compact", json={"trigger": "overflow_retry"})
+            )
+            await wait_until(inline.entered)
+            first.terminate()
+            await asyncio.sleep(0.5)  # the server is shutting down, the request still runs
+            inline.release.set()
+            answer = await compact
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["summary"]["last_seq"] == 3
+        assert await asyncio.to_thread(first.wait) in (0, -15), first.log_tail()
+    async with sessionmaker() as db:
+        jobs = list(await db.scalars(select(SummaryJob)))
+    assert [job.status for job in jobs] == ["pending"], first.log_tail()
+    assert await count(sessionmaker, Summary) == 1  # fg's; bg's never landed
+
+    background.release.set()
+    with LiveServer(database_url, tmp_path / "second.log", settings) as second:
+        async with httpx.AsyncClient(base_url=second.base_url, timeout=WAIT_SECONDS) as http:
+            history = await wait_for_summary(http, "bg")
+    assert (history["summaries"][0]["first_seq"], history["summaries"][0]["last_seq"]) == (1, 3)
+    assert await count(sessionmaker, SummaryJob) == 0
+    await assert_nothing_lost(sessionmaker, "bg", 4)
+    await assert_nothing_lost(sessionmaker, "fg", 3)
