@@ -8,7 +8,7 @@ it runs `summarize()` through litellm's real HTTP path and prints a markdown tab
 calls, failed calls, bisect depth, leaves, the lower bound `ceil(input / usable window)`
 leaves plus the merges they imply, and wall time with concurrent halves against
 sequential ones. The server adds `--latency` seconds to every answer, so the concurrency
-comparison means something. Needs the repository checkout (it uses `tests.llm_server`).
+comparison means something. It uses the loopback fake LLM of `scripts/fake_llm.py`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from summarizer.prompts import summary_request
 from summarizer.tokens import count_message, count_messages
 
 if TYPE_CHECKING:
-    from tests.llm_server import FakeLLM
+    from scripts.fake_llm import FakeLLM
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sharegpt_multilang.jsonl"
 SIZES = (10_000, 100_000, 1_000_000)
@@ -144,7 +144,7 @@ def _reset(server: FakeLLM, window: int, latency: float) -> None:
 
 
 async def bench(sizes: Sequence[int], latency: float, all_sequential: bool) -> list[Row]:
-    from tests.llm_server import FakeLLM
+    from scripts.fake_llm import FakeLLM
 
     server = FakeLLM().start()
     rows: list[Row] = []

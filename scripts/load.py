@@ -6,7 +6,7 @@
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
 temporary folder, or a new PostgreSQL database on PRECIS_TEST_POSTGRES_URL's server, dropped
 at the end), an API key, and proactive summarization on with a small message limit, against
-the loopback fake OpenAI-compatible LLM of `tests/llm_server.py` (litellm's real HTTP path).
+the loopback fake OpenAI-compatible LLM of `scripts/fake_llm.py` (litellm's real HTTP path).
 Each backend plays turns: append the user's message, load the history under `max_tokens`,
 append the assistant's answer. It stops after `--turns` turns per backend or `--duration`
 seconds, whichever comes first, waits (bounded) for background summarization to drain,
@@ -467,7 +467,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from tests.llm_server import running_fake_llm  # the loopback OpenAI-compatible test LLM
+    from scripts.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
     plan = Plan(args.backends, args.turns, args.duration, args.max_tokens, args.seed)
     api_key = secrets.token_urlsafe(24)

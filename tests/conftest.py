@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from api.db.engine import create_engine, create_sessionmaker
 from api.db.models import Base
 from api.main import create_app
 from api.settings import Settings
+from scripts.fake_llm import FakeLLM, running_fake_llm
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -261,6 +262,13 @@ async def app_db(app_sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIte
 def sid() -> str:
     """This test's own session id."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLM]:
+    """A fresh fake OpenAI-compatible server on a free loopback port, stopped after the test."""
+    with running_fake_llm() as server:
+        yield server
 
 
 @pytest.fixture

@@ -22,10 +22,10 @@ from api import store
 from api.db.engine import create_engine
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.main import create_app
+from scripts.fake_llm import FakeLLM
 from scripts.load import LiveServer
 from tests.conftest import make_settings
 from tests.invariants import invariant_violations
-from tests.llm_server import FakeLLM, fake_llm  # noqa: F401
 
 WAIT_SECONDS = 30.0
 
@@ -55,7 +55,7 @@ def llm_overrides(llm: FakeLLM) -> dict[str, Any]:
 
 
 @pytest.fixture
-def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dict[str, Any]:  # noqa: F811
+def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dict[str, Any]:
     return {**llm_overrides(fake_llm), **getattr(request, "param", {})}
 
 
@@ -103,7 +103,7 @@ async def count(sessionmaker: async_sessionmaker[AsyncSession], model: type[Any]
 )
 async def test_proactive_summary_with_the_llm_down_stores_a_truncated_fallback(
     client: httpx.AsyncClient,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     fake_llm.fail_always(503)
@@ -127,7 +127,7 @@ async def test_proactive_summary_with_the_llm_down_stores_a_truncated_fallback(
 )
 async def test_proactive_summary_rides_out_a_flaky_llm(
     client: httpx.AsyncClient,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     fake_llm.fail_next(503)
@@ -148,7 +148,7 @@ async def test_proactive_summary_rides_out_a_flaky_llm(
 )
 async def test_proactive_summary_retries_past_a_slow_llm(
     client: httpx.AsyncClient,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     fake_llm.slow_next(3.0)  # past the 1 s timeout
@@ -162,7 +162,7 @@ async def test_proactive_summary_retries_past_a_slow_llm(
 
 async def test_compact_with_the_llm_down_answers_with_a_truncated_fallback(
     client: httpx.AsyncClient,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     fake_llm.fail_always(503)
@@ -199,7 +199,7 @@ async def test_compact_with_the_llm_unreachable_answers_with_a_truncated_fallbac
 
 async def test_history_over_max_tokens_with_the_llm_down_still_fits_the_budget(
     client: httpx.AsyncClient,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     fake_llm.fail_always(503)
@@ -215,7 +215,7 @@ async def test_history_over_max_tokens_with_the_llm_down_still_fits_the_budget(
 
 async def test_after_an_outage_the_llm_summarizes_the_rest_normally(
     client: httpx.AsyncClient,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     fake_llm.fail_always(503)
@@ -408,7 +408,7 @@ class Gate:
 
 
 @pytest.fixture
-async def gated_llm(fake_llm: FakeLLM) -> AsyncIterator[tuple[FakeLLM, Gate, Gate]]:  # noqa: F811
+async def gated_llm(fake_llm: FakeLLM) -> AsyncIterator[tuple[FakeLLM, Gate, Gate]]:
     background, inline = Gate("HOLD-BACKGROUND"), Gate("HOLD-INLINE")
 
     def responder(messages: list[dict[str, Any]]) -> str:

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from api.main import create_app
+from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
-from tests.llm_server import FakeLLM, fake_llm  # noqa: F401
 
 KEY_A = "sekret-A-6f1d9c"
 KEY_B = "sekret-B-0b7e44"
@@ -484,7 +484,7 @@ async def test_an_odd_summaries_query_gets_422_naming_it(
 async def fake_llm_client(
     database_url: str,
     engine: Any,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An app summarizing with the fake LLM, which also allows the session model `openai/other`."""
     settings = make_settings(
@@ -532,7 +532,7 @@ LLM_KEY = "sk-llm-secret-4d2a91"
 async def test_the_llm_key_is_never_logged_nor_stored(
     database_url: str,
     engine: Any,
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     caplog: pytest.LogCaptureFixture,
     failing: bool,
 ) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store, worker
 from api.db.models import SummaryJob
-from tests.llm_server import FakeLLM, fake_llm  # noqa: F401
+from scripts.fake_llm import FakeLLM
 from tests.test_summarization_service import append, user, wait_for_summary
 
 
@@ -98,7 +98,7 @@ async def test_history_truncates_when_compaction_cannot_shrink(client: httpx.Asy
 
 
 async def test_empty_llm_answer_is_never_stored_as_summary(
-    fake_llm: FakeLLM,  # noqa: F811
+    fake_llm: FakeLLM,
     database_url: str,
     engine: Any,
 ) -> None:

@@ -16,9 +16,9 @@ from api.db.models import Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
 from api.summarization import Summarizer
+from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.invariants import invariant_violations
-from tests.llm_server import FakeLLM, fake_llm  # noqa: F401
 
 WAIT_SECONDS = 30.0
 
@@ -245,7 +245,7 @@ def echo_new_markers(messages: list[dict[str, Any]]) -> str:
 
 
 @pytest.fixture
-def marker_llm_overrides(fake_llm: FakeLLM) -> dict[str, Any]:  # noqa: F811
+def marker_llm_overrides(fake_llm: FakeLLM) -> dict[str, Any]:
     fake_llm.responder = echo_new_markers
     return {
         "summary_model": "openai/fake",

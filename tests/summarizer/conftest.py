@@ -1,4 +1,4 @@
-"""Fixtures of the summarizer tests: the fake LLM server and settings pointed at it."""
+"""Fixtures of the summarizer tests: engine settings pointed at the fake LLM server."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
+from scripts.fake_llm import FakeLLM
 from summarizer import EngineSettings
-from tests.llm_server import FakeLLM, fake_llm
-
-__all__ = ["fake_llm"]
 
 FAST_RETRIES: dict[str, Any] = {
     "max_attempts": 3,

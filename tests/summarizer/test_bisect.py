@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from scripts.fake_llm import MARKER_PATTERN, FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from summarizer.engine import resolve_window
 from summarizer.text import MIDDLE_MARKER
-from tests.llm_server import MARKER_PATTERN, FakeLLM
 from tests.summarizer.builders import chat, filler, user
 
 Settings = Callable[..., EngineSettings]

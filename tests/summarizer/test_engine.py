@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
+from scripts.fake_llm import FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from summarizer.prompts import CONTINUE_PROMPT, PREVIOUS_TAG, PROMPT_VERSION, SUMMARY_PROMPT
-from tests.llm_server import FakeLLM
 from tests.summarizer.builders import assistant, call, chat, filler, result, user
 
 Settings = Callable[..., EngineSettings]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from scripts.fake_llm import FakeLLM
 from summarizer import EngineSettings, summarize
 from summarizer.fallback import FALLBACK_NOTE
-from tests.llm_server import FakeLLM
 from tests.summarizer.builders import chat
 
 Settings = Callable[..., EngineSettings]

@@ -1,4 +1,4 @@
-"""A fake OpenAI-compatible chat server on loopback, for tests and the summarizer benchmark.
+"""A fake OpenAI-compatible chat server on loopback, for tests, the benchmarks and the load test.
 
 It serves `POST /v1/chat/completions` (and `GET /v1/models`) from a stdlib
 `ThreadingHTTPServer` in a daemon thread, so litellm's real HTTP path runs against it.
@@ -36,15 +36,13 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
   one per request received (failed ones included); `prompts()` gives the user prompts,
   `statuses()` the statuses answered, `max_in_flight` the most concurrent requests seen.
 
-Use from any test package, with a fresh server per test:
-
-    from tests.llm_server import FakeLLM, fake_llm  # noqa: F401  (re-export the fixture)
+In tests, the `fake_llm` fixture of `tests/conftest.py` gives a fresh server per test:
 
     async def test_something(fake_llm: FakeLLM) -> None:
         fake_llm.context_window = 4096
         ... EngineSettings(model="openai/fake", api_base=fake_llm.base_url, api_key="test") ...
 
-or without pytest: `with running_fake_llm() as server: ...`.
+Elsewhere: `with running_fake_llm() as server: ...`.
 """
 
 from __future__ import annotations
@@ -60,8 +58,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-import pytest
 
 from summarizer.tokens import count_messages, count_text, encoding
 
@@ -527,9 +523,6 @@ def _seconds_header(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
 
 
-# pytest glue ------------------------------------------------------------------------------
-
-
 @contextmanager
 def running_fake_llm(**knobs: Any) -> Iterator[FakeLLM]:
     """Start a FakeLLM with the given knobs (attribute names) and stop it afterwards."""
@@ -540,10 +533,3 @@ def running_fake_llm(**knobs: Any) -> Iterator[FakeLLM]:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLM]:
-    """A fresh FakeLLM on a free loopback port, stopped after the test."""
-    with running_fake_llm() as server:
-        yield server
