@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -49,3 +51,13 @@ verify: $(STAMP)
 
 load: $(STAMP)
 	$(BIN)/python -m scripts.load $(LOAD_ARGS)
+
+# The peers are installed into their own virtualenv, never into the product's dependencies.
+$(BENCH_STAMP): pyproject.toml
+	test -d $(BENCH_VENV) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' 'openai-agents[sqlalchemy]==0.20.0' 'langchain-postgres==0.0.19' 'psycopg[binary]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m scripts.bench

@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import service, store
@@ -42,6 +41,7 @@ from scripts.bench_baselines import (
     AgentsPeer,
     LangchainPeer,
     PeerMissing,
+    RawAiosqlite,
     RawPostgres,
     RawSqlite,
     Row,
@@ -50,16 +50,19 @@ from scripts.bench_lib import (
     REPO_ROOT,
     TENANT,
     Payloads,
+    RoundFn,
     Stats,
     asyncpg_dsn,
+    concurrent,
     create_postgres_database,
     drop_postgres_database,
+    interleaved,
     machine,
     migrate,
+    sequential,
     served,
     sqlite_path,
     timed,
-    timed_concurrently,
 )
 from summarizer.tokens import count_message, encoding
 
@@ -76,6 +79,15 @@ APPEND_BATCH = 50
 
 NO_SUMMARIES = {"dynamic_summary_enabled": False}
 """Settings of the load-test sessions: a load over `max_tokens` truncates, never compacts."""
+
+
+ROUNDS = 5
+"""Contestants alternate in this many rounds (see `interleaved`)."""
+
+VARIANTS = {"tail": "no summaries, max_tokens", "summaries": "with summaries"}
+"""The two history loads: a budgeted tail of an unsummarized session, and summaries + tail."""
+
+Raw = RawPostgres | RawSqlite
 
 
 @dataclass
@@ -95,7 +107,29 @@ class Plan:
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls([1_000, 5_000], 30, 40, 5, 5, 2.0)
+        return cls([1_000, 5_000], 30, 40, 10, 10, 2.0)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A load-test session: its size, ids, and the `max_tokens` that admits its last 50."""
+
+    size: int
+    external_id: str
+    session_id: int
+    budget: int
+
+
+@dataclass
+class Peers:
+    agents: AgentsPeer | None = None
+    langchain: LangchainPeer | None = None
+
+    async def close(self) -> None:
+        if self.agents is not None:
+            await self.agents.close()
+        if self.langchain is not None:
+            await self.langchain.close()
 
 
 @dataclass
@@ -181,10 +215,7 @@ class PrecisStore:
         async with self.sessionmaker() as db:
             summaries = await store.live_summaries(db, session_id, 3)
             after_seq = summaries[-1].last_seq if summaries else 0
-            if max_tokens is None:
-                messages = await store.messages_after(db, session_id, after_seq)
-            else:
-                messages = await store.tail_within_budget(db, session_id, after_seq, max_tokens)
+            messages = await store.tail_within_budget(db, session_id, after_seq, max_tokens)
             return len(messages)
 
     async def close(self) -> None:
@@ -244,108 +275,144 @@ class Bench:
         self.payloads = payloads
         self.results = results
         self.raw_rows: list[Row] = [
-            (m["role"], m["content"], t)
-            for m, t in ((payloads.message(i), payloads.tokens(i)) for i in range(len(payloads)))
+            (payloads.message(i)["role"], payloads.message(i)["content"], payloads.tokens(i))
+            for i in range(len(payloads))
         ]
+        self.news = [new_message(payloads, i) for i in range(len(payloads))]
+        self.driver: RawAiosqlite | None = None
 
     # -- append ------------------------------------------------------------------------------
 
+    def contestants(
+        self, precis: PrecisStore, raw: Raw, http: httpx.AsyncClient, peers: Peers
+    ) -> dict[str, dict[str, RoundFn]]:
+        """Per append case, every contestant's round function."""
+        p, news, b, w = self.payloads, self.news, APPEND_BATCH, CONCURRENT_SESSIONS
+
+        def batch_of(i: int) -> list[store.NewMessage]:
+            return [news[(i * b + j) % len(news)] for j in range(b)]
+
+        def messages_of(i: int) -> list[dict[str, str]]:
+            return [p.message((i * b + j) % len(p)) for j in range(b)]
+
+        cases: dict[str, dict[str, RoundFn]] = {
+            "single": {
+                "raw": raw.single(self.raw_rows),
+                "store": sequential(lambda i: precis.append("a-single", [news[i % len(news)]])),
+                "http": sequential(lambda i: post(http, "h-single", [p.message(i % len(p))])),
+            },
+            "concurrent": {
+                "raw": raw.concurrent(self.raw_rows, w),
+                "store": concurrent(
+                    lambda s, i: precis.append(f"a-conc-{s}", [news[(s * 31 + i) % len(news)]]), w
+                ),
+                "http": concurrent(
+                    lambda s, i: post(http, f"h-conc-{s}", [p.message((s * 31 + i) % len(p))]), w
+                ),
+            },
+            "batch": {
+                "raw": raw.batches(self.raw_rows, b),
+                "store": sequential(lambda i: precis.append("a-batch", batch_of(i))),
+                "http": sequential(lambda i: post(http, "h-batch", messages_of(i))),
+            },
+        }
+        if self.driver is not None:
+            cases["single"]["aiosqlite"] = self.driver.single(self.raw_rows)
+        if peers.agents is not None:
+            agents = peers.agents
+            one = agents.session("agents-single")
+            many = [agents.session(f"agents-conc-{s}") for s in range(w)]
+            batched = agents.session("agents-batch")
+            item = agents.item
+            cases["single"]["agents"] = sequential(
+                lambda i: one.add_items([item(p.message(i % len(p)))])
+            )
+            cases["concurrent"]["agents"] = concurrent(
+                lambda s, i: many[s].add_items([item(p.message((s * 31 + i) % len(p)))]), w
+            )
+            cases["batch"]["agents"] = sequential(
+                lambda i: batched.add_items([item(m) for m in messages_of(i)])
+            )
+        if peers.langchain is not None:
+            chain = peers.langchain
+            histories = [chain.history(s, chain.new_session()) for s in range(w)]
+            single, batch = (chain.history(s, chain.new_session()) for s in (0, 1))
+            msg = chain.message
+            cases["single"]["langchain"] = sequential(
+                lambda i: single.aadd_messages([msg(p.message(i % len(p)))])
+            )
+            cases["concurrent"]["langchain"] = concurrent(
+                lambda s, i: histories[s].aadd_messages([msg(p.message((s * 31 + i) % len(p)))]),
+                w,
+            )
+            cases["batch"]["langchain"] = sequential(
+                lambda i: batch.aadd_messages([msg(m) for m in messages_of(i)])
+            )
+        return cases
+
     async def appends(
-        self,
-        backend: str,
-        precis: PrecisStore,
-        raw: RawPostgres | RawSqlite,
-        http: httpx.AsyncClient,
-        agents: AgentsPeer | None,
-        langchain: LangchainPeer | None,
+        self, backend: str, precis: PrecisStore, raw: Raw, http: httpx.AsyncClient, peers: Peers
     ) -> None:
-        plan, p, res = self.plan, self.payloads, self.results
-        key = f"{backend}/append"
+        plan, res = self.plan, self.results
         print(f"[{backend}] append", flush=True)
-        news = [new_message(p, i) for i in range(len(p))]
-
-        # one message per call, one session
-        raw_single = res.record(
-            f"{key}/single/raw", await raw.append_single(self.raw_rows, plan.appends)
-        )
-        store_single = res.record(
-            f"{key}/single/store",
-            await timed(lambda i: precis.append("a-single", [news[i % len(news)]]), plan.appends),
-        )
-        http_single = res.record(
-            f"{key}/single/http",
-            await timed(lambda i: post(http, "h-single", [p.message(i % len(p))]), plan.appends),
-        )
-
-        # one message per call, 8 sessions at once
-        w, k = CONCURRENT_SESSIONS, plan.per_session
-        raw_conc = res.record(
-            f"{key}/concurrent/raw", await raw.append_concurrent(self.raw_rows, w, k)
-        )
-        store_conc = res.record(
-            f"{key}/concurrent/store",
-            await timed_concurrently(
-                lambda s, i: precis.append(f"a-conc-{s}", [news[(s * 31 + i) % len(news)]]), w, k
+        cases = self.contestants(precis, raw, http, peers)
+        rounds = ROUNDS
+        stats = {
+            "single": await interleaved(cases["single"], plan.appends // rounds, rounds),
+            "concurrent": await interleaved(
+                cases["concurrent"], plan.per_session // rounds, rounds
             ),
-        )
-        http_conc = res.record(
-            f"{key}/concurrent/http",
-            await timed_concurrently(
-                lambda s, i: post(http, f"h-conc-{s}", [p.message((s * 31 + i) % len(p))]), w, k
+            "batch": await interleaved(
+                cases["batch"], plan.batches // rounds, rounds, APPEND_BATCH
             ),
-        )
+        }
+        for case, by_name in stats.items():
+            for name, measured in by_name.items():
+                res.record(f"{backend}/append/{case}/{name}", measured)
 
-        # batches of 50
-        b, n = APPEND_BATCH, plan.batches
-        raw_batch = res.record(f"{key}/batch/raw", await raw.append_batches(self.raw_rows, b, n))
-        store_batch = res.record(
-            f"{key}/batch/store",
-            await timed(
-                lambda i: precis.append(
-                    "a-batch", [news[(i * b + j) % len(news)] for j in range(b)]
-                ),
-                n,
-                items_per_op=b,
-            ),
-        )
-        http_batch = res.record(
-            f"{key}/batch/http",
-            await timed(
-                lambda i: post(
-                    http, "h-batch", [p.message((i * b + j) % len(p)) for j in range(b)]
-                ),
-                n,
-                items_per_op=b,
-            ),
-        )
-
-        label = "raw asyncpg" if backend == "PostgreSQL" else "raw sqlite3"
-        ref = f"{label} insert+commit"
-        for name, subject, reference in (
-            ("append 1 msg/commit, 1 session, store p50", store_single, raw_single),
-            ("append 1 msg/commit, 8 sessions, store p50", store_conc, raw_conc),
-        ):
-            ratio = subject.p50_ms / reference.p50_ms
+        single, conc, batch = stats["single"], stats["concurrent"], stats["batch"]
+        ref = f"{raw.label} insert+commit"
+        for case, what in (("single", "1 session"), ("concurrent", "8 sessions")):
+            ours, floor = stats[case]["store"], stats[case]["raw"]
+            ratio = ours.p50_ms / floor.p50_ms
             res.row(
                 RowOut(
                     backend,
                     "append",
-                    name,
-                    ms(subject),
-                    f"{ref} {ms(reference)}",
+                    f"append 1 msg/commit, {what}, store p50",
+                    ms(ours),
+                    f"{ref} {ms(floor)}",
                     ratio,
                     "<= 1.5x",
                     ratio <= 1.5,
                 )
             )
-        for name, subject, reference in (
-            ("append 1 msg/commit, 1 session, HTTP p50", http_single, raw_single),
-            ("append 1 msg/commit, 8 sessions, HTTP p50", http_conc, raw_conc),
-        ):
-            ratio = subject.p50_ms / reference.p50_ms
+        for case, what in (("single", "1 session"), ("concurrent", "8 sessions")):
+            ours, floor = stats[case]["http"], stats[case]["raw"]
             res.row(
                 RowOut(
-                    backend, "append", name, ms(subject), f"{ref} {ms(reference)}", ratio, "", None
+                    backend,
+                    "append",
+                    f"append 1 msg/commit, {what}, HTTP p50",
+                    ms(ours),
+                    f"{ref} {ms(floor)}",
+                    ours.p50_ms / floor.p50_ms,
+                    "",
+                    None,
+                )
+            )
+        if "aiosqlite" in single:
+            ours, driver = single["store"], single["aiosqlite"]
+            res.row(
+                RowOut(
+                    backend,
+                    "append",
+                    "append 1 msg/commit, 1 session, store p50 (vs the async driver)",
+                    ms(ours),
+                    f"raw aiosqlite insert+commit {ms(driver)}",
+                    ours.p50_ms / driver.p50_ms,
+                    "",
+                    None,
                 )
             )
         res.row(
@@ -353,21 +420,21 @@ class Bench:
                 backend,
                 "append",
                 "append 1 msg/commit, 8 sessions, store rate",
-                per_s(store_conc),
-                f"{label} {per_s(raw_conc)}",
-                store_conc.rate / raw_conc.rate,
+                per_s(conc["store"]),
+                f"{raw.label} {per_s(conc['raw'])}",
+                conc["store"].rate / conc["raw"].rate,
                 "",
                 None,
             )
         )
-        ratio = store_batch.rate / raw_batch.rate
+        ratio = batch["store"].rate / batch["raw"].rate
         res.row(
             RowOut(
                 backend,
                 "append",
                 "append batches of 50, store rate",
-                per_s(store_batch),
-                f"{label} executemany {per_s(raw_batch)}",
+                per_s(batch["store"]),
+                f"{raw.label} executemany {per_s(batch['raw'])}",
                 ratio,
                 ">= 0.5x",
                 ratio >= 0.5,
@@ -378,105 +445,49 @@ class Bench:
                 backend,
                 "append",
                 "append batches of 50, HTTP rate",
-                per_s(http_batch),
-                f"{label} executemany {per_s(raw_batch)}",
-                http_batch.rate / raw_batch.rate,
+                per_s(batch["http"]),
+                f"{raw.label} executemany {per_s(batch['raw'])}",
+                batch["http"].rate / batch["raw"].rate,
                 "",
                 None,
             )
         )
-
-        peers: list[tuple[str, Any]] = []
-        if agents is not None:
-            peers.append(("agents", agents))
-        if langchain is not None:
-            peers.append(("langchain", langchain))
-        for tag, peer in peers:
-            single, conc, batch = await self.peer_appends(backend, tag, peer)
-            for name, subject, theirs in (
-                ("append 1 msg/commit, 1 session, store p50", store_single, single),
-                ("append 1 msg/commit, 8 sessions, store p50", store_conc, conc),
-            ):
-                ratio = subject.p50_ms / theirs.p50_ms
+        for tag, name in (("agents", AgentsPeer.name), ("langchain", LangchainPeer.name)):
+            if tag not in single:
+                continue
+            for case, what in (("single", "1 session"), ("concurrent", "8 sessions")):
+                ours, theirs = stats[case]["store"], stats[case][tag]
+                ratio = ours.p50_ms / theirs.p50_ms
                 res.row(
                     RowOut(
                         backend,
                         "peers",
-                        f"{name} vs {tag}",
-                        ms(subject),
-                        f"{peer.name} {ms(theirs)}",
+                        f"append 1 msg/commit, {what}, store p50 vs {tag}",
+                        ms(ours),
+                        f"{name} {ms(theirs)}",
                         ratio,
                         "< 1x (faster)",
                         ratio < 1,
                     )
                 )
-            ratio = store_batch.rate / batch.rate
+            ratio = batch["store"].rate / batch[tag].rate
             res.row(
                 RowOut(
                     backend,
                     "peers",
                     f"append batches of 50, store rate vs {tag}",
-                    per_s(store_batch),
-                    f"{peer.name} {per_s(batch)}",
+                    per_s(batch["store"]),
+                    f"{name} {per_s(batch[tag])}",
                     ratio,
                     "> 1x (faster)",
                     ratio > 1,
                 )
             )
 
-    async def peer_appends(self, backend: str, tag: str, peer: Any) -> tuple[Stats, Stats, Stats]:
-        plan, p, res = self.plan, self.payloads, self.results
-        key = f"{backend}/append"
-        w, k, b = CONCURRENT_SESSIONS, plan.per_session, APPEND_BATCH
-        if isinstance(peer, AgentsPeer):
-            single_session = peer.session("agents-single")
-            sessions = [peer.session(f"agents-conc-{s}") for s in range(w)]
-            batch_session = peer.session("agents-batch")
-            item = peer.item
-            single = await timed(
-                lambda i: single_session.add_items([item(p.message(i % len(p)))]), plan.appends
-            )
-            conc = await timed_concurrently(
-                lambda s, i: sessions[s].add_items([item(p.message((s * 31 + i) % len(p)))]), w, k
-            )
-            batch = await timed(
-                lambda i: batch_session.add_items(
-                    [item(p.message((i * b + j) % len(p))) for j in range(b)]
-                ),
-                plan.batches,
-                items_per_op=b,
-            )
-        else:
-            assert isinstance(peer, LangchainPeer)
-            conns = [await peer.connect() for _ in range(w)]
-            histories = [peer.history(conns[s], peer.new_session()) for s in range(w)]
-            one = peer.history(conns[0], peer.new_session())
-            many = peer.history(conns[1], peer.new_session())
-            msg = peer.message
-            single = await timed(
-                lambda i: one.aadd_messages([msg(p.message(i % len(p)))]), plan.appends
-            )
-            conc = await timed_concurrently(
-                lambda s, i: histories[s].aadd_messages([msg(p.message((s * 31 + i) % len(p)))]),
-                w,
-                k,
-            )
-            batch = await timed(
-                lambda i: many.aadd_messages(
-                    [msg(p.message((i * b + j) % len(p))) for j in range(b)]
-                ),
-                plan.batches,
-                items_per_op=b,
-            )
-        res.record(f"{key}/single/{tag}", single)
-        res.record(f"{key}/concurrent/{tag}", conc)
-        res.record(f"{key}/batch/{tag}", batch)
-        return single, conc, batch
-
     # -- history load ------------------------------------------------------------------------
 
-    async def build(self, precis: PrecisStore, size: int) -> tuple[str, int, int]:
-        """A session of `size` messages; returns its id, internal id and a 50-message budget."""
+    async def build(self, precis: PrecisStore, size: int) -> Built:
+        """A session of `size` messages (no summaries yet), built in batched transactions."""
         external_id = f"load-{size}"
         session_id = await precis.create(external_id, NO_SUMMARIES)
         p = self.payloads
@@ -484,24 +495,43 @@ class Bench:
             batch = [new_message(p, i) for i in range(start, min(size, start + BUILD_BATCH))]
             await precis.append(external_id, batch)
         budget = sum(p.tokens(i) for i in range(size - TAIL_MESSAGES, size))
-        return external_id, session_id, budget
+        return Built(size, external_id, session_id, budget)
+
+    async def build_peers(self, peers: Peers, size: int) -> dict[str, Any]:
+        """The same messages in each peer's own session."""
+        p, built = self.payloads, {}
+        chunks = [
+            range(start, min(size, start + BUILD_BATCH)) for start in range(0, size, BUILD_BATCH)
+        ]
+        if peers.agents is not None:
+            session = peers.agents.session(f"agents-load-{size}")
+            for chunk in chunks:
+                await session.add_items([peers.agents.item(p.message(i)) for i in chunk])
+            built["agents"] = session
+        if peers.langchain is not None:
+            history = peers.langchain.history(0, peers.langchain.new_session())
+            for chunk in chunks:
+                await history.aadd_messages([peers.langchain.message(p.message(i)) for i in chunk])
+            built["langchain"] = history
+        return built
 
     async def loads(
         self,
         backend: str,
-        precis: PrecisStore,
-        raw: RawPostgres | RawSqlite,
-        http: httpx.AsyncClient,
-        agents: AgentsPeer | None,
-        langchain: LangchainPeer | None,
         url: str,
+        precis: PrecisStore,
+        raw: Raw,
+        http: httpx.AsyncClient,
+        peers: Peers,
     ) -> None:
         plan = self.plan
-        print(f"[{backend}] build sessions {plan.sizes}", flush=True)
-        built: dict[int, tuple[str, int, int]] = {}
+        print(f"[{backend}] build sessions of {plan.sizes} messages", flush=True)
+        built: dict[int, Built] = {}
+        peer_sessions: dict[int, dict[str, Any]] = {}
         for size in plan.sizes:
             t0 = time.perf_counter()
             built[size] = await self.build(precis, size)
+            peer_sessions[size] = await self.build_peers(peers, size)
             print(f"  {size:,} messages in {time.perf_counter() - t0:.1f} s", flush=True)
         if backend == "PostgreSQL":
             async with precis.engine.connect() as conn:
@@ -509,87 +539,91 @@ class Bench:
                 await conn.commit()
         settings = Settings(_env_file=None, database_url=url, summary_workers=0)
         summarizer = Summarizer(settings, precis.sessionmaker, SessionLocks(precis.engine))
-        by_variant: dict[str, dict[int, dict[str, Stats]]] = {}
-        for variant in ("no summaries, max_tokens", "with summaries"):
-            tag = "tail" if variant.startswith("no") else "summaries"
-            print(f"[{backend}] load: {variant}", flush=True)
-            if tag == "summaries":
+        for variant in VARIANTS:
+            print(f"[{backend}] load: {VARIANTS[variant]}", flush=True)
+            if variant == "summaries":
                 for size in plan.sizes:
-                    await self.summarize(precis, built[size][0], built[size][1], size)
-            by_size = {
-                size: await self.measure_load(
-                    backend, tag, size, built[size], precis, summarizer, raw, http
-                )
-                for size in plan.sizes
-            }
-            by_variant[tag] = by_size
-            await self.load_rows(backend, variant, by_size)
-            await self.memory(backend, url, built, with_budget=tag == "tail")
-        for tag, peer in (("agents", agents), ("langchain", langchain)):
-            if peer is not None:
-                await self.peer_loads(backend, tag, peer, by_variant["summaries"])
+                    await self.summarize(precis, built[size])
+            # Every size's contestants run in the same rounds, so the 100k-vs-1k ratio is
+            # not skewed by load that came and went between two sizes' turns.
+            contestants: dict[str, RoundFn] = {}
+            for size in plan.sizes:
+                peers_of_size = peer_sessions[size] if variant == "summaries" else {}
+                for name, fn in (
+                    await self.load_contestants(
+                        variant, built[size], precis, summarizer, raw, http, peers_of_size
+                    )
+                ).items():
+                    contestants[f"{size}/{name}"] = fn
+            measured = await interleaved(contestants, plan.loads // ROUNDS, ROUNDS)
+            by_size: dict[int, dict[str, Stats]] = {size: {} for size in plan.sizes}
+            for key, stats in measured.items():
+                size_text, name = key.split("/")
+                by_size[int(size_text)][name] = stats
+            for size in plan.sizes:
+                if variant == "summaries" and "langchain" in peer_sessions[size]:
+                    # Reads the whole session on every call: too slow to interleave at 100k.
+                    history = peer_sessions[size]["langchain"]
 
-    async def measure_load(
+                    async def whole(_i: int, history: Any = history) -> None:
+                        await history.aget_messages()
+
+                    by_size[size]["langchain"] = await timed(
+                        whole, plan.loads, budget_s=plan.peer_load_budget_s
+                    )
+                for name, stats in by_size[size].items():
+                    self.results.record(f"{backend}/load/{variant}/{size}/{name}", stats)
+            self.load_rows(backend, variant, raw.label, by_size)
+            await self.memory(backend, url, built, variant)
+
+    async def load_contestants(
         self,
-        backend: str,
-        tag: str,
-        size: int,
-        built: tuple[str, int, int],
+        variant: str,
+        built: Built,
         precis: PrecisStore,
         summarizer: Summarizer,
-        raw: RawPostgres | RawSqlite,
+        raw: Raw,
         http: httpx.AsyncClient,
-    ) -> dict[str, Stats]:
-        """One session's loads at the store, service and HTTP layers, and the raw query."""
-        res, loads = self.results, self.plan.loads
-        external_id, session_id, budget = built
-        max_tokens = budget if tag == "tail" else None
-        key = f"{backend}/load/{tag}/{size}"
-        returned = await precis.load(session_id, max_tokens)
+        peer_sessions: dict[str, Any],
+    ) -> dict[str, RoundFn]:
+        """One session's loads at the store, service and HTTP layers, the raw query, Agents."""
+        max_tokens = built.budget if variant == "tail" else None
+        returned = await precis.load(built.session_id, max_tokens)
 
         async def service_load(_i: int) -> None:
             async with precis.sessionmaker() as db:
-                await service.history(db, summarizer, TENANT, external_id, None, max_tokens)
+                await service.history(db, summarizer, TENANT, built.external_id, None, max_tokens)
                 await db.commit()
 
         query = {} if max_tokens is None else {"max_tokens": str(max_tokens)}
-        path = f"/v1/sessions/{external_id}/history"
-        stats = {
-            "store": res.record(
-                f"{key}/store",
-                await timed(lambda _i: precis.load(session_id, max_tokens), loads),
-                messages=returned,
-            ),
-            "service": res.record(f"{key}/service", await timed(service_load, loads)),
-            "http": res.record(
-                f"{key}/http", await timed(lambda _i: get(http, path, query), loads)
-            ),
+        path = f"/v1/sessions/{built.external_id}/history"
+        after_seq = 0 if variant == "tail" else built.size - TAIL_MESSAGES
+        contestants: dict[str, RoundFn] = {
+            "raw": raw.loader(built.session_id, after_seq, returned if variant == "tail" else None),
+            "store": sequential(lambda _i: precis.load(built.session_id, max_tokens)),
+            "service": sequential(service_load),
+            "http": sequential(lambda _i: get(http, path, query)),
         }
-        after_seq = 0 if tag == "tail" else size - TAIL_MESSAGES
-        raw_stats, raw_returned = await raw.load(
-            session_id, after_seq, returned if tag == "tail" else None, loads
-        )
-        stats["raw"] = res.record(f"{key}/raw", raw_stats, messages=raw_returned)
-        return stats
+        if "agents" in peer_sessions:
+            session = peer_sessions["agents"]
+            contestants["agents"] = sequential(lambda _i: session.get_items(limit=TAIL_MESSAGES))
+        return contestants
 
-    async def summarize(
-        self, precis: PrecisStore, external_id: str, session_id: int, size: int
-    ) -> None:
+    async def summarize(self, precis: PrecisStore, built: Built) -> None:
         """Three live summaries over all but the last 50 messages (what the worker leaves)."""
-        last = size - TAIL_MESSAGES
+        last = built.size - TAIL_MESSAGES
         cuts = [0, last // 3, 2 * last // 3, last]
         text_ = " ".join(self.payloads.base[i]["content"] for i in range(4))[:3000]
         for first, end in itertools.pairwise(cuts):
             async with precis.sessionmaker() as db, db.begin():
-                await store.save_summary(db, session_id, summary_draft(first + 1, end, text_))
+                await store.save_summary(db, built.session_id, summary_draft(first + 1, end, text_))
 
-    async def load_rows(
-        self, backend: str, variant: str, by_size: dict[int, dict[str, Stats]]
+    def load_rows(
+        self, backend: str, variant: str, label: str, by_size: dict[int, dict[str, Stats]]
     ) -> None:
-        res = self.results
+        res, name = self.results, VARIANTS[variant]
         sizes = sorted(by_size)
         small, large = sizes[0], sizes[-1]
-        label = "raw asyncpg" if backend == "PostgreSQL" else "raw sqlite3"
         for size in sizes:
             stats = by_size[size]
             ratio = stats["store"].p50_ms / stats["raw"].p50_ms
@@ -597,7 +631,7 @@ class Bench:
                 RowOut(
                     backend,
                     "load",
-                    f"history {size:,} msgs ({variant}), store p50",
+                    f"history {size:,} msgs ({name}), store p50",
                     ms(stats["store"], p95=True),
                     f"{label} query {ms(stats['raw'], p95=True)}",
                     ratio,
@@ -609,7 +643,7 @@ class Bench:
                 RowOut(
                     backend,
                     "load",
-                    f"history {size:,} msgs ({variant}), HTTP p50",
+                    f"history {size:,} msgs ({name}), HTTP p50",
                     ms(stats["http"], p95=True),
                     f"{label} query {ms(stats['raw'])}",
                     stats["http"].p50_ms / stats["raw"].p50_ms,
@@ -623,7 +657,7 @@ class Bench:
                 RowOut(
                     backend,
                     "load",
-                    f"history {large:,} vs {small:,} msgs ({variant}), {layer} p50",
+                    f"history {large:,} vs {small:,} msgs ({name}), {layer} p50",
                     ms(by_size[large][layer]),
                     f"{small:,} msgs {ms(by_size[small][layer])}",
                     ratio,
@@ -631,99 +665,62 @@ class Bench:
                     ratio <= 1.2,
                 )
             )
-
-    async def peer_loads(
-        self, backend: str, tag: str, peer: Any, precis_by_size: dict[int, dict[str, Stats]]
-    ) -> None:
-        plan, p, res = self.plan, self.payloads, self.results
-        print(f"[{backend}] load: {tag}", flush=True)
-        conn: Any = None
-        if isinstance(peer, LangchainPeer):
-            conn = await peer.connect()
-        for size in plan.sizes:
-            if isinstance(peer, AgentsPeer):
-                session = peer.session(f"agents-load-{size}")
-                for start in range(0, size, BUILD_BATCH):
-                    await session.add_items(
-                        [
-                            peer.item(p.message(i))
-                            for i in range(start, min(size, start + BUILD_BATCH))
-                        ]
+        peers = (
+            ("agents", AgentsPeer.name, "get_items(limit=50)"),
+            ("langchain", LangchainPeer.name, "aget_messages() (whole session)"),
+        )
+        for tag, peer, what in peers:
+            for size in sizes:
+                if tag not in by_size[size]:
+                    continue
+                ours, theirs = by_size[size]["store"], by_size[size][tag]
+                ratio = ours.p50_ms / theirs.p50_ms
+                res.row(
+                    RowOut(
+                        backend,
+                        "peers",
+                        f"history {size:,} msgs, store p50 vs {tag}",
+                        ms(ours),
+                        f"{peer} {what} {ms(theirs)}",
+                        ratio,
+                        "< 1x (faster)",
+                        ratio < 1,
                     )
-
-                async def load_agents(_i: int, session: Any = session) -> None:
-                    items = await session.get_items(limit=TAIL_MESSAGES)
-                    assert len(items) == TAIL_MESSAGES
-
-                stats = await timed(load_agents, plan.loads)
-                what = "get_items(limit=50)"
-            else:
-                history = peer.history(conn, peer.new_session())
-                for start in range(0, size, BUILD_BATCH):
-                    await history.aadd_messages(
-                        [
-                            peer.message(p.message(i))
-                            for i in range(start, min(size, start + BUILD_BATCH))
-                        ]
-                    )
-
-                async def load_langchain(_i: int, history: Any = history, size: int = size) -> None:
-                    assert len(await history.aget_messages()) == size
-
-                stats = await timed(
-                    load_langchain, plan.loads, budget_s=plan.peer_load_budget_s, warmup=1
                 )
-                what = "aget_messages() (whole session)"
-            res.record(f"{backend}/load/{tag}/{size}", stats)
-            ours = precis_by_size[size]["store"]
-            ratio = ours.p50_ms / stats.p50_ms
-            res.row(
-                RowOut(
-                    backend,
-                    "peers",
-                    f"history {size:,} msgs, store p50 vs {tag}",
-                    ms(ours),
-                    f"{peer.name} {what} {ms(stats)}",
-                    ratio,
-                    "< 1x (faster)",
-                    ratio < 1,
-                )
-            )
 
     # -- memory ------------------------------------------------------------------------------
 
-    async def memory(
-        self, backend: str, url: str, built: dict[int, tuple[str, int, int]], with_budget: bool
-    ) -> None:
-        sizes = sorted(built)
-        small, large = sizes[0], sizes[-1]
+    async def memory(self, backend: str, url: str, built: dict[int, Built], variant: str) -> None:
+        """Peak RSS of the loads on the largest session against the smallest, each in a clean
+        process (`scripts/bench_rss.py`), so imports and earlier work do not hide the loads."""
+        small, large = min(built), max(built)
         peaks: dict[int, dict[str, Any]] = {}
         for size in (small, large):
-            external_id, _session_id, budget = built[size]
-            command = [sys.executable, "-m", "scripts.bench_rss", url, external_id]
-            if with_budget:
-                command += ["--max-tokens", str(budget)]
+            command = [sys.executable, "-m", "scripts.bench_rss", url, built[size].external_id]
+            command += ["--warmup", built[small].external_id]
+            if variant == "tail":
+                command += ["--max-tokens", str(built[size].budget)]
             out = await asyncio.to_thread(
                 subprocess.run, command, cwd=REPO_ROOT, capture_output=True, text=True, check=True
             )
             peaks[size] = json.loads(out.stdout.strip().splitlines()[-1])
-        variant = "no summaries, max_tokens" if with_budget else "with summaries"
-        key = f"{backend}/memory/{'tail' if with_budget else 'summaries'}"
-        self.results.measures[key] = {str(size): peak for size, peak in peaks.items()}
+        self.results.measures[f"{backend}/memory/{variant}"] = {
+            str(size): peak for size, peak in peaks.items()
+        }
         delta_mib = (peaks[large]["peak_rss_kib"] - peaks[small]["peak_rss_kib"]) / 1024
         self.results.row(
             RowOut(
                 backend,
                 "memory",
-                f"peak RSS, history {large:,} msgs ({variant})",
+                f"peak RSS of loads, history {large:,} msgs ({VARIANTS[variant]})",
                 f"{peaks[large]['peak_rss_kib'] / 1024:.1f} MiB",
                 f"{small:,} msgs {peaks[small]['peak_rss_kib'] / 1024:.1f} MiB",
                 None,
-                f"+{delta_mib:.1f} MiB (<= +10 MiB)",
+                f"{delta_mib:+.1f} MiB (<= +10 MiB)",
                 delta_mib <= 10,
             )
         )
-        print(f"  peak RSS {variant}: {peaks}", flush=True)
+        print(f"  peak RSS: {peaks}", flush=True)
 
     # -- proactive summary latency -----------------------------------------------------------
 
@@ -838,39 +835,41 @@ async def get(client: httpx.AsyncClient, path: str, params: dict[str, str]) -> A
 # --- one database ---------------------------------------------------------------------------
 
 
-async def run_backend(backend: str, url: str, bench: Bench, peers: bool) -> None:
+async def run_backend(backend: str, url: str, bench: Bench, with_peers: bool) -> None:
     await asyncio.to_thread(migrate, url)
     precis = PrecisStore(url)
-    raw: RawPostgres | RawSqlite = (
+    raw: Raw = (
         RawPostgres(asyncpg_dsn(url)) if backend == "PostgreSQL" else RawSqlite(sqlite_path(url))
     )
-    await raw.setup()
-    agents: AgentsPeer | None = None
-    langchain: LangchainPeer | None = None
-    if peers:
+    await raw.setup(CONCURRENT_SESSIONS)
+    if backend == "SQLite":
+        bench.driver = RawAiosqlite(sqlite_path(url))
+        await bench.driver.setup()
+    peers = Peers()
+    if with_peers:
         try:
-            agents = AgentsPeer(url)
+            peers.agents = AgentsPeer(url)
         except PeerMissing as exc:
             bench.results.notes.append(f"skipped {exc}")
         if backend == "PostgreSQL":
             try:
-                langchain = LangchainPeer(
-                    make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-                )
+                peers.langchain = LangchainPeer(asyncpg_dsn(url))
+                await peers.langchain.connect(CONCURRENT_SESSIONS)
             except PeerMissing as exc:
                 bench.results.notes.append(f"skipped {exc}")
     try:
         with served(url, summary_workers="0") as base_url:
             async with httpx.AsyncClient(base_url=base_url, timeout=120) as http:
-                await bench.appends(backend, precis, raw, http, agents, langchain)
-                await bench.loads(backend, precis, raw, http, agents, langchain, url)
+                await bench.appends(backend, precis, raw, http, peers)
+                await bench.loads(backend, url, precis, raw, http, peers)
         await bench.proactive(backend, url)
     finally:
         await precis.close()
-        if agents is not None:
-            await agents.close()
-        if langchain is not None:
-            await langchain.close()
+        await raw.close()
+        await peers.close()
+        if bench.driver is not None:
+            await bench.driver.close()
+            bench.driver = None
 
 
 async def postgres_version(admin_url: str) -> str:

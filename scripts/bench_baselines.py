@@ -10,7 +10,6 @@ The peers are imported only when used: they live in the bench virtualenv, never 
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 import uuid
@@ -20,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from scripts.bench_lib import Stats, timed
+from scripts.bench_lib import RoundFn, concurrent, sequential
 
 RAW_TABLE = "bench_raw_messages"
 
@@ -37,110 +36,89 @@ Row = tuple[str, str, int]
 class RawPostgres:
     """asyncpg straight to the server: the floor for PostgreSQL."""
 
+    label = "raw asyncpg"
+
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
+        self.conns: list[Any] = []
 
-    async def setup(self) -> None:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            await conn.execute(
-                f"CREATE TABLE {RAW_TABLE} (id bigserial PRIMARY KEY, session_id bigint NOT NULL,"
-                " role text NOT NULL, content text, token_count integer NOT NULL,"
-                " created_at timestamptz NOT NULL DEFAULT now())"
-            )
-            await conn.execute(f"CREATE INDEX ON {RAW_TABLE} (session_id, id)")
-        finally:
+    async def setup(self, connections: int) -> None:
+        self.conns = [await asyncpg.connect(self.dsn) for _ in range(connections)]
+        await self.conns[0].execute(
+            f"CREATE TABLE {RAW_TABLE} (id bigserial PRIMARY KEY, session_id bigint NOT NULL,"
+            " role text NOT NULL, content text, token_count integer NOT NULL,"
+            " created_at timestamptz NOT NULL DEFAULT now())"
+        )
+        await self.conns[0].execute(f"CREATE INDEX ON {RAW_TABLE} (session_id, id)")
+
+    async def close(self) -> None:
+        for conn in self.conns:
             await conn.close()
 
     _INSERT = (
         f"INSERT INTO {RAW_TABLE} (session_id, role, content, token_count) VALUES ($1, $2, $3, $4)"
     )
 
-    async def append_single(self, rows: Sequence[Row], count: int) -> Stats:
-        conn = await asyncpg.connect(self.dsn)
-        try:
+    def single(self, rows: Sequence[Row]) -> RoundFn:
+        """One INSERT ... RETURNING id per transaction, one session."""
+        conn = self.conns[0]
 
-            async def one(i: int) -> None:
-                role, content, tokens = rows[i % len(rows)]
-                async with conn.transaction():
-                    await conn.fetchval(self._INSERT + " RETURNING id", 1, role, content, tokens)
+        async def one(i: int) -> None:
+            async with conn.transaction():
+                await conn.fetchval(self._INSERT + " RETURNING id", 1, *rows[i % len(rows)])
 
-            return await timed(one, count)
-        finally:
-            await conn.close()
+        return sequential(one)
 
-    async def append_concurrent(self, rows: Sequence[Row], workers: int, per_worker: int) -> Stats:
-        conns = [await asyncpg.connect(self.dsn) for _ in range(workers)]
-        try:
-            latencies: list[float] = []
+    def concurrent(self, rows: Sequence[Row], workers: int) -> RoundFn:
+        """The same, one connection and session per worker, all at once."""
 
-            async def run(worker: int) -> None:
-                conn = conns[worker]
-                for i in range(-1, per_worker):
-                    role, content, tokens = rows[(worker * 31 + i) % len(rows)]
-                    t0 = time.perf_counter()
-                    async with conn.transaction():
-                        await conn.fetchval(
-                            self._INSERT + " RETURNING id", 100 + worker, role, content, tokens
-                        )
-                    if i >= 0:
-                        latencies.append(time.perf_counter() - t0)
+        async def one(worker: int, i: int) -> None:
+            conn = self.conns[worker]
+            async with conn.transaction():
+                await conn.fetchval(
+                    self._INSERT + " RETURNING id",
+                    100 + worker,
+                    *rows[(worker * 31 + i) % len(rows)],
+                )
 
-            started = time.perf_counter()
-            await asyncio.gather(*(run(w) for w in range(workers)))
-            return Stats.of(latencies, 1, time.perf_counter() - started)
-        finally:
-            for conn in conns:
-                await conn.close()
+        return concurrent(one, workers)
 
-    async def append_batches(self, rows: Sequence[Row], batch: int, count: int) -> Stats:
-        conn = await asyncpg.connect(self.dsn)
-        try:
+    def batches(self, rows: Sequence[Row], batch: int) -> RoundFn:
+        """`executemany` of `batch` rows per transaction."""
+        conn = self.conns[0]
 
-            async def one(i: int) -> None:
-                start = (i * batch) % len(rows)
-                chunk = [(2, *rows[(start + k) % len(rows)]) for k in range(batch)]
-                async with conn.transaction():
-                    await conn.executemany(self._INSERT, chunk)
+        async def one(i: int) -> None:
+            chunk = [(2, *rows[(i * batch + k) % len(rows)]) for k in range(batch)]
+            async with conn.transaction():
+                await conn.executemany(self._INSERT, chunk)
 
-            return await timed(one, count, items_per_op=batch)
-        finally:
-            await conn.close()
+        return sequential(one)
 
-    async def load(
-        self, session_id: int, after_seq: int, limit: int | None, count: int
-    ) -> tuple[Stats, int]:
+    def loader(self, session_id: int, after_seq: int, limit: int | None) -> RoundFn:
         """One indexed query for the rows the loader returns (newest first when limited)."""
-        conn = await asyncpg.connect(self.dsn)
+        conn = self.conns[0]
+        query = f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = $1 AND seq > $2 "
         if limit is None:
-            query = (
-                f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = $1 AND seq > $2 "
-                "ORDER BY seq"
-            )
+            query += "ORDER BY seq"
             args: tuple[Any, ...] = (session_id, after_seq)
         else:
-            query = (
-                f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = $1 AND seq > $2 "
-                "ORDER BY seq DESC LIMIT $3"
-            )
+            query += "ORDER BY seq DESC LIMIT $3"
             args = (session_id, after_seq, limit)
-        returned = 0
-        try:
 
-            async def one(_i: int) -> None:
-                nonlocal returned
-                returned = len(await conn.fetch(query, *args))
+        async def one(_i: int) -> None:
+            await conn.fetch(query, *args)
 
-            return await timed(one, count), returned
-        finally:
-            await conn.close()
+        return sequential(one)
 
 
 class RawSqlite:
     """The stdlib sqlite3 module in WAL mode, synchronous=NORMAL: the floor for SQLite."""
 
+    label = "raw sqlite3"
+
     def __init__(self, path: str) -> None:
         self.path = path
+        self.conns: list[sqlite3.Connection] = []
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False)
@@ -148,98 +126,107 @@ class RawSqlite:
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
-    async def setup(self) -> None:
-        conn = self._connect()
-        try:
-            conn.execute(
-                f"CREATE TABLE {RAW_TABLE} (id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL,"
-                " role TEXT NOT NULL, content TEXT, token_count INTEGER NOT NULL,"
-                " created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
-            )
-            conn.execute(f"CREATE INDEX ix_{RAW_TABLE} ON {RAW_TABLE} (session_id, id)")
-            conn.commit()
-        finally:
+    async def setup(self, connections: int) -> None:
+        self.conns = [self._connect() for _ in range(connections)]
+        self.conns[0].execute(
+            f"CREATE TABLE {RAW_TABLE} (id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL,"
+            " role TEXT NOT NULL, content TEXT, token_count INTEGER NOT NULL,"
+            " created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )
+        self.conns[0].execute(f"CREATE INDEX ix_{RAW_TABLE} ON {RAW_TABLE} (session_id, id)")
+        self.conns[0].commit()
+
+    async def close(self) -> None:
+        for conn in self.conns:
             conn.close()
 
     _INSERT = (
         f"INSERT INTO {RAW_TABLE} (session_id, role, content, token_count) VALUES (?, ?, ?, ?)"
     )
 
-    async def append_single(self, rows: Sequence[Row], count: int) -> Stats:
-        conn = self._connect()
-        try:
+    def single(self, rows: Sequence[Row]) -> RoundFn:
+        conn = self.conns[0]
 
-            async def one(i: int) -> None:
-                role, content, tokens = rows[i % len(rows)]
-                conn.execute(self._INSERT, (1, role, content, tokens))
-                conn.commit()
+        async def one(i: int) -> None:
+            conn.execute(self._INSERT, (1, *rows[i % len(rows)]))
+            conn.commit()
 
-            return await timed(one, count)
-        finally:
-            conn.close()
+        return sequential(one)
 
-    async def append_concurrent(self, rows: Sequence[Row], workers: int, per_worker: int) -> Stats:
+    def concurrent(self, rows: Sequence[Row], workers: int) -> RoundFn:
         """One thread and connection per session; SQLite serializes the writers."""
-        conns = [self._connect() for _ in range(workers)]
-        latencies: list[float] = []
 
-        def run(worker: int) -> None:
-            conn = conns[worker]
-            for i in range(per_worker):
-                role, content, tokens = rows[(worker * 31 + i) % len(rows)]
-                t0 = time.perf_counter()
-                conn.execute(self._INSERT, (100 + worker, role, content, tokens))
-                conn.commit()
-                latencies.append(time.perf_counter() - t0)
+        async def run(n: int, offset: int) -> list[float]:
+            latencies: list[float] = []
 
-        try:
-            started = time.perf_counter()
+            def worker(w: int) -> None:
+                conn = self.conns[w]
+                for i in range(offset, offset + n):
+                    t0 = time.perf_counter()
+                    conn.execute(self._INSERT, (100 + w, *rows[(w * 31 + i) % len(rows)]))
+                    conn.commit()
+                    latencies.append(time.perf_counter() - t0)
+
             with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(run, range(workers)))
-            return Stats.of(latencies, 1, time.perf_counter() - started)
-        finally:
-            for conn in conns:
-                conn.close()
+                list(pool.map(worker, range(workers)))
+            return latencies
 
-    async def append_batches(self, rows: Sequence[Row], batch: int, count: int) -> Stats:
-        conn = self._connect()
-        try:
+        return run
 
-            async def one(i: int) -> None:
-                start = (i * batch) % len(rows)
-                chunk = [(2, *rows[(start + k) % len(rows)]) for k in range(batch)]
-                conn.executemany(self._INSERT, chunk)
-                conn.commit()
+    def batches(self, rows: Sequence[Row], batch: int) -> RoundFn:
+        conn = self.conns[0]
 
-            return await timed(one, count, items_per_op=batch)
-        finally:
-            conn.close()
+        async def one(i: int) -> None:
+            chunk = [(2, *rows[(i * batch + k) % len(rows)]) for k in range(batch)]
+            conn.executemany(self._INSERT, chunk)
+            conn.commit()
 
-    async def load(
-        self, session_id: int, after_seq: int, limit: int | None, count: int
-    ) -> tuple[Stats, int]:
-        conn = self._connect()
+        return sequential(one)
+
+    def loader(self, session_id: int, after_seq: int, limit: int | None) -> RoundFn:
+        conn = self.conns[0]
+        query = f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? "
         if limit is None:
-            query = (
-                f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
-            )
+            query += "ORDER BY seq"
             args: tuple[Any, ...] = (session_id, after_seq)
         else:
-            query = (
-                f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? "
-                "ORDER BY seq DESC LIMIT ?"
-            )
+            query += "ORDER BY seq DESC LIMIT ?"
             args = (session_id, after_seq, limit)
-        returned = 0
-        try:
 
-            async def one(_i: int) -> None:
-                nonlocal returned
-                returned = len(conn.execute(query, args).fetchall())
+        async def one(_i: int) -> None:
+            conn.execute(query, args).fetchall()
 
-            return await timed(one, count), returned
-        finally:
-            conn.close()
+        return sequential(one)
+
+
+class RawAiosqlite:
+    """aiosqlite, the driver Precis uses on SQLite: every call is a hop to its thread.
+
+    Not a target: it shows how much of the gap to sqlite3 is the async driver itself.
+    """
+
+    label = "raw aiosqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.conn: Any = None
+
+    async def setup(self) -> None:
+        import aiosqlite
+
+        self.conn = await aiosqlite.connect(self.path)
+        await self.conn.execute("PRAGMA synchronous=NORMAL")
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+    def single(self, rows: Sequence[Row]) -> RoundFn:
+        async def one(i: int) -> None:
+            await self.conn.execute(RawSqlite._INSERT, (3, *rows[i % len(rows)]))
+            await self.conn.commit()
+
+        return sequential(one)
 
 
 # --- peers ----------------------------------------------------------------------------------
@@ -305,15 +292,16 @@ class LangchainPeer:
         self._ai: Any = AIMessage
         self._connections: list[Any] = []
 
-    async def connect(self) -> Any:
-        conn = await self._psycopg.AsyncConnection.connect(self.dsn)
-        if not self._connections:
-            await self._history.acreate_tables(conn, self.table)
-        self._connections.append(conn)
-        return conn
+    async def connect(self, connections: int) -> None:
+        """One psycopg connection per concurrent session (a connection runs one query at once)."""
+        for _ in range(connections):
+            self._connections.append(await self._psycopg.AsyncConnection.connect(self.dsn))
+        await self._history.acreate_tables(self._connections[0], self.table)
 
-    def history(self, conn: Any, session_uuid: str) -> Any:
-        return self._history(self.table, session_uuid, async_connection=conn)
+    def history(self, connection: int, session_uuid: str) -> Any:
+        return self._history(
+            self.table, session_uuid, async_connection=self._connections[connection]
+        )
 
     def message(self, message: dict[str, str]) -> Any:
         kind = self._human if message["role"] == "user" else self._ai

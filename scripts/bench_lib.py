@@ -128,49 +128,89 @@ class Stats:
         return asdict(self)
 
 
+RoundFn = Callable[[int, int], Awaitable[list[float]]]
+"""Runs `n` operations starting at operation index `offset`; returns their latencies."""
+
+
+def sequential(operation: Callable[[int], Awaitable[Any]]) -> RoundFn:
+    """A round of `operation(i)` calls, one after the other."""
+
+    async def run(n: int, offset: int) -> list[float]:
+        latencies: list[float] = []
+        for i in range(offset, offset + n):
+            t0 = time.perf_counter()
+            await operation(i)
+            latencies.append(time.perf_counter() - t0)
+        return latencies
+
+    return run
+
+
+def concurrent(operation: Callable[[int, int], Awaitable[Any]], workers: int) -> RoundFn:
+    """A round of `n` calls per worker, `operation(worker, i)`, the workers running at once."""
+
+    async def run(n: int, offset: int) -> list[float]:
+        latencies: list[float] = []
+
+        async def worker(w: int) -> None:
+            for i in range(offset, offset + n):
+                t0 = time.perf_counter()
+                await operation(w, i)
+                latencies.append(time.perf_counter() - t0)
+
+        await asyncio.gather(*(worker(w) for w in range(workers)))
+        return latencies
+
+    return run
+
+
+async def interleaved(
+    contestants: dict[str, RoundFn],
+    per_round: int,
+    rounds: int,
+    items_per_op: int = 1,
+    warmup: int = 2,
+) -> dict[str, Stats]:
+    """Run the contestants in alternating rounds, so background load hits them alike.
+
+    The machine is shared: a burst of someone else's work during one contestant's turn
+    would skew a ratio. Each round runs `per_round` operations of every contestant, in an
+    order that rotates from round to round; the wall time of a contestant is the sum of
+    its turns.
+    """
+    names = list(contestants)
+    for name in names:
+        await contestants[name](warmup, -warmup - 1)
+    latencies: dict[str, list[float]] = {name: [] for name in names}
+    walls = dict.fromkeys(names, 0.0)
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            t0 = time.perf_counter()
+            latencies[name] += await contestants[name](per_round, r * per_round)
+            walls[name] += time.perf_counter() - t0
+    return {name: Stats.of(latencies[name], items_per_op, walls[name]) for name in names}
+
+
 async def timed(
     operation: Callable[[int], Awaitable[Any]],
     count: int,
-    items_per_op: int = 1,
     budget_s: float = 60.0,
-    warmup: int = 3,
+    warmup: int = 1,
 ) -> Stats:
-    """Run `operation(i)` sequentially `count` times (fewer if `budget_s` runs out)."""
+    """Run `operation(i)` sequentially `count` times (fewer once `budget_s` runs out)."""
     for i in range(warmup):
         await operation(-1 - i)
     latencies: list[float] = []
     started = time.perf_counter()
-    deadline = started + budget_s
     for i in range(count):
         t0 = time.perf_counter()
         await operation(i)
         t1 = time.perf_counter()
         latencies.append(t1 - t0)
-        if t1 > deadline and len(latencies) >= 3:
+        if t1 - started > budget_s and len(latencies) >= 3:
             break
-    return Stats.of(latencies, items_per_op, time.perf_counter() - started)
-
-
-async def timed_concurrently(
-    operation: Callable[[int, int], Awaitable[Any]],
-    workers: int,
-    count_per_worker: int,
-    items_per_op: int = 1,
-    warmup: int = 1,
-) -> Stats:
-    """`workers` tasks each run `operation(worker, i)` `count_per_worker` times."""
-    await asyncio.gather(*(operation(w, -1 - i) for w in range(workers) for i in range(warmup)))
-    latencies: list[float] = []
-
-    async def run(worker: int) -> None:
-        for i in range(count_per_worker):
-            t0 = time.perf_counter()
-            await operation(worker, i)
-            latencies.append(time.perf_counter() - t0)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(run(w) for w in range(workers)))
-    return Stats.of(latencies, items_per_op, time.perf_counter() - started)
+    return Stats.of(latencies, 1, time.perf_counter() - started)
 
 
 # --- databases ------------------------------------------------------------------------------
