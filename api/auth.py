@@ -107,7 +107,7 @@ def _route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-def tenant_for(
+async def tenant_for(
     request: Request,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> str:

@@ -74,17 +74,17 @@ def _unavailable(exc: DBAPIError) -> bool:
     )
 
 
-def summarizer_of(request: Request) -> Summarizer:
+async def summarizer_of(request: Request) -> Summarizer:
     summarizer: Summarizer = request.app.state.summarizer
     return summarizer
 
 
-def worker_of(request: Request) -> Worker:
+async def worker_of(request: Request) -> Worker:
     worker: Worker = request.app.state.worker
     return worker
 
 
-def settings_of(request: Request) -> Settings:
+async def settings_of(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 

@@ -25,6 +25,7 @@ from api.summarization import Summarizer
 from api.worker import Worker
 from summarizer.llm import load_litellm
 from summarizer.local import LOCAL_MODEL
+from summarizer.tokens import encoding
 
 logger = logging.getLogger("precis")
 
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         app.state.settings = resolved
         app.state.tenant_keys = resolved.tenant_keys()
+        encoding()  # load the tokenizer now, not in the first request
         if resolved.summary_model != LOCAL_MODEL:
             # Importing litellm takes seconds of CPU: pay it before serving, not mid-traffic.
             await load_litellm()

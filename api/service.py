@@ -6,12 +6,11 @@ import json
 import uuid
 from collections.abc import Sequence
 from contextlib import suppress
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
-from api.context import Item, assemble, summary_message
+from api.context import Item, assemble, openai_message, summary_message
 from api.db.models import Message, Session, Summary
 from api.errors import BadRequest, PayloadTooLarge, SummarizationInProgress
 from api.locks import SummarizerBusy
@@ -61,11 +60,11 @@ def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMess
     )
 
 
-StoredMessage = Message | store.MessageRow
+MessageRecord = Message | store.MessageRow
 """A stored message: an ORM instance (append, list) or a plain row (the history loader)."""
 
 
-def message_out(message: StoredMessage) -> MessageOut:
+def message_out(message: MessageRecord) -> MessageOut:
     return MessageOut(
         id=message.id,
         seq=message.seq,
@@ -79,21 +78,6 @@ def message_out(message: StoredMessage) -> MessageOut:
         token_count=message.token_count,
         created_at=message.created_at,
     )
-
-
-def openai_message(message: StoredMessage) -> dict[str, Any]:
-    """A stored message in OpenAI chat shape."""
-    out: dict[str, Any] = {
-        "role": message.role,
-        "content": message.content if message.content_parts is None else message.content_parts,
-    }
-    if message.name is not None:
-        out["name"] = message.name
-    if message.tool_calls is not None:
-        out["tool_calls"] = message.tool_calls
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    return out
 
 
 def session_out(session: Session, summary_count: int) -> SessionOut:

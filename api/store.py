@@ -147,9 +147,14 @@ async def create_session(
     return session
 
 
+_SESSION_BY_EXTERNAL_ID = select(Session).where(
+    Session.tenant == bindparam("p_tenant"), Session.external_id == bindparam("p_external_id")
+)
+
+
 async def get_session(db: AsyncSession, tenant: str, external_id: str) -> Session:
     session = await db.scalar(
-        select(Session).where(Session.tenant == tenant, Session.external_id == external_id)
+        _SESSION_BY_EXTERNAL_ID, {"p_tenant": tenant, "p_external_id": external_id}
     )
     if session is None:
         raise SessionNotFound(external_id)
@@ -776,8 +781,11 @@ async def release_job(
     )
 
 
+_PENDING_JOB = select(SummaryJob.id).where(SummaryJob.session_id == bindparam("p_session_id"))
+
+
 async def has_pending_job(db: AsyncSession, session_id: int) -> bool:
-    found = await db.scalar(select(SummaryJob.id).where(SummaryJob.session_id == session_id))
+    found = await db.scalar(_PENDING_JOB, {"p_session_id": session_id})
     return found is not None
 
 

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import metrics, store
-from api.db.models import Message, Session, Summary
+from api.context import openai_message
+from api.db.models import Session, Summary
 from api.locks import SessionLocks
 from api.settings import Settings, SummaryPolicy
 from summarizer import EngineSettings, merge_summaries, summarize
@@ -36,21 +37,6 @@ def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> Reason | 
     if backlog.token_count >= policy.max_context_tokens:
         return "token_limit"
     return None
-
-
-def openai_with_seq(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "seq": message.seq,
-        "role": message.role,
-        "content": message.content if message.content_parts is None else message.content_parts,
-    }
-    if message.name is not None:
-        out["name"] = message.name
-    if message.tool_calls is not None:
-        out["tool_calls"] = message.tool_calls
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    return out
 
 
 @dataclass
@@ -100,7 +86,7 @@ class Summarizer:
             policy, keep_last_n=keep, previous_summary=live[-1].summary_text if live else None
         )
         result = await summarize(
-            [openai_with_seq(message) for message in messages],
+            [{**openai_message(message), "seq": message.seq} for message in messages],
             engine_settings,
             trigger=trigger,
             trigger_reason=reason,
