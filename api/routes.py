@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response, status
 from fastapi.dependencies.models import Dependant
@@ -199,6 +199,13 @@ async def history(
     summarizer: AppSummarizer,
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
     max_tokens: Annotated[int | None, Query(ge=1, le=MAX_HISTORY_TOKENS)] = None,
+    context_format: Annotated[
+        Literal["openai"],
+        Query(
+            alias="format",
+            description="Shape of `context`: OpenAI chat messages, the one format so far.",
+        ),
+    ] = "openai",
 ) -> History:
     with metrics.HISTORY_SECONDS.time():
         return await service.history(db, summarizer, tenant, session_id, summary_limit, max_tokens)

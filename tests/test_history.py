@@ -361,3 +361,15 @@ async def test_max_tokens_on_a_large_session_loads_only_a_tail(
     assert len(body["messages"]) < 100
     assert body["messages"][-1]["seq"] == 2000
     assert body["token_estimate"] <= 300
+
+
+async def test_format_openai_is_accepted_and_other_formats_get_422(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await append(api, sid, user("hello"))
+    ok = await api.get(f"/v1/sessions/{sid}/history", params={"format": "openai"})
+    assert ok.status_code == 200
+    assert ok.json()["context"] == [{"role": "user", "content": "hello"}]
+    other = await api.get(f"/v1/sessions/{sid}/history", params={"format": "anthropic"})
+    assert other.status_code == 422
+    assert "format" in other.json()["detail"]
