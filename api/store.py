@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Select,
     Table,
@@ -23,7 +22,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import class_mapper
@@ -330,13 +328,8 @@ async def _messages_by_client_id(
     return {message.client_id: message for message in stored if message.client_id is not None}
 
 
-_NULLABLE_JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
-"""A message's optional JSON written with None as SQL NULL, not JSON `null`: nothing to decode."""
-
-
-def _bind(name: str, type_: Any = None) -> Any:
-    column = _messages[name]
-    return bindparam(f"p_{name}", type_=type_ if type_ is not None else column.type)
+def _bind(name: str) -> Any:
+    return bindparam(f"p_{name}", type_=_messages[name].type)
 
 
 _INSERT_MESSAGES = (
@@ -346,11 +339,11 @@ _INSERT_MESSAGES = (
         seq=_bind("seq"),
         role=_bind("role"),
         content=_bind("content"),
-        content_parts=_bind("content_parts", _NULLABLE_JSON),
+        content_parts=_bind("content_parts"),
         name=_bind("name"),
-        tool_calls=_bind("tool_calls", _NULLABLE_JSON),
+        tool_calls=_bind("tool_calls"),
         tool_call_id=_bind("tool_call_id"),
-        metadata=_bind("metadata", _NULLABLE_JSON),
+        metadata=_bind("metadata"),
         client_id=_bind("client_id"),
         token_count=_bind("token_count"),
         created_at=_bind("created_at"),

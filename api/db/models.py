@@ -35,6 +35,9 @@ NAMING_CONVENTION = {
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 """JSON everywhere, JSONB on PostgreSQL."""
 
+OptionalJSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""JSON of a nullable column: None is stored as SQL NULL, so a load has nothing to decode."""
+
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 """64-bit ids; on SQLite an INTEGER so the primary key is the rowid and autoincrements."""
 
@@ -116,11 +119,11 @@ class Message(Base):
     seq: Mapped[int] = mapped_column(BigInteger)
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str | None] = mapped_column(Text)
-    content_parts: Mapped[list[Any] | None] = mapped_column(JSONType)
+    content_parts: Mapped[list[Any] | None] = mapped_column(OptionalJSON)
     name: Mapped[str | None] = mapped_column(String(256))
-    tool_calls: Mapped[list[Any] | None] = mapped_column(JSONType)
+    tool_calls: Mapped[list[Any] | None] = mapped_column(OptionalJSON)
     tool_call_id: Mapped[str | None] = mapped_column(String(256))
-    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType)
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", OptionalJSON)
     client_id: Mapped[str | None] = mapped_column(String(256))
     token_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
