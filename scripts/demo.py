@@ -21,7 +21,6 @@ if __package__ in (None, ""):  # run as `python scripts/demo.py`
 import argparse
 import asyncio
 import json
-import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from scripts.cli import run_command
 from scripts.trace_summary import (
     describe_content,
     format_table,
@@ -349,13 +349,7 @@ async def run(options: Options, out: TextIO, err: TextIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_args(argv)
-    try:
-        return asyncio.run(run(options, sys.stdout, sys.stderr))
-    except BrokenPipeError:
-        # The reader left early (`| head`): stop quietly, and keep Python's exit flush quiet too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return run_command(run, parse_args(argv))
 
 
 if __name__ == "__main__":

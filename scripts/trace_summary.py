@@ -17,9 +17,7 @@ if __package__ in (None, ""):  # run as `python scripts/trace_summary.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
-import asyncio
 import json
-import os
 import shutil
 import textwrap
 import unicodedata
@@ -35,6 +33,7 @@ from api import audit
 from api.db.engine import create_sessionmaker
 from api.db.models import Message, Session, Summary
 from api.settings import Settings
+from scripts.cli import run_command
 
 PROG = "trace_summary"
 
@@ -584,13 +583,7 @@ async def run(options: Options, out: TextIO, err: TextIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_args(argv)
-    try:
-        return asyncio.run(run(options, sys.stdout, sys.stderr))
-    except BrokenPipeError:
-        # The reader left early (`| head`): stop quietly, and keep Python's exit flush quiet too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return run_command(run, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ if __package__ in (None, ""):  # run as `python scripts/verify.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
-import asyncio
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from api import audit
 from api.db.engine import create_sessionmaker
 from api.db.models import Session, Summary
 from api.settings import Settings
+from scripts.cli import run_command
 
 PROG = "verify"
 
@@ -524,13 +523,7 @@ async def _verify(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_args(argv)
-    try:
-        return asyncio.run(run(options, sys.stdout, sys.stderr))
-    except BrokenPipeError:
-        # The reader left early (`| head`): stop quietly, and keep Python's exit flush quiet too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return run_command(run, parse_args(argv))
 
 
 if __name__ == "__main__":
