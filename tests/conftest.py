@@ -11,6 +11,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -140,15 +141,13 @@ async def empty_database_url(
         await drop_postgres_database(url)
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
-async def database_url(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    postgres_available: bool,
+@asynccontextmanager
+async def migrated_database(
+    backend: str, folder: Path, postgres_available: bool
 ) -> AsyncIterator[str]:
-    """One migrated database per backend for the whole run."""
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('sqlite') / 'precis.db'}"
+    """A new database of `backend`, migrated to head; a PostgreSQL one is dropped afterwards."""
+    if backend == "sqlite":
+        url = f"sqlite+aiosqlite:///{folder / 'precis.db'}"
         await run_alembic(url, "head")
         yield url
         return
@@ -160,6 +159,18 @@ async def database_url(
         yield url
     finally:
         await drop_postgres_database(url)
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+async def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_available: bool,
+) -> AsyncIterator[str]:
+    """One migrated database per backend for the whole run."""
+    folder = tmp_path_factory.mktemp("sqlite")
+    async with migrated_database(request.param, folder, postgres_available) as url:
+        yield url
 
 
 @pytest.fixture

@@ -25,18 +25,13 @@ from api.main import create_app
 from scripts.fake_llm import FakeLLM
 from scripts.load import LiveServer
 from tests.conftest import make_settings
+from tests.helpers import WAIT_SECONDS, append, user, wait_for_summary
 from tests.invariants import invariant_violations
-
-WAIT_SECONDS = 30.0
 
 KILL_CONNECTIONS = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
 )
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def llm_overrides(llm: FakeLLM) -> dict[str, Any]:
@@ -57,22 +52,6 @@ def llm_overrides(llm: FakeLLM) -> dict[str, Any]:
 @pytest.fixture
 def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dict[str, Any]:
     return {**llm_overrides(fake_llm), **getattr(request, "param", {})}
-
-
-async def append(client: httpx.AsyncClient, session: str, *messages: dict[str, Any]) -> Any:
-    answer = await client.post(f"/v1/sessions/{session}/messages", json={"messages": messages})
-    assert answer.status_code == 201, answer.text
-    return answer.json()
-
-
-async def wait_for_summary(client: httpx.AsyncClient, session: str) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
-    while asyncio.get_running_loop().time() < deadline:
-        history = (await client.get(f"/v1/sessions/{session}/history")).json()
-        if history["summaries"] and not history["summarization_pending"]:
-            return dict(history)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no summary for {session} within {WAIT_SECONDS} s")
 
 
 async def assert_nothing_lost(

@@ -24,12 +24,7 @@ from schemathesis import checks
 
 from api.main import create_app
 from scripts.load import LiveServer
-from tests.conftest import (
-    SKIP_POSTGRES_REASON,
-    create_postgres_database,
-    drop_postgres_database,
-    run_alembic,
-)
+from tests.conftest import migrated_database
 
 FUZZ_EXAMPLES = int(os.environ.get("PRECIS_FUZZ_EXAMPLES", "30"))
 """Generated requests per operation: about 30 s for the whole run on both databases."""
@@ -53,19 +48,9 @@ async def fuzz_database(
     postgres_available: bool,
 ) -> Any:
     """A fresh migrated database, so generated data never meets other tests' data."""
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.db'}"
-        await run_alembic(url, "head")
+    folder = tmp_path_factory.mktemp("fuzz")
+    async with migrated_database(request.param, folder, postgres_available) as url:
         yield url
-        return
-    if not postgres_available:
-        pytest.skip(SKIP_POSTGRES_REASON)
-    url = await create_postgres_database()
-    try:
-        await run_alembic(url, "head")
-        yield url
-    finally:
-        await drop_postgres_database(url)
 
 
 @pytest.fixture(scope="module")

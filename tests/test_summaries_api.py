@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import store, worker
 from api.db.models import SummaryJob
 from scripts.fake_llm import FakeLLM
-from tests.test_summarization_service import append, user, wait_for_summary
+from tests.helpers import append, user, wait_for_summary
 
 
 async def compact(client: httpx.AsyncClient, session: str, **body: Any) -> dict[str, Any]:

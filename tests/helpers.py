@@ -1,0 +1,50 @@
+"""Message builders and HTTP steps shared by the summarization and fault tests."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+WAIT_SECONDS = 30.0
+"""Longest wait for background summarization before a test fails."""
+
+
+def user(text: str, **extra: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text, **extra}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def tool_call(call_id: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        ],
+    }
+
+
+def tool_result(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": f"result of {call_id}"}
+
+
+async def append(client: httpx.AsyncClient, session: str, *messages: dict[str, Any]) -> Any:
+    answer = await client.post(f"/v1/sessions/{session}/messages", json={"messages": messages})
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+async def wait_for_summary(client: httpx.AsyncClient, session: str) -> dict[str, Any]:
+    """Poll the history until a summary is loaded and no work is pending."""
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        history = (await client.get(f"/v1/sessions/{session}/history")).json()
+        if history["summaries"] and not history["summarization_pending"]:
+            return dict(history)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no summary for {session} within {WAIT_SECONDS} s")
