@@ -66,22 +66,41 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _PG_KEY = pytest.StashKey[bool]()
+_MISSING_PG_KEY = pytest.StashKey[int]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `postgresql_only` are not collected for SQLite (deselected, not skipped)."""
+    """Leave out (deselect, not skip) what cannot run here.
+
+    Tests marked `postgresql_only` are not run for SQLite; without a reachable PostgreSQL
+    the PostgreSQL variants are left out, and the run ends with one line saying so.
+    """
+    postgres_reachable = config.stash[_PG_KEY]
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
+    missing_postgres = 0
     for item in items:
         callspec = getattr(item, "callspec", None)
-        on_sqlite = callspec is not None and callspec.params.get("database_url") == "sqlite"
+        params = callspec.params.values() if callspec is not None else ()
+        backends = {value for value in params if isinstance(value, str)}
+        on_sqlite = "sqlite" in backends
         if on_sqlite and item.get_closest_marker("postgresql_only"):
             dropped.append(item)
+        elif "postgresql" in backends and not postgres_reachable:
+            dropped.append(item)
+            missing_postgres += 1
         else:
             kept.append(item)
+    config.stash[_MISSING_PG_KEY] = missing_postgres
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    missing = config.stash.get(_MISSING_PG_KEY, 0)
+    if missing:
+        terminalreporter.write_line(f"{missing} PostgreSQL tests not run: {SKIP_POSTGRES_REASON}")
 
 
 def alembic_config(database_url: str) -> Config:
