@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from api import store
+
 WAIT_SECONDS = 30.0
 """Longest wait for background summarization before a test fails."""
 
@@ -48,3 +50,23 @@ async def wait_for_summary(client: httpx.AsyncClient, session: str) -> dict[str,
             return dict(history)
         await asyncio.sleep(0.05)
     raise AssertionError(f"no summary for {session} within {WAIT_SECONDS} s")
+
+
+def summary_draft(
+    first_seq: int, last_seq: int, absorbs: tuple[int, ...] = ()
+) -> store.SummaryDraft:
+    """A summary of `first_seq..last_seq` to write through the store; a roll-up with `absorbs`."""
+    return store.SummaryDraft(
+        first_seq=first_seq,
+        last_seq=last_seq,
+        summary_text=f"summary of {first_seq}-{last_seq}",
+        summary_prompt="summarize",
+        model="test",
+        temperature=0.0,
+        target_summary_tokens=100,
+        keep_last_n=0,
+        approx_tokens=8,
+        metadata={"algorithm": "test"},
+        level=1 if absorbs else 0,
+        absorbs=absorbs,
+    )

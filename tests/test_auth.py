@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import store
 from api.main import create_app
 from tests.conftest import QUIET, make_settings
+from tests.helpers import summary_draft
 
 KEYS = "tenant_a:key_a,tenant_b:key_b"
 A = {"Authorization": "Bearer key_a"}
@@ -143,19 +144,7 @@ async def test_another_tenants_summary_is_not_found(
 ) -> None:
     await api.post(f"/v1/sessions/{sid}/messages", json=messages("one", "two"), headers=A)
     session = await store.get_session(app_db, "tenant_a", sid)
-    draft = store.SummaryDraft(
-        first_seq=1,
-        last_seq=2,
-        summary_text="secret summary",
-        summary_prompt="summarize",
-        model="test",
-        temperature=0.0,
-        target_summary_tokens=100,
-        keep_last_n=0,
-        approx_tokens=5,
-        metadata={},
-    )
-    summary = await store.save_summary(app_db, session.id, draft)
+    summary = await store.save_summary(app_db, session.id, summary_draft(1, 2))
     await app_db.commit()
     assert (await api.get(f"/v1/summaries/{summary.id}", headers=A)).status_code == 200
     answer = await api.get(f"/v1/summaries/{summary.id}", headers=B)

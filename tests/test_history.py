@@ -16,6 +16,7 @@ from api.auth import DEVELOPMENT_TENANT
 from api.context import MISSING_TOOL_RESULT, TRUNCATION_MARKER
 from summarizer.tokens import count_messages
 from tests.conftest import QUIET
+from tests.helpers import summary_draft
 
 SUMMARY_LIMIT = 3
 """The server-wide SUMMARY_LIMIT of this module's app."""
@@ -66,23 +67,6 @@ async def history(api: httpx.AsyncClient, sid: str, **params: Any) -> dict[str, 
     return body
 
 
-def draft(first_seq: int, last_seq: int, absorbs: tuple[int, ...] = ()) -> store.SummaryDraft:
-    return store.SummaryDraft(
-        first_seq=first_seq,
-        last_seq=last_seq,
-        summary_text=f"summary of {first_seq}-{last_seq}",
-        summary_prompt="summarize",
-        model="test",
-        temperature=0.0,
-        target_summary_tokens=100,
-        keep_last_n=0,
-        approx_tokens=8,
-        metadata={"algorithm": "test"},
-        level=1 if absorbs else 0,
-        absorbs=absorbs,
-    )
-
-
 async def summarize(app_db: AsyncSession, sid: str, *drafts: store.SummaryDraft) -> list[int]:
     """Save the drafts through the store in one transaction; return their ids."""
     session = await store.get_session(app_db, DEVELOPMENT_TENANT, sid)
@@ -125,7 +109,14 @@ async def test_only_the_latest_summary_limit_summaries_come_oldest_first(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(app_db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
+    await summarize(
+        app_db,
+        sid,
+        summary_draft(1, 2),
+        summary_draft(3, 4),
+        summary_draft(5, 6),
+        summary_draft(7, 8),
+    )
     body = await history(api, sid, summary_limit=2)
     assert ranges(body["summaries"]) == [(5, 6), (7, 8)]
 
@@ -134,7 +125,14 @@ async def test_the_default_summary_limit_comes_from_the_settings(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(app_db, sid, draft(1, 2), draft(3, 4), draft(5, 6), draft(7, 8))
+    await summarize(
+        app_db,
+        sid,
+        summary_draft(1, 2),
+        summary_draft(3, 4),
+        summary_draft(5, 6),
+        summary_draft(7, 8),
+    )
     assert ranges((await history(api, sid))["summaries"]) == [(3, 4), (5, 6), (7, 8)]
 
 
@@ -142,7 +140,7 @@ async def test_a_session_summary_limit_setting_applies(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(app_db, sid, draft(1, 2), draft(3, 4))
+    await summarize(app_db, sid, summary_draft(1, 2), summary_draft(3, 4))
     patched = await api.patch(f"/v1/sessions/{sid}", json={"settings": {"summary_limit": 1}})
     assert patched.status_code == 200
     assert ranges((await history(api, sid))["summaries"]) == [(3, 4)]
@@ -152,7 +150,7 @@ async def test_only_messages_after_the_newest_summary_are_loaded(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(app_db, sid, draft(1, 4), draft(5, 8))
+    await summarize(app_db, sid, summary_draft(1, 4), summary_draft(5, 8))
     assert [m["seq"] for m in (await history(api, sid))["messages"]] == [9, 10]
 
 
@@ -160,7 +158,7 @@ async def test_messages_under_summaries_beyond_the_limit_are_not_loaded(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await summarize(app_db, sid, draft(1, 2), draft(3, 4), draft(5, 6))
+    await summarize(app_db, sid, summary_draft(1, 2), summary_draft(3, 4), summary_draft(5, 6))
     body = await history(api, sid, summary_limit=1)
     assert ranges(body["summaries"]) == [(5, 6)]
     assert [m["seq"] for m in body["messages"]] == [7, 8, 9, 10]
@@ -171,7 +169,7 @@ async def test_summaries_lead_the_context_as_system_messages(
 ) -> None:
     messages = chat(6)
     await append(api, sid, *messages)
-    await summarize(app_db, sid, draft(1, 2), draft(3, 4))
+    await summarize(app_db, sid, summary_draft(1, 2), summary_draft(3, 4))
     context = (await history(api, sid))["context"]
     assert [m["role"] for m in context[:2]] == ["system", "system"]
     assert "summary of 1-2" in context[0]["content"]
@@ -183,9 +181,9 @@ async def test_a_superseded_summary_is_not_returned(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(8))
-    first, second = await summarize(app_db, sid, draft(1, 2), draft(3, 4))
-    (rollup,) = await summarize(app_db, sid, draft(1, 4, absorbs=(first, second)))
-    (latest,) = await summarize(app_db, sid, draft(5, 6))
+    first, second = await summarize(app_db, sid, summary_draft(1, 2), summary_draft(3, 4))
+    (rollup,) = await summarize(app_db, sid, summary_draft(1, 4, absorbs=(first, second)))
+    (latest,) = await summarize(app_db, sid, summary_draft(5, 6))
     body = await history(api, sid)
     assert [s["id"] for s in body["summaries"]] == [rollup, latest]
     assert all("summary of 1-2" not in m["content"] for m in body["context"])
@@ -195,8 +193,8 @@ async def test_summaries_in_the_history_carry_their_range_and_level(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(6))
-    first, second = await summarize(app_db, sid, draft(1, 2), draft(3, 4))
-    await summarize(app_db, sid, draft(1, 4, absorbs=(first, second)))
+    first, second = await summarize(app_db, sid, summary_draft(1, 2), summary_draft(3, 4))
+    await summarize(app_db, sid, summary_draft(1, 4, absorbs=(first, second)))
     (summary,) = (await history(api, sid))["summaries"]
     assert (summary["session_id"], summary["level"], summary["message_count"]) == (sid, 1, 4)
     assert (summary["first_seq"], summary["last_seq"], summary["superseded_by"]) == (1, 4, None)
@@ -206,7 +204,7 @@ async def test_summarized_messages_stay_in_the_raw_message_list(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(6))
-    await summarize(app_db, sid, draft(1, 4))
+    await summarize(app_db, sid, summary_draft(1, 4))
     raw = (await api.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
     assert [m["seq"] for m in raw] == [1, 2, 3, 4, 5, 6]
 
@@ -224,7 +222,7 @@ async def test_a_tool_result_whose_call_is_summarized_is_dropped_from_the_contex
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, user("q"), call("c1"), result("c1", "answer"), user("next"))
-    await summarize(app_db, sid, draft(1, 2))
+    await summarize(app_db, sid, summary_draft(1, 2))
     body = await history(api, sid)
     assert [m["seq"] for m in body["messages"]] == [3, 4]
     assert [m["role"] for m in body["context"]] == ["system", "user"]
@@ -316,7 +314,7 @@ async def test_max_tokens_keeps_summaries_ahead_of_the_marker(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(40))
-    await summarize(app_db, sid, draft(1, 2))
+    await summarize(app_db, sid, summary_draft(1, 2))
     context = (await history(api, sid, max_tokens=200))["context"]
     assert "summary of 1-2" in context[0]["content"]
     assert context[1]["content"] == TRUNCATION_MARKER

@@ -19,6 +19,7 @@ from api import store
 from api.auth import DEVELOPMENT_TENANT
 from api.db.models import Message, Summary, SummaryMessage
 from api.schemas import SESSION_ID_PATTERN
+from tests.helpers import summary_draft
 
 
 @pytest.fixture
@@ -26,23 +27,6 @@ async def empty_database(app: FastAPI) -> None:
     """For the tests that look at every session: start from none."""
     async with app.state.engine.begin() as connection:
         await connection.execute(text("DELETE FROM sessions"))  # cascades to the rest
-
-
-def draft(first_seq: int, last_seq: int, absorbs: tuple[int, ...] = ()) -> store.SummaryDraft:
-    return store.SummaryDraft(
-        first_seq=first_seq,
-        last_seq=last_seq,
-        summary_text=f"summary of {first_seq}-{last_seq}",
-        summary_prompt="summarize",
-        model="test",
-        temperature=0.0,
-        target_summary_tokens=100,
-        keep_last_n=0,
-        approx_tokens=10,
-        metadata={"algorithm": "test"},
-        level=1 if absorbs else 0,
-        absorbs=absorbs,
-    )
 
 
 async def append(api: httpx.AsyncClient, session_id: str, count: int) -> None:
@@ -54,7 +38,7 @@ async def append(api: httpx.AsyncClient, session_id: str, count: int) -> None:
 async def summarize(app_db: AsyncSession, session_id: str, *ranges: tuple[int, int]) -> list[int]:
     """Write summaries over `ranges` through the store and commit; return their ids."""
     session = await store.get_session(app_db, DEVELOPMENT_TENANT, session_id)
-    ids = [(await store.save_summary(app_db, session.id, draft(*r))).id for r in ranges]
+    ids = [(await store.save_summary(app_db, session.id, summary_draft(*r))).id for r in ranges]
     await app_db.commit()
     return ids
 
@@ -136,7 +120,7 @@ async def test_summary_count_counts_only_live_summaries(
     await append(api, sid, 6)
     first, second = await summarize(app_db, sid, (1, 2), (3, 4))
     session = await store.get_session(app_db, DEVELOPMENT_TENANT, sid)
-    await store.save_summary(app_db, session.id, draft(1, 4, absorbs=(first, second)))
+    await store.save_summary(app_db, session.id, summary_draft(1, 4, absorbs=(first, second)))
     await app_db.commit()
     assert (await api.get(f"/v1/sessions/{sid}")).json()["summary_count"] == 1
 
