@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             SessionLocks(background, max_running=running),
             write_lock,
         )
-        worker = Worker(background_sessionmaker, summarizer, resolved.summary_workers)
+        worker = Worker(summarizer, resolved.summary_workers)
         app.state.engine = engine
         app.state.write_lock = write_lock
         app.state.sessionmaker = sessionmaker

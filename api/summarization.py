@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import nullcontext
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -149,12 +150,14 @@ class Summarizer:
             await self._save(session_id, draft)
             metrics.SUMMARIES.labels(trigger, "rollup").inc()
 
+    @asynccontextmanager
+    async def writing(self) -> AsyncIterator[AsyncSession]:
+        """A short write transaction of the background side, queued with the SQLite writers."""
+        async with self.write_lock or nullcontext(), self.sessionmaker() as db, db.begin():
+            yield db
+
     async def _save(self, session_id: int, draft: store.SummaryDraft) -> Summary:
-        async with (
-            self.write_lock or nullcontext(),
-            self.sessionmaker() as db,
-            db.begin(),
-        ):
+        async with self.writing() as db:
             return await store.save_summary(db, session_id, draft)
 
     def engine_settings(

@@ -12,8 +12,6 @@ import random
 from contextlib import suppress
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from api import metrics, store
 from api.db.models import SummaryJob, utcnow
 from api.locks import SummarizerBusy
@@ -43,13 +41,7 @@ def backoff(attempts: int) -> float:
 
 
 class Worker:
-    def __init__(
-        self,
-        sessionmaker: async_sessionmaker[AsyncSession],
-        summarizer: Summarizer,
-        concurrency: int,
-    ) -> None:
-        self._sessionmaker = sessionmaker
+    def __init__(self, summarizer: Summarizer, concurrency: int) -> None:
         self._summarizer = summarizer
         self._concurrency = concurrency
         self._wake = asyncio.Event()
@@ -86,7 +78,7 @@ class Worker:
             await self._run(job)
 
     async def _claim(self) -> SummaryJob | None:
-        async with self._sessionmaker() as db, db.begin():
+        async with self._summarizer.writing() as db:
             job = await store.claim_job(db, JOB_LEASE)
             metrics.PENDING_JOBS.set(await store.pending_job_count(db))
             return job
@@ -105,7 +97,7 @@ class Worker:
             logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
             await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
             return
-        async with self._sessionmaker() as db, db.begin():
+        async with self._summarizer.writing() as db:
             await store.finish_job(db, job.id)
             # Messages may have arrived while the job ran: schedule again if still over.
             session = await store.get_session_by_id(db, job.session_id)
@@ -113,5 +105,5 @@ class Worker:
                 await schedule_if_due(db, session, self._summarizer.settings)
 
     async def _release(self, job: SummaryJob, delay: float, error: str | None) -> None:
-        async with self._sessionmaker() as db, db.begin():
+        async with self._summarizer.writing() as db:
             await store.release_job(db, job.id, utcnow() + timedelta(seconds=delay), error)
