@@ -45,26 +45,33 @@ class Worker:
         self._summarizer = summarizer
         self._concurrency = concurrency
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._loops: list[asyncio.Task[None]] = []
+        self._summarizing: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop()) for _ in range(self._concurrency)]
+        self._stopping = False
+        self._loops = [asyncio.create_task(self._loop()) for _ in range(self._concurrency)]
 
     def wake(self) -> None:
         """A job was enqueued and committed: look now instead of at the next poll."""
         self._wake.set()
 
     async def stop(self) -> None:
-        """Stop claiming; a job cut short goes back to pending for the next start."""
-        for task in self._tasks:
+        """Stop claiming; a summarization cut short puts its job back to pending.
+
+        Only the summarizations are cancelled: a claim always runs to its end, so no
+        database statement is abandoned halfway with a transaction (and a lock) open.
+        """
+        self._stopping = True
+        self._wake.set()
+        for task in self._summarizing:
             task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops = []
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 job = await self._claim()
             except Exception:
@@ -72,10 +79,19 @@ class Worker:
                 job = None
             if job is None:
                 self._wake.clear()
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
+                if not self._stopping:
+                    with suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
                 continue
-            await self._run(job)
+            if self._stopping:
+                await self._release(job, 0.0, "worker stopped")
+                return
+            summarizing = asyncio.create_task(self._run(job))
+            self._summarizing.add(summarizing)
+            try:
+                await asyncio.gather(summarizing, return_exceptions=True)
+            finally:
+                self._summarizing.discard(summarizing)
 
     async def _claim(self) -> SummaryJob | None:
         async with self._summarizer.writing() as db:
@@ -87,7 +103,7 @@ class Worker:
         try:
             await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
         except asyncio.CancelledError:
-            await asyncio.shield(self._release(job, 0.0, "worker stopped"))
+            await self._release(job, 0.0, "worker stopped")
             raise
         except SummarizerBusy:
             await self._release(job, BUSY_RETRY_SECONDS, None)
