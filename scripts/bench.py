@@ -54,16 +54,14 @@ from scripts.bench_lib import (
     Stats,
     asyncpg_dsn,
     concurrent,
-    create_postgres_database,
-    drop_postgres_database,
     interleaved,
     machine,
-    migrate,
     sequential,
     served,
     sqlite_path,
     timed,
 )
+from scripts.scratch_db import create_postgres_database, drop_postgres_database, migrate
 from summarizer.tokens import count_message, encoding
 
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
@@ -907,7 +905,7 @@ async def main_async(args: argparse.Namespace) -> int:
     info["sqlite"] = sqlite3.sqlite_version
     bench.tokens()
     if "postgresql" in backends:
-        url = await create_postgres_database(args.postgres_admin_url)
+        url = await create_postgres_database(args.postgres_admin_url, "precis_bench")
         try:
             await run_backend("PostgreSQL", url, bench, not args.no_peers)
         finally:

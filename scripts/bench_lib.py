@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -21,12 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from api.db.engine import create_engine
 from summarizer.tokens import count_message, count_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -214,36 +209,6 @@ async def timed(
 
 
 # --- databases ------------------------------------------------------------------------------
-
-
-def migrate(database_url: str) -> None:
-    """`alembic upgrade head` on `database_url` (env.py runs its own loop: call from a thread)."""
-    config = Config(str(REPO_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
-    config.attributes["database_url"] = database_url
-    config.attributes["configure_logger"] = False
-    command.upgrade(config, "head")
-
-
-async def create_postgres_database(admin_url: str) -> str:
-    name = f"precis_bench_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(f'CREATE DATABASE "{name}"'))
-    finally:
-        await engine.dispose()
-    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-
-
-async def drop_postgres_database(admin_url: str, url: str) -> None:
-    name = make_url(url).database
-    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await engine.dispose()
 
 
 def asyncpg_dsn(url: str) -> str:

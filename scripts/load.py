@@ -395,44 +395,22 @@ def report(outcome: Outcome, plan: Plan, database: str) -> str:
 # --- databases ------------------------------------------------------------------------------
 
 
-def migrate(database_url: str) -> None:
-    """alembic upgrade head on a fresh database (outside any event loop: env.py runs its own)."""
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config(str(REPO_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
-    config.attributes["database_url"] = database_url
-    config.attributes["configure_logger"] = False
-    command.upgrade(config, "head")
-
-
-async def _postgres_admin(admin_url: str, statement: str) -> None:
-    from sqlalchemy import text
-
-    from api.db.engine import create_engine
-
-    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(statement))
-    finally:
-        await engine.dispose()
-
-
 def create_postgres_database(admin_url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from scripts import scratch_db
 
-    name = f"precis_load_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_postgres_admin(admin_url, f'CREATE DATABASE "{name}"'))
-    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    return asyncio.run(scratch_db.create_postgres_database(admin_url, "precis_load"))
 
 
 def drop_postgres_database(admin_url: str, url: str) -> None:
-    from sqlalchemy.engine import make_url
+    from scripts import scratch_db
 
-    name = make_url(url).database
-    asyncio.run(_postgres_admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(scratch_db.drop_postgres_database(admin_url, url))
+
+
+def migrate(database_url: str) -> None:
+    from scripts import scratch_db
+
+    scratch_db.migrate(database_url)
 
 
 # --- command line ---------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 from alembic import command
-from alembic.config import Config
 from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -28,11 +27,11 @@ from api.db.engine import create_engine, create_sessionmaker
 from api.db.models import Base
 from api.main import create_app
 from api.settings import Settings
+from scripts import scratch_db
 from scripts.fake_llm import FakeLLM, running_fake_llm
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_ADMIN_URL = os.environ.get(
     "PRECIS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 )
@@ -103,38 +102,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"{missing} PostgreSQL tests not run: {SKIP_POSTGRES_REASON}")
 
 
-def alembic_config(database_url: str) -> Config:
-    config = Config(str(REPO_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
-    config.attributes["database_url"] = database_url
-    config.attributes["configure_logger"] = False
-    return config
+async def create_postgres_database() -> str:
+    return await scratch_db.create_postgres_database(POSTGRES_ADMIN_URL, "precis_test")
+
+
+async def drop_postgres_database(url: str) -> None:
+    await scratch_db.drop_postgres_database(POSTGRES_ADMIN_URL, url)
 
 
 async def run_alembic(database_url: str, *args: Any, verb: str = "upgrade") -> None:
     """Run an Alembic command in a thread: env.py starts its own event loop."""
-    await asyncio.to_thread(getattr(command, verb), alembic_config(database_url), *args)
-
-
-async def create_postgres_database() -> str:
-    name = f"precis_test_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(f'CREATE DATABASE "{name}"'))
-    finally:
-        await engine.dispose()
-    return make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-
-
-async def drop_postgres_database(url: str) -> None:
-    name = make_url(url).database
-    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await engine.dispose()
+    await asyncio.to_thread(getattr(command, verb), scratch_db.alembic_config(database_url), *args)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.main import create_app
 from scripts import demo, trace_summary, verify
-from tests.conftest import REPO_ROOT, make_settings
+from scripts.scratch_db import REPO_ROOT
+from tests.conftest import make_settings
 
 API_KEY = "demo-key"
 TENANT = "demo"

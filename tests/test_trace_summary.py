@@ -18,7 +18,7 @@ from api import audit, store
 from api.auth import DEVELOPMENT_TENANT
 from api.db.models import Message, Summary
 from scripts import trace_summary
-from tests.conftest import REPO_ROOT
+from scripts.scratch_db import REPO_ROOT
 
 LONG_LINE = "word " * 200
 
