@@ -34,26 +34,14 @@ from api.db.engine import create_sessionmaker
 from api.db.models import Message, Session, Summary
 from api.settings import Settings
 from scripts.cli import run_command
+from summarizer import METADATA_KEYS
 
 PROG = "trace_summary"
 
 DEFAULT_WIDTH = 120
 """Line width when stdout is not a terminal: one-line contents are clipped to fit it."""
 
-METADATA_ORDER = (
-    "algorithm",
-    "trigger",
-    "trigger_reason",
-    "chunk_count",
-    "max_depth",
-    "truncated",
-    "compression_ratio",
-    "input_tokens",
-    "output_tokens",
-    "llm_calls",
-    "failed_llm_calls",
-    "duration_ms",
-)
+METADATA_ORDER = METADATA_KEYS
 """Summary metadata keys in the order DESIGN.md lists them; other keys follow, sorted."""
 
 

@@ -3,6 +3,7 @@
 from summarizer.client import Completion, LLMClient
 from summarizer.cuts import legal_cuts, summarizable_count
 from summarizer.engine import (
+    METADATA_KEYS,
     EngineSettings,
     MergeResult,
     SummaryResult,
@@ -24,6 +25,7 @@ from summarizer.prompts import PROMPT_VERSION
 
 __all__ = [
     "LOCAL_MODEL",
+    "METADATA_KEYS",
     "PROMPT_VERSION",
     "Completion",
     "ContextWindowError",

@@ -68,6 +68,23 @@ OMITTED = "[… {count} messages omitted to fit the window …]"
 """Stands for the messages forced truncation had to drop when clipping was not enough."""
 
 
+METADATA_KEYS = (
+    "algorithm",
+    "trigger",
+    "trigger_reason",
+    "chunk_count",
+    "max_depth",
+    "truncated",
+    "compression_ratio",
+    "input_tokens",
+    "output_tokens",
+    "llm_calls",
+    "failed_llm_calls",
+    "duration_ms",
+)
+"""The metadata keys of DESIGN.md section 2, in its order; every result carries them all."""
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Everything the engine needs to know, as plain values (no service settings object)."""
