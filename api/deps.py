@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.errors import ServiceUnavailable
 from api.settings import Settings
@@ -18,12 +18,10 @@ from api.summarization import Summarizer
 from api.worker import Worker
 
 
-async def transaction(request: Request) -> AsyncIterator[AsyncSession]:
-    """The request owns its transaction: commit on success, roll back on any error.
-
-    Ends before the response is sent, so a 2xx means the data is committed.
-    """
-    async with _request_transaction(request) as db:
+async def read_transaction(request: Request) -> AsyncIterator[AsyncSession]:
+    """The database session of a request that only reads (autocommit: see
+    `api.db.engine.create_read_sessionmaker`)."""
+    async with _request_transaction(request.app.state.read_sessionmaker) as db:
         yield db
 
 
@@ -35,13 +33,20 @@ async def write_transaction(request: Request) -> AsyncIterator[AsyncSession]:
     in-process first (FIFO) keeps the wait proportional to the queue.
     """
     lock: asyncio.Lock | None = request.app.state.write_lock
-    async with lock if lock is not None else nullcontext(), _request_transaction(request) as db:
+    writer = _request_transaction(request.app.state.sessionmaker)
+    async with lock if lock is not None else nullcontext(), writer as db:
         yield db
 
 
 @asynccontextmanager
-async def _request_transaction(request: Request) -> AsyncIterator[AsyncSession]:
-    async with request.app.state.sessionmaker() as db:
+async def _request_transaction(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncSession]:
+    """The request owns its transaction: commit on success, roll back on any error.
+
+    Ends before the response is sent, so a 2xx means the data is committed.
+    """
+    async with sessionmaker() as db:
         try:
             yield db
             await db.commit()
@@ -89,7 +94,7 @@ async def settings_of(request: Request) -> Settings:
     return settings
 
 
-Db = Annotated[AsyncSession, Depends(transaction, scope="function")]
+ReadDb = Annotated[AsyncSession, Depends(read_transaction, scope="function")]
 WriteDb = Annotated[AsyncSession, Depends(write_transaction, scope="function")]
 AppSettings = Annotated[Settings, Depends(settings_of)]
 AppSummarizer = Annotated[Summarizer, Depends(summarizer_of)]

@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import KeyGate
-from api.db.engine import create_engine, create_sessionmaker
+from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.errors import PrecisError
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.write_lock = write_lock
         app.state.sessionmaker = sessionmaker
+        app.state.read_sessionmaker = create_read_sessionmaker(engine)
         app.state.summarizer = summarizer
         app.state.worker = worker
         if resolved.summary_workers:

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from api import metrics, service
 from api.auth import Tenant
-from api.deps import AppSettings, AppSummarizer, AppWorker, Db, WriteDb
+from api.deps import AppSettings, AppSummarizer, AppWorker, ReadDb, WriteDb
 from api.errors import (
     BadRequest,
     Forbidden,
@@ -122,14 +122,14 @@ async def create_session(
 
 @router.get("/sessions", responses=responses(*COMMON, BadRequest))
 async def list_sessions(
-    db: Db, tenant: Tenant, limit: PageSize = 50, cursor: Cursor = None
+    db: ReadDb, tenant: Tenant, limit: PageSize = 50, cursor: Cursor = None
 ) -> SessionList:
     sessions, next_cursor = await service.list_sessions(db, tenant, limit, checked_cursor(cursor))
     return SessionList(sessions=sessions, next_cursor=next_cursor)
 
 
 @router.get("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound))
-async def get_session(session_id: SessionPath, db: Db, tenant: Tenant) -> SessionOut:
+async def get_session(session_id: SessionPath, db: ReadDb, tenant: Tenant) -> SessionOut:
     return await service.get_session(db, tenant, session_id)
 
 
@@ -182,7 +182,7 @@ async def append_messages(
 )
 async def list_messages(
     session_id: SessionPath,
-    db: Db,
+    db: ReadDb,
     tenant: Tenant,
     after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: PageSize = 100,
@@ -194,7 +194,7 @@ async def list_messages(
 @router.get("/sessions/{session_id}/history", responses=responses(*COMMON, SessionNotFound))
 async def history(
     session_id: SessionPath,
-    db: Db,
+    db: ReadDb,
     tenant: Tenant,
     summarizer: AppSummarizer,
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
@@ -217,7 +217,7 @@ async def history(
 )
 async def compact(
     session_id: SessionPath,
-    db: Db,
+    db: ReadDb,
     tenant: Tenant,
     summarizer: AppSummarizer,
     body: CompactRequest | None = None,
@@ -231,7 +231,7 @@ async def compact(
 )
 async def list_summaries(
     session_id: SessionPath,
-    db: Db,
+    db: ReadDb,
     tenant: Tenant,
     include_superseded: bool = False,
     limit: PageSize = 50,
@@ -245,7 +245,7 @@ async def list_summaries(
 
 @router.get("/summaries/{summary_id}", responses=responses(*COMMON, SummaryNotFound))
 async def get_summary(
-    summary_id: Annotated[int, Path(ge=1, le=MAX_ID)], db: Db, tenant: Tenant
+    summary_id: Annotated[int, Path(ge=1, le=MAX_ID)], db: ReadDb, tenant: Tenant
 ) -> SummaryDetail:
     return await service.get_summary(db, tenant, summary_id)
 

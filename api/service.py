@@ -217,7 +217,7 @@ async def history(
         and policy.dynamic_summary_enabled
         and policy.retry_on_context_overflow
     ):
-        # End the read transaction first: the connection must not idle in it during LLM calls.
+        # Give the connection back to the pool while the LLM works.
         await db.commit()
         with suppress(SummarizerBusy):
             summary = await summarizer.run(
@@ -270,6 +270,7 @@ async def compact(
     """Summarize now, inline; waits (bounded) for a running summarization of the session."""
     session = await store.get_session(db, tenant, external_id)
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
+    await db.commit()  # give the connection back to the pool while the LLM works
     try:
         summary = await summarizer.run(
             session.id, body.trigger, body.trigger, keep_last_n, wait_seconds=COMPACT_WAIT_SECONDS

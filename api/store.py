@@ -348,9 +348,13 @@ _INSERT_MESSAGES = (
         token_count=_bind("token_count"),
         created_at=_bind("created_at"),
     )
-    .returning(_messages.id, sort_by_parameter_order=True)
+    .returning(_messages.seq, _messages.id)
 )
-"""One Core INSERT for the whole batch (insertmanyvalues), returning only the new ids."""
+"""One Core INSERT for the whole batch (insertmanyvalues), returning the new ids by seq.
+
+Matching ids by seq instead of asking for `sort_by_parameter_order` keeps the statement a
+plain multi-row INSERT (no sentinel column, no sort on the server).
+"""
 
 
 async def _insert_messages(
@@ -362,10 +366,10 @@ async def _insert_messages(
 ) -> list[Message]:
     """Insert `batch` at seqs `first_seq...`; returns the stored messages (not in the session)."""
     rows = [_message_row(session_id, first_seq + i, new, now) for i, new in enumerate(batch)]
-    ids = list((await db.execute(_INSERT_MESSAGES, rows)).scalars())
+    id_of_seq: dict[int, int] = dict((await db.execute(_INSERT_MESSAGES, rows)).tuples().all())
     return [
         _stored_message(
-            id=message_id,
+            id=id_of_seq[row["p_seq"]],
             session_id=session_id,
             seq=row["p_seq"],
             role=new.role,
@@ -379,7 +383,7 @@ async def _insert_messages(
             token_count=new.token_count,
             created_at=now,
         )
-        for message_id, row, new in zip(ids, rows, batch, strict=True)
+        for row, new in zip(rows, batch, strict=True)
     ]
 
 

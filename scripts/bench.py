@@ -32,7 +32,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import service, store
-from api.db.engine import create_engine, create_sessionmaker
+from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
@@ -196,6 +196,7 @@ class PrecisStore:
         self.url = url
         self.engine: AsyncEngine = create_engine(url)
         self.sessionmaker: async_sessionmaker[AsyncSession] = create_sessionmaker(self.engine)
+        self.read_sessionmaker = create_read_sessionmaker(self.engine)
 
     async def append(self, external_id: str, batch: Sequence[store.NewMessage]) -> None:
         async with self.sessionmaker() as db:
@@ -210,7 +211,7 @@ class PrecisStore:
 
     async def load(self, session_id: int, max_tokens: int | None) -> int:
         """What the loader asks of the store: the live summaries, then the messages after them."""
-        async with self.sessionmaker() as db:
+        async with self.read_sessionmaker() as db:
             summaries = await store.live_summaries(db, session_id, 3)
             after_seq = summaries[-1].last_seq if summaries else 0
             messages = await store.tail_within_budget(db, session_id, after_seq, max_tokens)
@@ -589,9 +590,8 @@ class Bench:
         returned = await precis.load(built.session_id, max_tokens)
 
         async def service_load(_i: int) -> None:
-            async with precis.sessionmaker() as db:
+            async with precis.read_sessionmaker() as db:
                 await service.history(db, summarizer, TENANT, built.external_id, None, max_tokens)
-                await db.commit()
 
         query = {} if max_tokens is None else {"max_tokens": str(max_tokens)}
         path = f"/v1/sessions/{built.external_id}/history"

@@ -19,7 +19,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
-from api.db.engine import create_engine
+from api.db.engine import ALIVE_BYPASS_SECONDS, create_engine
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.main import create_app
 from scripts.fake_llm import FakeLLM
@@ -275,10 +275,26 @@ async def test_killed_idle_connections_are_replaced_before_the_next_request(
 ) -> None:
     await append(client, "idle", user("one"))
     assert await kill_connections(database_url) >= 1
+    await asyncio.sleep(ALIVE_BYPASS_SECONDS)  # the pooled connections are idle from here on
     assert (await client.get("/readyz")).status_code == 200
     await append(client, "idle", user("two"))
     assert [m["seq"] for m in (await client.get("/v1/sessions/idle/messages")).json()["messages"]]
     await assert_nothing_lost(sessionmaker, "idle", 2)
+
+
+@pytest.mark.postgresql_only
+async def test_a_connection_killed_right_after_use_fails_at_most_one_request_cleanly(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """Inside the unpinged window, a dead connection costs one 503 at most, never a 500."""
+    await append(client, "hot", user("one"))
+    assert await kill_connections(database_url) >= 1
+    first = await client.post("/v1/sessions/hot/messages", json={"messages": [user("two")]})
+    assert first.status_code in (201, 503), first.text
+    await append(client, "hot", user("three"))
+    await assert_nothing_lost(sessionmaker, "hot", 3 if first.status_code == 201 else 2)
 
 
 @pytest.mark.postgresql_only

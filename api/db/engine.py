@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -17,12 +19,23 @@ from sqlalchemy.ext.asyncio import (
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long an SQLite writer waits for the write lock before failing; appends queue behind it."""
 
+ALIVE_BYPASS_SECONDS = 0.5
+"""A pooled PostgreSQL connection back in the pool for less than this is handed out unpinged.
+
+Under traffic a connection returns and leaves again within milliseconds: pinging it each time
+would cost three round trips per request (more than a history load's own queries). A
+connection idle for longer, which a server restart or an idle timeout may have cut, is pinged
+first and replaced if dead.
+"""
+
 
 def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection."""
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite":
-        return create_async_engine(url, pool_pre_ping=True, **kwargs)
+        engine = create_async_engine(url, **kwargs)
+        _ping_idle_connections(engine)
+        return engine
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_async_engine(url, **kwargs)
@@ -39,5 +52,45 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     return engine
 
 
+def _ping_idle_connections(engine: AsyncEngine) -> None:
+    """Replace dead connections at checkout: a closed one always, an idle one after a ping.
+
+    Raising `DisconnectionError` in a checkout listener makes the pool discard the connection
+    and hand out a fresh one instead.
+    """
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _returned(_dbapi_connection: Any, record: Any) -> None:
+        record.info["returned_at"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _check_alive(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if record.driver_connection.is_closed():
+            raise DisconnectionError("the connection was closed")
+        returned_at = record.info.get("returned_at")
+        if returned_at is None or time.monotonic() - returned_at < ALIVE_BYPASS_SECONDS:
+            return
+        try:
+            dbapi_connection.ping()
+        except Exception as exc:
+            raise DisconnectionError("the connection failed its ping") from exc
+
+
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions for requests that only read: no BEGIN and no ROLLBACK round trip.
+
+    On PostgreSQL they run in autocommit; SQLite's driver already starts a transaction only
+    before a write. Each statement then sees what was committed when it started, which is
+    all a transaction at PostgreSQL's default level (read committed) gives too. The readers
+    are built for it: messages never change once stored, so a summary landing between two
+    statements of a load only leaves already-summarized messages in the tail, never a gap.
+    A read request that waits on the LLM (`compact`, inline compaction) holds no open
+    transaction either.
+    """
+    if engine.dialect.name == "postgresql":
+        engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+    return create_sessionmaker(engine)
