@@ -93,7 +93,11 @@ def session_out(session: Session, summary_count: int) -> SessionOut:
     )
 
 
-def summary_out(summary: Summary, session_external_id: str) -> SummaryOut:
+SummaryRecord = Summary | store.SummaryRow
+"""A stored summary: an ORM instance, or a plain row (the history loader)."""
+
+
+def summary_out(summary: SummaryRecord, session_external_id: str) -> SummaryOut:
     return SummaryOut(
         id=summary.id,
         session_id=session_external_id,
