@@ -32,7 +32,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import service, store
-from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
+from api.db.engine import (
+    create_engine,
+    create_read_sessionmaker,
+    create_sessionmaker,
+    read_engine,
+)
 from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
@@ -216,6 +221,12 @@ class PrecisStore:
             after_seq = summaries[-1].last_seq if summaries else 0
             messages = await store.tail_within_budget(db, session_id, after_seq, max_tokens)
             return len(messages)
+
+    async def pooled_query(self, sql: str, args: tuple[Any, ...]) -> None:
+        """The least any path through SQLAlchemy's pool pays for a load: check a connection
+        out, run the raw query at the driver level (`exec_driver_sql`), check it back in."""
+        async with read_engine(self.engine).connect() as connection:
+            (await connection.exec_driver_sql(sql, args)).all()
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -596,8 +607,11 @@ class Bench:
         query = {} if max_tokens is None else {"max_tokens": str(max_tokens)}
         path = f"/v1/sessions/{built.external_id}/history"
         after_seq = 0 if variant == "tail" else built.size - TAIL_MESSAGES
+        limit = returned if variant == "tail" else None
+        pooled_sql, pooled_args = raw.loader_query(built.session_id, after_seq, limit)
         contestants: dict[str, RoundFn] = {
-            "raw": raw.loader(built.session_id, after_seq, returned if variant == "tail" else None),
+            "raw": raw.loader(built.session_id, after_seq, limit),
+            "pooled": sequential(lambda _i: precis.pooled_query(pooled_sql, pooled_args)),
             "store": sequential(lambda _i: precis.load(built.session_id, max_tokens)),
             "service": sequential(service_load),
             "http": sequential(lambda _i: get(http, path, query)),
@@ -635,6 +649,18 @@ class Bench:
                     ratio,
                     "<= 1.5x",
                     ratio <= 1.5,
+                )
+            )
+            res.row(
+                RowOut(
+                    backend,
+                    "load",
+                    f"history {size:,} msgs ({name}), SQLAlchemy pool floor p50",
+                    ms(stats["pooled"], p95=True),
+                    f"{label} query {ms(stats['raw'])}",
+                    stats["pooled"].p50_ms / stats["raw"].p50_ms,
+                    "",
+                    None,
                 )
             )
             res.row(

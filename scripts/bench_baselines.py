@@ -32,6 +32,20 @@ LOAD_COLUMNS = (
 Row = tuple[str, str, int]
 """A raw insert: role, content, token count."""
 
+Query = tuple[str, tuple[Any, ...]]
+"""SQL in the driver's placeholder style, and its arguments."""
+
+
+def load_query(
+    placeholders: tuple[str, str, str], session_id: int, after_seq: int, limit: int | None
+) -> Query:
+    """The raw load: the loader's rows by one indexed range scan (newest first when limited)."""
+    first, second, third = placeholders
+    query = f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = {first} AND seq > {second} "
+    if limit is None:
+        return query + "ORDER BY seq", (session_id, after_seq)
+    return query + f"ORDER BY seq DESC LIMIT {third}", (session_id, after_seq, limit)
+
 
 class RawPostgres:
     """asyncpg straight to the server: the floor for PostgreSQL."""
@@ -94,16 +108,14 @@ class RawPostgres:
 
         return sequential(one)
 
-    def loader(self, session_id: int, after_seq: int, limit: int | None) -> RoundFn:
+    @staticmethod
+    def loader_query(session_id: int, after_seq: int, limit: int | None) -> Query:
         """One indexed query for the rows the loader returns (newest first when limited)."""
+        return load_query(("$1", "$2", "$3"), session_id, after_seq, limit)
+
+    def loader(self, session_id: int, after_seq: int, limit: int | None) -> RoundFn:
         conn = self.conns[0]
-        query = f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = $1 AND seq > $2 "
-        if limit is None:
-            query += "ORDER BY seq"
-            args: tuple[Any, ...] = (session_id, after_seq)
-        else:
-            query += "ORDER BY seq DESC LIMIT $3"
-            args = (session_id, after_seq, limit)
+        query, args = self.loader_query(session_id, after_seq, limit)
 
         async def one(_i: int) -> None:
             await conn.fetch(query, *args)
@@ -183,15 +195,13 @@ class RawSqlite:
 
         return sequential(one)
 
+    @staticmethod
+    def loader_query(session_id: int, after_seq: int, limit: int | None) -> Query:
+        return load_query(("?", "?", "?"), session_id, after_seq, limit)
+
     def loader(self, session_id: int, after_seq: int, limit: int | None) -> RoundFn:
         conn = self.conns[0]
-        query = f"SELECT {LOAD_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? "
-        if limit is None:
-            query += "ORDER BY seq"
-            args: tuple[Any, ...] = (session_id, after_seq)
-        else:
-            query += "ORDER BY seq DESC LIMIT ?"
-            args = (session_id, after_seq, limit)
+        query, args = self.loader_query(session_id, after_seq, limit)
 
         async def one(_i: int) -> None:
             conn.execute(query, args).fetchall()

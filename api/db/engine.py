@@ -91,6 +91,11 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
     A read request that waits on the LLM (`compact`, inline compaction) holds no open
     transaction either.
     """
+    return create_sessionmaker(read_engine(engine))
+
+
+def read_engine(engine: AsyncEngine) -> AsyncEngine:
+    """`engine` for statements that only read (see `create_read_sessionmaker`)."""
     if engine.dialect.name == "postgresql":
-        engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-    return create_sessionmaker(engine)
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
