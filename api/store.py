@@ -281,7 +281,7 @@ _LOCK_SESSION = (
     )
     .returning(*_SESSION_TABLE.columns)
 )
-"""A Core UPDATE: the ORM-enabled one cost a third of an append's CPU (cache key, loading)."""
+"""A Core UPDATE: the ORM-enabled one rebuilt its cache key and an ORM object on every append."""
 
 _SESSION_ATTRIBUTES = tuple(
     class_mapper(Session).get_property_by_column(column).key for column in _SESSION_TABLE.columns

@@ -471,3 +471,34 @@ async def test_sigterm_finishes_in_flight_requests_and_a_new_process_resumes_the
     assert await count(sessionmaker, SummaryJob) == 0
     await assert_nothing_lost(sessionmaker, "bg", 4)
     await assert_nothing_lost(sessionmaker, "fg", 3)
+
+
+IDLE_IN_TRANSACTION = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+)
+
+
+@pytest.mark.postgresql_only
+async def test_a_compact_waiting_on_the_llm_holds_no_open_transaction(
+    client: httpx.AsyncClient,
+    database_url: str,
+    gated_llm: tuple[FakeLLM, Gate, Gate],
+) -> None:
+    """Reads run without a transaction, so a slow LLM leaves none open (and no locks held)."""
+    _llm, _background, inline = gated_llm
+    await append(client, "wait", *(user(f"HOLD-INLINE {i}") for i in range(3)))
+    compact = asyncio.create_task(
+        client.post("/v1/sessions/wait/compact", json={"trigger": "overflow_retry"})
+    )
+    await wait_until(inline.entered)
+    admin = create_engine(database_url)
+    try:
+        async with admin.connect() as connection:
+            idle = (await connection.execute(text(IDLE_IN_TRANSACTION))).scalar_one()
+    finally:
+        await admin.dispose()
+    inline.release.set()
+    answer = await compact
+    assert answer.status_code == 200, answer.text
+    assert idle == 0
