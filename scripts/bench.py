@@ -201,6 +201,7 @@ class PrecisStore:
         self.url = url
         self.engine: AsyncEngine = create_engine(url)
         self.sessionmaker: async_sessionmaker[AsyncSession] = create_sessionmaker(self.engine)
+        self.read_engine = read_engine(self.engine)
         self.read_sessionmaker = create_read_sessionmaker(self.engine)
 
     async def append(self, external_id: str, batch: Sequence[store.NewMessage]) -> None:
@@ -225,7 +226,7 @@ class PrecisStore:
     async def pooled_query(self, sql: str, args: tuple[Any, ...]) -> None:
         """The least any path through SQLAlchemy's pool pays for a load: check a connection
         out, run the raw query at the driver level (`exec_driver_sql`), check it back in."""
-        async with read_engine(self.engine).connect() as connection:
+        async with self.read_engine.connect() as connection:
             (await connection.exec_driver_sql(sql, args)).all()
 
     async def close(self) -> None:

@@ -214,14 +214,19 @@ async def test_after_an_outage_the_llm_summarizes_the_rest_normally(
 # --- the database connection killed (PostgreSQL) --------------------------------------------
 
 
-async def kill_connections(database_url: str) -> int:
-    """Terminate every other connection to the test database, from an admin connection."""
+async def admin_query(database_url: str, sql: str) -> list[Any]:
+    """The rows of `sql`, run on an admin connection of its own (not the app's pool)."""
     admin = create_engine(database_url)
     try:
         async with admin.connect() as connection:
-            return len((await connection.execute(text(KILL_CONNECTIONS))).all())
+            return list((await connection.execute(text(sql))).all())
     finally:
         await admin.dispose()
+
+
+async def kill_connections(database_url: str) -> int:
+    """Terminate every other connection to the test database."""
+    return len(await admin_query(database_url, KILL_CONNECTIONS))
 
 
 def pause_after(
@@ -492,12 +497,7 @@ async def test_a_compact_waiting_on_the_llm_holds_no_open_transaction(
         client.post("/v1/sessions/wait/compact", json={"trigger": "overflow_retry"})
     )
     await wait_until(inline.entered)
-    admin = create_engine(database_url)
-    try:
-        async with admin.connect() as connection:
-            idle = (await connection.execute(text(IDLE_IN_TRANSACTION))).scalar_one()
-    finally:
-        await admin.dispose()
+    [(idle,)] = await admin_query(database_url, IDLE_IN_TRANSACTION)
     inline.release.set()
     answer = await compact
     assert answer.status_code == 200, answer.text
