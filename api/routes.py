@@ -10,9 +10,12 @@ from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api import metrics, service
 from api.auth import Tenant
+from api.db.models import SCHEMA_REVISION
 from api.deps import AppSettings, AppSummarizer, AppWorker, ReadDb, WriteDb
 from api.errors import (
     BadRequest,
@@ -258,13 +261,28 @@ async def healthz() -> Health:
 
 @probes.get("/readyz", responses=responses(ServiceUnavailable))
 async def readyz(request: Request) -> Health:
-    """Readiness: the database answers a query."""
+    """Readiness: the database answers, and its schema is at the revision this build needs."""
     try:
         async with request.app.state.engine.connect() as connection:
             await connection.execute(text("SELECT 1"))
+            revision = await _schema_revision(connection)
     except Exception as exc:
         raise ServiceUnavailable(f"the database is unreachable: {type(exc).__name__}") from exc
+    if revision != SCHEMA_REVISION:
+        raise ServiceUnavailable(
+            f"the database schema is at revision {revision or 'none'}, this build needs "
+            f"{SCHEMA_REVISION}: run `alembic upgrade head`"
+        )
     return Health(status="ok")
+
+
+async def _schema_revision(connection: AsyncConnection) -> str | None:
+    """The database's Alembic revision; None on a database that was never migrated."""
+    try:
+        version = await connection.execute(text("SELECT version_num FROM alembic_version"))
+    except (OperationalError, ProgrammingError):  # no such table
+        return None
+    return version.scalar_one_or_none()
 
 
 @probes.get(

@@ -32,6 +32,9 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+SCHEMA_REVISION = "0002"
+"""The Alembic revision these models match; `/readyz` is not ready on any other."""
+
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 """JSON everywhere, JSONB on PostgreSQL."""
 
