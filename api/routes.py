@@ -47,6 +47,7 @@ from api.schemas import (
     SummaryDetail,
     SummaryList,
 )
+from api.settings import Settings, SummaryOverrides
 
 MAX_PAGE_SIZE = 1000
 """Largest page a list endpoint returns in one answer."""
@@ -107,6 +108,18 @@ def known_query_only(request: Request) -> None:
         )
 
 
+def check_session_model(overrides: SummaryOverrides | None, settings: Settings) -> None:
+    """A session may only name a model the server allows: it would be summarized with
+    SUMMARY_MODEL instead, which the client should hear about, not find out later."""
+    model = overrides.model if overrides is not None else None
+    allowed = settings.allowed_models()
+    if model is not None and model not in allowed:
+        raise ValidationFailed(
+            f"settings.model: {model!r} is not allowed on this server "
+            f"(allowed: {', '.join(sorted(allowed))}; see SUMMARY_ALLOWED_MODELS)"
+        )
+
+
 router = APIRouter(prefix="/v1", dependencies=[Depends(known_query_only)])
 probes = APIRouter()
 
@@ -120,6 +133,7 @@ async def create_session(
     body: SessionCreate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
     check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
+    check_session_model(body.settings, settings)
     return await service.create_session(db, tenant, body)
 
 
@@ -143,6 +157,7 @@ async def update_session(
     session_id: SessionPath, body: SessionUpdate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
     check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
+    check_session_model(body.settings, settings)
     return await service.update_session(db, tenant, session_id, body)
 
 

@@ -505,19 +505,56 @@ async def fake_llm_client(
 
 @pytest.mark.parametrize(
     ("chosen", "used"),
-    [("ollama/llama3", "openai/fake"), ("openai/other", "openai/other"), ("local", "local")],
-    ids=["not allowed", "allowed", "local"],
+    [("openai/other", "openai/other"), ("local", "local")],
+    ids=["allowed", "local"],
 )
-async def test_a_session_model_is_used_only_if_the_server_allows_it(
+async def test_a_session_model_the_server_allows_writes_its_summaries(
     fake_llm_client: httpx.AsyncClient, chosen: str, used: str
 ) -> None:
     http = fake_llm_client
-    await http.post("/v1/sessions", json={"id": "m", "settings": {"model": chosen}})
+    created = await http.post("/v1/sessions", json={"id": "m", "settings": {"model": chosen}})
+    assert created.status_code == 201, created.text
     batch = {"messages": [user(f"question {i}") for i in range(4)]}
     assert (await http.post("/v1/sessions/m/messages", json=batch)).status_code == 201
     answer = await http.post("/v1/sessions/m/compact", json={"trigger": "overflow_retry"})
     assert answer.status_code == 200, answer.text
     assert answer.json()["summary"]["model"] == used
+
+
+async def test_a_session_model_the_server_does_not_allow_is_refused(
+    fake_llm_client: httpx.AsyncClient,
+) -> None:
+    http = fake_llm_client
+    refused = await http.post(
+        "/v1/sessions", json={"id": "m", "settings": {"model": "ollama/llama3"}}
+    )
+    assert_error(refused, 422)
+    assert "'ollama/llama3' is not allowed" in refused.json()["detail"]
+    assert "openai/other" in refused.json()["detail"]
+    assert (await http.get("/v1/sessions/m")).status_code == 404
+
+    assert (await http.post("/v1/sessions", json={"id": "m"})).status_code == 201
+    patched = await http.patch("/v1/sessions/m", json={"settings": {"model": "ollama/llama3"}})
+    assert_error(patched, 422)
+    assert (await http.get("/v1/sessions/m")).json()["settings"] == {}
+
+
+async def test_a_stored_model_no_longer_allowed_is_summarized_with_the_server_model(
+    fake_llm_client: httpx.AsyncClient, engine: Any
+) -> None:
+    """A model allowed when the session was configured, then dropped from the allow-list."""
+    http = fake_llm_client
+    assert (await http.post("/v1/sessions", json={"id": "m"})).status_code == 201
+    async with engine.begin() as connection:
+        await connection.execute(
+            text("UPDATE sessions SET settings = :settings WHERE external_id = 'm'"),
+            {"settings": json.dumps({"model": "ollama/llama3"})},
+        )
+    batch = {"messages": [user(f"question {i}") for i in range(4)]}
+    assert (await http.post("/v1/sessions/m/messages", json=batch)).status_code == 201
+    answer = await http.post("/v1/sessions/m/compact", json={"trigger": "overflow_retry"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["summary"]["model"] == "openai/fake"
 
 
 def test_one_key_for_two_tenants_is_refused(database_url: str) -> None:

@@ -153,11 +153,11 @@ async def test_patch_replaces_metadata(api: httpx.AsyncClient, sid: str) -> None
 async def test_patch_replaces_settings(api: httpx.AsyncClient, sid: str) -> None:
     await create(api, id=sid, settings={"message_limit": 10})
     answer = await api.patch(
-        f"/v1/sessions/{sid}", json={"settings": {"keep_last_n": 4, "model": "gpt-4o-mini"}}
+        f"/v1/sessions/{sid}", json={"settings": {"keep_last_n": 4, "model": "local"}}
     )
     assert answer.status_code == 200, answer.text
     settings = (await api.get(f"/v1/sessions/{sid}")).json()["settings"]
-    assert settings == {"keep_last_n": 4, "model": "gpt-4o-mini"}
+    assert settings == {"keep_last_n": 4, "model": "local"}
 
 
 async def test_patch_of_settings_leaves_metadata_unchanged(
