@@ -101,7 +101,7 @@ class Worker:
 
     async def _run(self, job: SummaryJob) -> None:
         try:
-            await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
+            summary = await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
         except asyncio.CancelledError:
             await self._release(job, 0.0, "worker stopped")
             raise
@@ -115,6 +115,10 @@ class Worker:
             return
         async with self._summarizer.writing() as db:
             await store.finish_job(db, job.id)
+            if summary is None:
+                # Nothing could be summarized (e.g. the backlog is one tool call and its
+                # results): scheduling again now would spin; the next append checks anew.
+                return
             # Messages may have arrived while the job ran: schedule again if still over.
             session = await store.get_session_by_id(db, job.session_id)
             if session is not None:

@@ -18,7 +18,15 @@ from api.main import create_app
 from api.summarization import Summarizer
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
-from tests.helpers import append, assistant, tool_call, tool_result, user, wait_for_summary
+from tests.helpers import (
+    WAIT_SECONDS,
+    append,
+    assistant,
+    tool_call,
+    tool_result,
+    user,
+    wait_for_summary,
+)
 from tests.invariants import invariant_violations
 
 
@@ -119,6 +127,32 @@ async def test_pending_job_left_by_stopped_app_is_completed_by_next_app(
     assert history["summaries"][0]["last_seq"] == 3
     async with sessionmaker() as db:
         assert await db.scalar(select(func.count()).select_from(SummaryJob)) == 0
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 3, "summary_keep_last_n": 2}],
+    indirect=True,
+)
+async def test_a_job_with_no_legal_cut_ends_instead_of_rescheduling_itself(
+    client: httpx.AsyncClient,
+) -> None:
+    """Keeping 2 of [call, result, user] would split the call from its result: nothing can
+    be summarized, and the job must end rather than enqueue itself again forever."""
+    answer = await append(client, "uncuttable", tool_call("c1"), tool_result("c1"), user("q"))
+    assert answer["summarization"]["scheduled"] is True
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while (await client.get("/v1/sessions/uncuttable/history")).json()["summarization_pending"]:
+        assert asyncio.get_running_loop().time() < deadline, "the job never ended"
+        await asyncio.sleep(0.05)
+    history = (await client.get("/v1/sessions/uncuttable/history")).json()
+    assert history["summaries"] == []
+    assert [message["seq"] for message in history["messages"]] == [1, 2, 3]
+
+    # Once a legal cut exists, the next append's job summarizes up to it.
+    await append(client, "uncuttable", user("q2"), user("q3"))
+    history = await wait_for_summary(client, "uncuttable")
+    assert history["summaries"][0]["last_seq"] == 3
 
 
 async def test_overflow_retry_compact_summarizes_everything(client: httpx.AsyncClient) -> None:
