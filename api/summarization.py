@@ -68,7 +68,11 @@ class Summarizer:
             summary = await self._summarize_backlog(session_id, trigger, reason, keep_last_n)
             if summary is not None:
                 metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-            await self._roll_up(session_id, trigger)
+            rolled_up = await self._roll_up(session_id, trigger)
+            if summary is not None and rolled_up:
+                # The new summary may have been absorbed: answer with its `superseded_by`.
+                async with self.sessionmaker() as db:
+                    summary = await db.get(Summary, summary.id) or summary
             return summary
 
     async def _summarize_backlog(
@@ -111,17 +115,21 @@ class Summarizer:
         metrics.SUMMARIES.labels(trigger, reason).inc()
         return summary
 
-    async def _roll_up(self, session_id: int, trigger: Trigger) -> None:
-        """Merge the oldest live summaries into one of the next level while over the limit."""
+    async def _roll_up(self, session_id: int, trigger: Trigger) -> bool:
+        """Merge the oldest live summaries into one of the next level while over the limit.
+
+        Returns whether any roll-up was stored.
+        """
+        rolled_up = False
         while True:
             async with self.sessionmaker() as db:
                 session = await store.get_session_by_id(db, session_id)
                 if session is None:
-                    return
+                    return rolled_up
                 policy = self.settings.policy(session.settings)
                 live = await store.all_live_summaries(db, session_id)
             if len(live) <= policy.summary_limit:
-                return
+                return rolled_up
             absorbed = live[: max(2, len(live) - policy.summary_limit + 1)]
             merged = await merge_summaries(
                 [summary.summary_text for summary in absorbed],
@@ -131,7 +139,7 @@ class Summarizer:
             )
             if not merged.summary_text.strip():
                 logger.warning("roll-up of session %s gave an empty text; not stored", session_id)
-                return
+                return rolled_up
             self._count_llm(merged.metadata)
             draft = store.SummaryDraft(
                 first_seq=absorbed[0].first_seq,
@@ -149,6 +157,7 @@ class Summarizer:
             )
             await self._save(session_id, draft)
             metrics.SUMMARIES.labels(trigger, "rollup").inc()
+            rolled_up = True
 
     @asynccontextmanager
     async def writing(self) -> AsyncIterator[AsyncSession]:

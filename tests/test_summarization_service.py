@@ -281,3 +281,19 @@ async def test_rollups_keep_every_marker_within_summary_limit(
         assert await invariant_violations(db, pk) == []
         levels = {s.level for s in await store.all_live_summaries(db, pk)}
     assert max(levels) >= 1
+
+
+@pytest.mark.parametrize("settings_overrides", [{"summary_limit": 1}], indirect=True)
+async def test_compact_answers_its_summary_as_stored_after_a_rollup_absorbs_it(
+    client: httpx.AsyncClient,
+) -> None:
+    for batch in range(2):
+        await append(client, "absorbed", *(user(f"batch {batch} note {i}") for i in range(4)))
+        answer = await client.post("/v1/sessions/absorbed/compact", json={"keep_last_n": 0})
+        assert answer.status_code == 200, answer.text
+    compacted = answer.json()
+    [rollup] = compacted["history"]["summaries"]
+    assert rollup["metadata"]["trigger_reason"] == "rollup"
+    assert compacted["summary"]["superseded_by"] == rollup["id"]
+    stored = (await client.get(f"/v1/summaries/{compacted['summary']['id']}")).json()
+    assert stored["superseded_by"] == rollup["id"]
