@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from api import metrics, service
+from api import metrics, service, store
 from api.auth import Tenant
 from api.db.models import SCHEMA_REVISION
 from api.deps import AppSettings, AppSummarizer, AppWorker, ReadDb, WriteDb
@@ -190,6 +190,7 @@ async def append_messages(
         check_metadata_size(message.metadata, where, settings.max_metadata_bytes)
     with metrics.APPEND_SECONDS.time():
         answer = await service.append(db, settings, tenant, session_id, body.messages)
+        await db.commit()  # timed too: the durable commit is most of an append's cost
     if answer.summarization.scheduled:
         background.add_task(worker.wake)  # runs after the commit, so the job is visible
     return answer
@@ -308,9 +309,10 @@ async def _schema_revision(connection: AsyncConnection) -> str | None:
             "description": error.__name__,
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
         }
-        for error in (Unauthorized, Forbidden)
+        for error in (Unauthorized, Forbidden, ServiceUnavailable)
     },
 )
-async def prometheus_metrics(_tenant: Tenant) -> PlainTextResponse:
+async def prometheus_metrics(_tenant: Tenant, db: ReadDb) -> PlainTextResponse:
     """Prometheus text; needs a key like every /v1 route (loopback only without API_KEYS)."""
+    metrics.PENDING_JOBS.set(await store.pending_job_count(db))
     return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)

@@ -96,9 +96,11 @@ class Summarizer:
             trigger=trigger,
             trigger_reason=reason,
         )
-        if result is None or not result.summary_text.strip():
+        if result is None:
             return None
         self._count_llm(result.metadata)
+        if not result.summary_text.strip():
+            return None
         draft = store.SummaryDraft(
             first_seq=result.first_seq,
             last_seq=result.last_seq,

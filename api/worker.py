@@ -95,9 +95,7 @@ class Worker:
 
     async def _claim(self) -> SummaryJob | None:
         async with self._summarizer.writing() as db:
-            job = await store.claim_job(db, JOB_LEASE)
-            metrics.PENDING_JOBS.set(await store.pending_job_count(db))
-            return job
+            return await store.claim_job(db, JOB_LEASE)
 
     async def _run(self, job: SummaryJob) -> None:
         try:

@@ -7,12 +7,15 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store, worker
 from api.db.models import SummaryJob
+from api.main import create_app
 from scripts.fake_llm import FakeLLM
+from tests.conftest import make_settings
 from tests.helpers import append, user, wait_for_summary
 
 
@@ -103,9 +106,6 @@ async def test_empty_llm_answer_is_never_stored_as_summary(
     engine: Any,
 ) -> None:
     fake_llm.mode = "empty"
-    from api.main import create_app
-    from tests.conftest import make_settings
-
     app = create_app(
         make_settings(
             database_url,
@@ -179,3 +179,49 @@ async def test_metrics_count_summaries_by_trigger_and_reason(client: httpx.Async
     assert 'precis_summaries_total{reason="manual",trigger="manual"}' in text
     assert "precis_append_seconds_bucket" in text
     assert "precis_history_load_seconds" in text
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one unlabelled sample in Prometheus text (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return 0.0
+
+
+async def test_metrics_count_llm_calls_failures_durations_latencies_and_pending_jobs(
+    fake_llm: FakeLLM, database_url: str, engine: Any
+) -> None:
+    app = create_app(
+        make_settings(
+            database_url,
+            summary_model="openai/fake",
+            summary_api_base=fake_llm.base_url,
+            summary_api_key="test",
+            summary_llm_backoff_seconds=0.01,
+            summary_message_limit=3,
+            summary_keep_last_n=0,
+            summary_workers=0,
+        )
+    )
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+    ):
+        before = (await http.get("/metrics")).text
+        await append(http, "counted", user("a"), user("b"), user("c"))  # schedules a job
+        fake_llm.fail_next(503)
+        await compact(http, "counted", trigger="manual", keep_last_n=0)
+        await http.get("/v1/sessions/counted/history")
+        after = (await http.get("/metrics")).text
+
+    def grew(name: str) -> float:
+        return metric(after, name) - metric(before, name)
+
+    assert grew("precis_llm_calls_total") == 2  # the failed call and its retry
+    assert grew("precis_llm_failed_calls_total") == 1
+    assert grew("precis_summarization_seconds_count") == 1
+    assert grew("precis_append_seconds_count") == 1
+    assert grew("precis_history_load_seconds_count") >= 1
+    assert metric(after, "precis_pending_summary_jobs") == 1  # queued, no worker here
