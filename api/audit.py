@@ -10,46 +10,53 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import and_, case, event, func, select
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy import and_, case, event, func, or_, select
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.orm import aliased
 
-from api.db.engine import create_engine
+from api.db.engine import SQLITE_BUSY_TIMEOUT_MS, create_engine
 from api.db.models import Message, Session, Summary, SummaryMessage
-
-DEFAULT_TENANT = "default"
-"""The development-mode tenant (`api.auth.DEVELOPMENT_TENANT`); not imported from there so the
-tools start without loading FastAPI."""
 
 EXAMPLE_LIMIT = 5
 """Offending rows named per check and session: enough to act on, bounded for broken databases."""
 
+TENANTS_NAMED = 10
+"""Tenants named when a session id is in several: enough to pick one, one line even with many."""
+
 
 def read_engine(database_url: str) -> AsyncEngine:
-    """An engine whose transactions each read one consistent snapshot.
+    """A read-only engine whose transactions each read one consistent snapshot.
 
     The tools run against live servers: without a snapshot, a message appended between two
-    queries of a check would look like a violation. PostgreSQL gets REPEATABLE READ and
-    read-only transactions; SQLite's driver would not start a transaction before a SELECT,
+    queries of a check would look like a violation. PostgreSQL gets REPEATABLE READ, read-only
+    transactions and `default_transaction_read_only` for anything outside them. SQLite opens the
+    file read-only (`mode=ro`), so the tools cannot write it, not even the switch to WAL that the
+    server's engine makes on connect; its driver would not start a transaction before a SELECT,
     so an explicit BEGIN is emitted (the recipe of SQLAlchemy's aiosqlite documentation).
     Raises FileNotFoundError for an SQLite file that does not exist.
     """
     url = make_url(database_url)
     if url.get_backend_name() == "postgresql":
+        connect_args: dict[str, Any] = {}
+        if url.get_driver_name() == "asyncpg":
+            connect_args["server_settings"] = {"default_transaction_read_only": "on"}
         return create_engine(
             database_url,
             isolation_level="REPEATABLE READ",
             execution_options={"postgresql_readonly": True},
+            connect_args=connect_args,
         )
-    if url.database and url.database != ":memory:" and not Path(url.database).is_file():
-        # create_engine would create the file (and its folder): a read-only tool must not.
-        raise FileNotFoundError(f"no SQLite database at {url.database}")
-    engine = create_engine(database_url)
+    engine = create_async_engine(_read_only_sqlite_url(url))
 
     @event.listens_for(engine.sync_engine, "connect")
-    def _driver_autocommit(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver's own BEGIN; see `_begin`
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(connection: Any) -> None:
@@ -58,7 +65,32 @@ def read_engine(database_url: str) -> AsyncEngine:
     return engine
 
 
+def _read_only_sqlite_url(url: URL) -> URL:
+    """`url` as an SQLite URI opened with `mode=ro`: SQLite refuses every write on it."""
+    if url.query.get("uri") in ("true", "1"):
+        return url.update_query_dict({"mode": "ro"})
+    if not url.database or url.database == ":memory:":
+        return url  # a new, empty database: nothing to protect
+    path = Path(url.database)
+    if not path.is_file():
+        raise FileNotFoundError(f"no SQLite database at {url.database}")
+    database = f"file:{quote(str(path.resolve()))}"
+    return url.set(database=database).update_query_dict({"mode": "ro", "uri": "true"})
+
+
 # --- lookups --------------------------------------------------------------------------------
+
+
+class SessionLookupError(LookupError):
+    """A session id given on the command line names no session, or more than one."""
+
+
+class SessionNotFound(SessionLookupError):
+    """No session has the id (in the tenant, when one was given)."""
+
+
+class AmbiguousSession(SessionLookupError):
+    """No tenant was given and several tenants have a session with the id."""
 
 
 async def session_by_id(db: AsyncSession, session_id: int) -> Session | None:
@@ -68,6 +100,36 @@ async def session_by_id(db: AsyncSession, session_id: int) -> Session | None:
 async def session_by_external_id(db: AsyncSession, tenant: str, external_id: str) -> Session | None:
     return await db.scalar(
         select(Session).where(Session.tenant == tenant, Session.external_id == external_id)
+    )
+
+
+async def find_session(db: AsyncSession, external_id: str, tenant: str | None = None) -> Session:
+    """The session with this external id in `tenant`, or, without one, in whichever tenant has it.
+
+    Raises SessionNotFound, or AmbiguousSession when no tenant was given and several have the
+    id. Searching every tenant scans `sessions` (its unique index leads with the tenant), which
+    an operator's one-off lookup can afford.
+    """
+    if tenant is not None:
+        session = await session_by_external_id(db, tenant, external_id)
+        if session is None:
+            raise SessionNotFound(f"no session {external_id!r} in tenant {tenant!r}")
+        return session
+    named = select(Session).where(Session.external_id == external_id)
+    found = list(await db.scalars(named.order_by(Session.tenant).limit(TENANTS_NAMED + 1)))
+    if not found:
+        raise SessionNotFound(f"no session {external_id!r} in any tenant")
+    if len(found) == 1:
+        return found[0]
+    total = len(found)
+    if total > TENANTS_NAMED:
+        count = select(func.count()).select_from(Session).where(Session.external_id == external_id)
+        total = int(await db.scalar(count) or 0)
+    tenants = ", ".join(repr(session.tenant) for session in found[:TENANTS_NAMED])
+    more = f" and {total - TENANTS_NAMED} more" if total > TENANTS_NAMED else ""
+    raise AmbiguousSession(
+        f"session {external_id!r} exists in {total} tenants ({tenants}{more}): "
+        "pass --tenant to choose one"
     )
 
 
@@ -295,6 +357,53 @@ async def linked_outside_range(db: AsyncSession, summary: Summary) -> Sample:
         ),
     )
     return await _sample(db, condition)
+
+
+@dataclass(frozen=True)
+class EndMismatch:
+    """A summary's `first_message_id` or `last_message_id` is not the message at that end.
+
+    `end`: "first" or "last"; `seq`: the summary's seq at that end; `actual_id`: the message
+    of the session at `seq`, None if there is none; `recorded_session_id` and `recorded_seq`:
+    where the recorded id points, None if no message has that id.
+    """
+
+    summary_id: int
+    end: str
+    seq: int
+    recorded_id: int
+    actual_id: int | None
+    recorded_session_id: int | None
+    recorded_seq: int | None
+
+
+async def end_mismatches(db: AsyncSession, session_id: int) -> list[EndMismatch]:
+    """Summaries of a session whose first/last message ids are not the messages at their ends.
+
+    At most two rows per summary, by summary id, first end before last.
+    """
+    found: list[EndMismatch] = []
+    ends = (
+        ("first", Summary.first_seq, Summary.first_message_id),
+        ("last", Summary.last_seq, Summary.last_message_id),
+    )
+    for end, seq, recorded_id in ends:
+        at_seq, recorded = aliased(Message), aliased(Message)
+        rows = await db.execute(
+            select(Summary.id, seq, recorded_id, at_seq.id, recorded.session_id, recorded.seq)
+            .select_from(Summary)
+            .outerjoin(at_seq, and_(at_seq.session_id == Summary.session_id, at_seq.seq == seq))
+            .outerjoin(recorded, recorded.id == recorded_id)
+            .where(
+                Summary.session_id == session_id,
+                or_(at_seq.id.is_(None), at_seq.id != recorded_id),
+            )
+        )
+        found.extend(
+            EndMismatch(int(sid), end, int(at), int(rid), actual, rec_session, rec_seq)
+            for sid, at, rid, actual, rec_session, rec_seq in rows.tuples()
+        )
+    return sorted(found, key=lambda mismatch: (mismatch.summary_id, mismatch.end != "first"))
 
 
 async def coverage_problems(

@@ -218,11 +218,11 @@ async def run_demo(client: httpx.AsyncClient, options: Options, out: TextIO) -> 
         raise DemoError("no summary was made: is summarization enabled on the server?")
     newest = history["summaries"][-1]
     out.write("\n" + "\n".join(await trace_lines(client, session_id, newest["id"], width)) + "\n")
-    tenant = " --tenant <your key's tenant>" if options.api_key else ""
+    # The tools find the session in whichever tenant has it: no --tenant needed with API keys.
     out.write(
         "\nOn the server's machine, operators can go further (read-only, from DATABASE_URL):\n"
-        f"  python -m scripts.trace_summary --session {session_id}{tenant}\n"
-        f"  python -m scripts.verify --session {session_id}{tenant}\n"
+        f"  python -m scripts.trace_summary --session {session_id}\n"
+        f"  python -m scripts.verify --session {session_id}\n"
     )
     return session_id
 

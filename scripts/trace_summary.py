@@ -4,8 +4,12 @@
     python -m scripts.trace_summary --session ID [--tenant T] [--json]
     python -m scripts.trace_summary --message MESSAGE_ID [--json]
 
-Reads DATABASE_URL (or --database-url) and never writes. Exit status: 0 on success, 2 when
-the id is unknown or the database cannot be read (one line on stderr).
+`--session` is looked up in every tenant unless `--tenant` names one; an id that several
+tenants have must be given with `--tenant`.
+
+Reads DATABASE_URL (or --database-url) and never writes: the database is opened read-only.
+Exit status: 0 on success, 2 when the id is unknown or ambiguous or the database cannot be
+read (one line on stderr).
 """
 
 from __future__ import annotations
@@ -208,10 +212,9 @@ async def _expand(db: AsyncSession, summary: Summary, seen: set[int]) -> Node:
     return Node(summary, children=children, messages=None)
 
 
-async def trace_session(db: AsyncSession, tenant: str, external_id: str) -> SessionTrace:
-    session = await audit.session_by_external_id(db, tenant, external_id)
-    if session is None:
-        raise NotFound(f"no session {external_id!r} in tenant {tenant!r}")
+async def trace_session(db: AsyncSession, external_id: str, tenant: str | None) -> SessionTrace:
+    """The summary tree of a session; raises audit.SessionLookupError (see audit.find_session)."""
+    session = await audit.find_session(db, external_id, tenant)
     summaries = await audit.session_summaries(db, session.id)
     return SessionTrace(
         session=session, roots=summary_forest(summaries), summary_count=len(summaries)
@@ -498,7 +501,7 @@ class Options:
     database_url: str
     summary_id: int | None = None
     session: str | None = None
-    tenant: str = audit.DEFAULT_TENANT
+    tenant: str | None = None
     message_id: int | None = None
     json: bool = False
     full: bool = False
@@ -516,9 +519,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "--message", metavar="ID", type=int, dest="message_id", help="summaries covering a message"
     )
     parser.add_argument(
-        "--tenant",
-        default=audit.DEFAULT_TENANT,
-        help=f"tenant of --session (default: {audit.DEFAULT_TENANT!r}, the development tenant)",
+        "--tenant", help="tenant of --session (default: whichever tenant has that session id)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--full", action="store_true", help="whole message contents")
@@ -537,7 +538,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 
 async def collect(db: AsyncSession, options: Options) -> Trace:
     if options.session is not None:
-        return await trace_session(db, options.tenant, options.session)
+        return await trace_session(db, options.session, options.tenant)
     if options.message_id is not None:
         return await trace_message(db, options.message_id)
     assert options.summary_id is not None, "argparse requires one target"
@@ -554,7 +555,7 @@ async def run(options: Options, out: TextIO, err: TextIO) -> int:
     try:
         async with create_sessionmaker(engine)() as db, db.begin():
             trace = await collect(db, options)
-    except NotFound as exc:
+    except (NotFound, audit.SessionLookupError) as exc:
         err.write(f"{PROG}: {exc}\n")
         return 2
     except (SQLAlchemyError, OSError) as exc:

@@ -2,16 +2,21 @@
 
     python -m scripts.verify [--session ID [--tenant T]] [--database-url URL]
 
+`--session` is looked up in every tenant unless `--tenant` names one; an id that several
+tenants have must be given with `--tenant`.
+
 Checks, per session: seqs are contiguous from 1 and `sessions.last_seq` is the newest seq;
-token counts are present; every summary links exactly the messages of its seq range;
+token counts are present; every summary's `first_message_id` and `last_message_id` are the
+messages at its first and last seq, and it links exactly the messages of its seq range;
 live summaries are contiguous, non-overlapping and start at seq 1 (invariant 2); every
 message up to the newest live summary is linked to exactly one live summary (invariant 1);
 superseded chains point to a higher-level summary of the same session containing the
 range, without cycles, and a roll-up's absorbed summaries tile its range.
 
-Reads DATABASE_URL (or --database-url) and never writes. Each session is checked in one
-read snapshot, so a running server does not cause false alarms. Exit status: 0 when
-clean, 1 when any violation is found, 2 when the check could not run.
+Reads DATABASE_URL (or --database-url) and never writes: the database is opened read-only.
+Each session is checked in one read snapshot, so a running server does not cause false
+alarms. Exit status: 0 when clean, 1 when any violation is found, 2 when the check could not
+run (an unknown or ambiguous --session included).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ PROGRESS_INTERVAL_SECONDS = 0.2
 SEQS = "seqs"
 TOKENS = "token_count"
 RANGE = "summary_range"
+MESSAGE_IDS = "message_ids"
 LINKS = "links"
 LIVE = "live_ranges"
 COVERAGE = "coverage"
@@ -101,6 +107,7 @@ async def check_session(db: AsyncSession, session: Session) -> SessionCheck:
         *await check_seqs(db, session, stats),
         *await check_token_counts(db, session),
         *check_summary_ranges(summaries),
+        *await check_message_ids(db, session, summaries),
         *await check_links(db, session, summaries),
         *check_live_ranges(session, summaries),
         *await check_coverage(db, session, summaries),
@@ -150,6 +157,35 @@ def check_summary_ranges(summaries: Sequence[Summary]) -> list[Violation]:
         for summary in summaries
         if summary.first_seq < 1 or summary.last_seq < summary.first_seq
     ]
+
+
+async def check_message_ids(
+    db: AsyncSession, session: Session, summaries: Sequence[Summary]
+) -> list[Violation]:
+    """A summary's first and last message ids name the messages at its first and last seq."""
+    by_id = {summary.id: summary for summary in summaries}
+    return [
+        Violation(MESSAGE_IDS, end_mismatch_detail(by_id[mismatch.summary_id], mismatch))
+        for mismatch in await audit.end_mismatches(db, session.id)
+    ]
+
+
+def end_mismatch_detail(summary: Summary, mismatch: audit.EndMismatch) -> str:
+    if mismatch.actual_id is None:
+        actual = f"the session has no message at seq {mismatch.seq}"
+    else:
+        actual = f"seq {mismatch.seq} is message {mismatch.actual_id}"
+    recorded = f"message {mismatch.recorded_id}"
+    if mismatch.recorded_session_id is None:
+        points = f"no message has id {mismatch.recorded_id}"
+    elif mismatch.recorded_session_id != summary.session_id:
+        points = f"{recorded} is in another session (internal id {mismatch.recorded_session_id})"
+    else:
+        points = f"{recorded} is seq {mismatch.recorded_seq}"
+    return (
+        f"{span(summary)} records {mismatch.end}_message_id {mismatch.recorded_id}, "
+        f"but {actual}; {points}"
+    )
 
 
 async def check_links(
@@ -430,17 +466,12 @@ async def verify_all(
         after = ids[-1]
 
 
-class UnknownSession(Exception):
-    pass
-
-
 async def find_session(
-    sessionmaker: async_sessionmaker[AsyncSession], tenant: str, external_id: str
+    sessionmaker: async_sessionmaker[AsyncSession], external_id: str, tenant: str | None
 ) -> int:
+    """The internal id of a session; raises audit.SessionLookupError (see audit.find_session)."""
     async with sessionmaker() as db, db.begin():
-        session = await audit.session_by_external_id(db, tenant, external_id)
-    if session is None:
-        raise UnknownSession(f"no session {external_id!r} in tenant {tenant!r}")
+        session = await audit.find_session(db, external_id, tenant)
     return session.id
 
 
@@ -456,7 +487,7 @@ async def session_total(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
 class Options:
     database_url: str
     session: str | None = None
-    tenant: str = audit.DEFAULT_TENANT
+    tenant: str | None = None
     batch_size: int = BATCH_SIZE
 
 
@@ -467,9 +498,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     )
     parser.add_argument("--session", metavar="ID", help="check one session (default: all)")
     parser.add_argument(
-        "--tenant",
-        default=audit.DEFAULT_TENANT,
-        help=f"tenant of --session (default: {audit.DEFAULT_TENANT!r}, the development tenant)",
+        "--tenant", help="tenant of --session (default: whichever tenant has that session id)"
     )
     parser.add_argument("--database-url", help="default: DATABASE_URL (or .env)")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=argparse.SUPPRESS)
@@ -495,7 +524,7 @@ async def run(options: Options, out: TextIO, err: TextIO) -> int:
     sessionmaker = create_sessionmaker(engine)
     try:
         report = await _verify(sessionmaker, options, out, err)
-    except UnknownSession as exc:
+    except audit.SessionLookupError as exc:
         err.write(f"{PROG}: {exc}\n")
         return 2
     except (SQLAlchemyError, OSError) as exc:
@@ -510,7 +539,7 @@ async def _verify(
     sessionmaker: async_sessionmaker[AsyncSession], options: Options, out: TextIO, err: TextIO
 ) -> Report:
     if options.session is not None:
-        session_id = await find_session(sessionmaker, options.tenant, options.session)
+        session_id = await find_session(sessionmaker, options.session, options.tenant)
         report = Report(out, Progress(err, 1))
         check = await verify_session(sessionmaker, session_id)
         if check is not None:

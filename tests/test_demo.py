@@ -89,18 +89,38 @@ async def test_demo_replays_the_conversation_and_shows_history_and_trace(
     linked = re.search(r"Source messages .*, (\d+) of (\d+) linked:", out)
     assert linked is not None and linked[1] == linked[2]
 
-    await assert_verified_and_rolled_up(database_url)
+    await assert_verified_and_rolled_up(database_url, operator_commands(out))
 
 
-async def assert_verified_and_rolled_up(database_url: str) -> None:
-    """What the demo stored passes verify, and its tree has a roll-up."""
+def operator_commands(out: str) -> dict[str, list[str]]:
+    """The operator tools the demo tells people to run: module name -> arguments."""
+    commands: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        words = line.split()
+        if words[:2] == ["python", "-m"]:
+            commands[words[2]] = words[3:]
+    return commands
+
+
+async def assert_verified_and_rolled_up(database_url: str, commands: dict[str, list[str]]) -> None:
+    """The tool commands the demo printed work as shown: verify passes, the tree has a roll-up.
+
+    The session is in tenant `demo`, not `default`: the commands need no --tenant.
+    """
+    assert commands == {
+        "scripts.trace_summary": ["--session", "demo-test"],
+        "scripts.verify": ["--session", "demo-test"],
+    }
+    where = ["--database-url", database_url]
     out, err = io.StringIO(), io.StringIO()
-    options = verify.parse_args(["--database-url", database_url])
-    assert await verify.run(options, out, err) == 0, out.getvalue()
+    options = verify.parse_args([*commands["scripts.verify"], *where])
+    assert await verify.run(options, out, err) == 0, out.getvalue() + err.getvalue()
+    assert out.getvalue().startswith("Checked 1 session ")
 
     trace_out = io.StringIO()
-    args = ["--session", "demo-test", "--tenant", TENANT, "--database-url", database_url]
-    assert await trace_summary.run(trace_summary.parse_args(args), trace_out, err) == 0
+    options_trace = trace_summary.parse_args([*commands["scripts.trace_summary"], *where])
+    assert await trace_summary.run(options_trace, trace_out, err) == 0, err.getvalue()
+    assert f"(tenant {TENANT}," in trace_out.getvalue()
     assert " rollup " in trace_out.getvalue()
 
 

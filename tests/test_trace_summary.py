@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import audit, store
-from api.auth import DEVELOPMENT_TENANT
 from api.db.models import Message, Summary
 from scripts import trace_summary
 from scripts.scratch_db import REPO_ROOT
@@ -269,6 +268,51 @@ async def test_session_ids_are_looked_up_in_the_given_tenant(
     assert code == 0 and "No summaries yet." in out
 
 
+async def test_without_tenant_a_session_id_is_found_in_whichever_tenant_has_it(
+    database_url: str, db: AsyncSession
+) -> None:
+    seeded = await seed_session(db, "chat-9", tenant="acme")
+
+    answer = await trace_json(database_url, "--session", "chat-9")
+
+    assert answer["session"]["tenant"] == "acme"
+    assert answer["session"]["internal_id"] == seeded.session_id
+    assert [root["id"] for root in answer["summaries"]] == [seeded.rollup.id]
+
+
+async def test_a_session_id_in_several_tenants_without_tenant_exits_2_naming_them(
+    database_url: str, db: AsyncSession, seeded: Seeded
+) -> None:
+    await store.create_session(db, "acme", "chat-1", {}, {})
+    await db.commit()
+
+    code, out, err = await trace(database_url, "--session", "chat-1")
+
+    assert (code, out) == (2, "")
+    assert err == (
+        "trace_summary: session 'chat-1' exists in 2 tenants ('acme', 'default'): "
+        "pass --tenant to choose one\n"
+    )
+
+
+async def test_the_tenants_of_an_ambiguous_session_id_are_named_up_to_a_bound(
+    database_url: str, db: AsyncSession
+) -> None:
+    tenants = [f"t{index:02d}" for index in range(audit.TENANTS_NAMED + 2)]
+    for tenant in tenants:
+        await store.create_session(db, tenant, "shared", {}, {})
+    await db.commit()
+
+    code, _, err = await trace(database_url, "--session", "shared")
+
+    named = ", ".join(repr(tenant) for tenant in tenants[: audit.TENANTS_NAMED])
+    assert code == 2
+    assert err == (
+        f"trace_summary: session 'shared' exists in {len(tenants)} tenants ({named} and 2 more): "
+        "pass --tenant to choose one\n"
+    )
+
+
 # --- by message -----------------------------------------------------------------------------
 
 
@@ -309,7 +353,8 @@ async def test_message_after_the_newest_summary_is_reported_as_not_summarized(
     [
         (["987654"], "no summary with id 987654"),
         (["--message", "987654"], "no message with id 987654"),
-        (["--session", "nope"], "no session 'nope' in tenant 'default'"),
+        (["--session", "nope"], "no session 'nope' in any tenant"),
+        (["--session", "chat-1", "--tenant", "acme"], "no session 'chat-1' in tenant 'acme'"),
     ],
 )
 async def test_unknown_ids_exit_2_with_one_clear_line(
@@ -357,7 +402,3 @@ async def run_process(command: list[str], cwd: Path = Path("/")) -> tuple[int, s
     out, err = await process.communicate()
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
-
-
-def test_the_default_tenant_is_the_development_tenant() -> None:
-    assert audit.DEFAULT_TENANT == DEVELOPMENT_TENANT

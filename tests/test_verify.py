@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import func, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import store
+from api import audit, store
+from api.db.engine import create_engine, create_sessionmaker
+from api.db.models import Message
 from scripts import verify
-from tests.test_trace_summary import CONVERSATION, Seeded, new_message, seed_session
+from tests.conftest import migrated_database
+from tests.test_trace_summary import CONVERSATION, Seeded, new_message, seed_session, trace
 
 
 async def run_verify(database_url: str, *args: str) -> tuple[int, str, str]:
@@ -61,10 +69,45 @@ async def test_one_session_is_checked_alone(database_url: str, seeded: Seeded) -
 
 
 async def test_an_unknown_session_exits_2(database_url: str, seeded: Seeded) -> None:
+    code, out, err = await run_verify(database_url, "--session", "nope")
+
+    assert (code, out) == (2, "")
+    assert err == "verify: no session 'nope' in any tenant\n"
+
+
+async def test_tenant_restricts_the_session_lookup(database_url: str, seeded: Seeded) -> None:
     code, out, err = await run_verify(database_url, "--session", "chat-1", "--tenant", "acme")
 
     assert (code, out) == (2, "")
     assert err == "verify: no session 'chat-1' in tenant 'acme'\n"
+
+
+async def test_without_tenant_a_session_is_found_in_whichever_tenant_has_it(
+    database_url: str, db: AsyncSession
+) -> None:
+    await seed_session(db, "chat-9", tenant="acme")
+    await seed_session(db, "chat-1")
+
+    code, out, err = await run_verify(database_url, "--session", "chat-9")
+
+    assert (code, err) == (0, "")
+    assert out == "Checked 1 session (10 messages, 3 summaries): no violations.\n"
+
+
+async def test_a_session_id_in_several_tenants_needs_tenant(
+    database_url: str, db: AsyncSession, seeded: Seeded
+) -> None:
+    await seed_session(db, "chat-1", tenant="acme")
+
+    code, out, err = await run_verify(database_url, "--session", "chat-1")
+    chosen = await run_verify(database_url, "--session", "chat-1", "--tenant", "acme")
+
+    assert (code, out) == (2, "")
+    assert err == (
+        "verify: session 'chat-1' exists in 2 tenants ('acme', 'default'): "
+        "pass --tenant to choose one\n"
+    )
+    assert chosen == (0, "Checked 1 session (10 messages, 3 summaries): no violations.\n", "")
 
 
 # --- corrupted on purpose -------------------------------------------------------------------
@@ -194,6 +237,58 @@ async def test_a_superseded_cycle_is_named(
     assert f"superseded chain loops: {loop}" in chain or reverse in chain
 
 
+async def test_a_last_message_id_pointing_at_another_message_is_named(
+    database_url: str, db: AsyncSession, seeded: Seeded
+) -> None:
+    third, fourth = seeded.messages[2], seeded.messages[3]
+    await corrupt(
+        db,
+        "UPDATE session_summaries SET last_message_id = :m WHERE id = :s",
+        m=third.id,
+        s=seeded.first.id,
+    )
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    assert report_lines(out, "message_ids") == [
+        f"default/chat-1  message_ids    summary {seeded.first.id} (seqs 1..4) records "
+        f"last_message_id {third.id}, but seq 4 is message {fourth.id}; "
+        f"message {third.id} is seq 3"
+    ]
+    assert out.endswith("1 violation in 1 session.\n")
+
+
+async def test_a_first_message_id_of_another_session_or_of_no_message_is_named(
+    database_url: str, db: AsyncSession, seeded: Seeded
+) -> None:
+    other = await seed_session(db, "chat-2")
+    foreign = other.messages[0]
+    await corrupt(
+        db,
+        "UPDATE session_summaries SET first_message_id = :m WHERE id = :s",
+        m=foreign.id,
+        s=seeded.rollup.id,
+    )
+    await corrupt(
+        db,
+        "UPDATE session_summaries SET first_message_id = 987654 WHERE id = :s",
+        s=seeded.second.id,
+    )
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    first, fifth = seeded.messages[0], seeded.messages[4]
+    assert report_lines(out, "message_ids") == [
+        f"default/chat-1  message_ids    summary {seeded.second.id} (seqs 5..8) records "
+        f"first_message_id 987654, but seq 5 is message {fifth.id}; no message has id 987654",
+        f"default/chat-1  message_ids    summary {seeded.rollup.id} (seqs 1..8) records "
+        f"first_message_id {foreign.id}, but seq 1 is message {first.id}; "
+        f"message {foreign.id} is in another session (internal id {other.session_id})",
+    ]
+
+
 async def test_a_negative_token_count_is_named(
     database_url: str, db: AsyncSession, seeded: Seeded
 ) -> None:
@@ -212,6 +307,76 @@ async def test_a_missing_database_exits_2(tmp_path: Any) -> None:
 
     assert (code, out) == (2, "")
     assert err.startswith("verify: no SQLite database at")
+
+
+# --- read-only --------------------------------------------------------------------------------
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def journal_mode(path: Path) -> str:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+        [(mode,)] = connection.execute("PRAGMA journal_mode").fetchall()
+    connection.close()
+    return str(mode)
+
+
+@pytest.mark.parametrize("mode", ["delete", "wal"])
+async def test_the_tools_leave_an_sqlite_file_and_its_journal_mode_unchanged(
+    tmp_path: Path, mode: str
+) -> None:
+    async with migrated_database("sqlite", tmp_path / "a folder", False) as url:
+        engine = create_engine(url)  # the server's engine: it switches the file to WAL
+        async with create_sessionmaker(engine)() as db:
+            seeded = await seed_session(db, tenant="acme")
+        await engine.dispose()
+        path = Path(str(make_url(url).database))
+        with sqlite3.connect(path) as connection:
+            connection.execute(f"PRAGMA journal_mode={mode}")
+        connection.close()
+        before = sha256(path)
+
+        results = [
+            await run_verify(url),
+            await run_verify(url, "--session", "chat-1"),
+            await trace(url, "--session", "chat-1"),
+            await trace(url, str(seeded.rollup.id)),
+        ]
+
+        assert [code for code, _, _ in results] == [0, 0, 0, 0]
+        assert sha256(path) == before
+        assert journal_mode(path) == mode
+
+
+async def test_the_read_engine_refuses_writes(
+    database_url: str, db: AsyncSession, seeded: Seeded
+) -> None:
+    engine = audit.read_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            with pytest.raises(DBAPIError):
+                await connection.execute(text("DELETE FROM messages"))
+    finally:
+        await engine.dispose()
+
+    assert await db.scalar(select(func.count()).select_from(Message)) == len(CONVERSATION)
+
+
+@pytest.mark.postgresql_only
+async def test_the_read_engine_refuses_writes_outside_a_transaction_on_postgresql(
+    database_url: str, db: AsyncSession, seeded: Seeded
+) -> None:
+    engine = audit.read_engine(database_url)
+    try:
+        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+            with pytest.raises(DBAPIError, match="read-only transaction"):
+                await connection.execute(text("DELETE FROM messages"))
+    finally:
+        await engine.dispose()
+
+    assert await db.scalar(select(func.count()).select_from(Message)) == len(CONVERSATION)
 
 
 class Terminal(io.StringIO):
