@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import KeyGate
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
-from api.errors import PrecisError
+from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
 from api.routes import probes, router
@@ -105,7 +105,7 @@ async def _precis_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return _error(422, "ValidationError", "; ".join(_describe(e) for e in exc.errors()))
+    return _error(422, ValidationFailed.__name__, "; ".join(_describe(e) for e in exc.errors()))
 
 
 def _describe(error: Any) -> str:
@@ -122,7 +122,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.__cause__ is not None:
         # FastAPI could not parse the JSON body: malformed JSON, like any other, gets 422.
-        return _error(422, "ValidationError", _unparsable_body(exc.__cause__))
+        return _error(422, ValidationFailed.__name__, _unparsable_body(exc.__cause__))
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         # Starlette lists the methods of one route; a path may have several routes.

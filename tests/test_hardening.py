@@ -54,6 +54,8 @@ def assert_error(answer: httpx.Response, status: int, *names: str) -> None:
     assert answer.status_code == status, answer.text
     body = answer.json()
     assert set(body) == {"error", "detail"}, body
+    if status == 422:  # body, query and path problems alike
+        assert body["error"] == "ValidationFailed", body
     for name in names:
         assert name in body["detail"], body["detail"]
 

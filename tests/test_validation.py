@@ -43,6 +43,8 @@ def assert_error(answer: httpx.Response, status: int, *names: str) -> None:
     body = answer.json()
     assert set(body) == {"error", "detail"}, body
     assert isinstance(body["error"], str) and body["error"]
+    if status == 422:  # body, query and path problems alike
+        assert body["error"] == "ValidationFailed", body
     for name in names:
         assert name in body["detail"], body["detail"]
 
