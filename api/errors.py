@@ -43,6 +43,10 @@ class SessionNotFound(NotFound):
         super().__init__(f"session {session_id!r} not found")
 
 
+class SessionGone(NotFound):
+    """The session was deleted while a summary of it was being made."""
+
+
 class SummaryNotFound(NotFound):
     def __init__(self, summary_id: int) -> None:
         super().__init__(f"summary {summary_id} not found")

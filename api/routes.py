@@ -19,6 +19,7 @@ from api.db.models import SCHEMA_REVISION
 from api.deps import AppSettings, AppSummarizer, AppWorker, ReadDb, WriteDb
 from api.errors import (
     BadRequest,
+    Conflict,
     Forbidden,
     PayloadTooLarge,
     ServiceUnavailable,
@@ -174,7 +175,7 @@ async def delete_session(session_id: SessionPath, db: WriteDb, tenant: Tenant) -
 @router.post(
     "/sessions/{session_id}/messages",
     status_code=status.HTTP_201_CREATED,
-    responses=responses(*COMMON, PayloadTooLarge),
+    responses=responses(*COMMON, PayloadTooLarge, Conflict),
 )
 async def append_messages(
     session_id: SessionPath,

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.context import Item, assemble, openai_message, summary_message
 from api.db.models import Message, Session, Summary
-from api.errors import BadRequest, PayloadTooLarge, SummarizationInProgress
+from api.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    SessionGone,
+    SessionNotFound,
+    SummarizationInProgress,
+)
 from api.locks import SummarizerBusy
 from api.schemas import (
     AppendResponse,
@@ -150,7 +156,6 @@ async def list_sessions(
 async def update_session(
     db: AsyncSession, tenant: str, external_id: str, body: SessionUpdate
 ) -> SessionOut:
-    session = await store.get_session(db, tenant, external_id)
     changes = body.model_dump(exclude_unset=True)
     if "settings" in changes:
         changes["settings"] = (
@@ -158,7 +163,7 @@ async def update_session(
         )
     if "metadata" in changes and changes["metadata"] is None:
         changes["metadata"] = {}
-    await store.update_session(db, session, changes)
+    session = await store.update_session(db, tenant, external_id, changes)
     counts = await store.live_summary_counts(db, [session.id])
     return session_out(session, counts.get(session.id, 0))
 
@@ -223,7 +228,7 @@ async def history(
     ):
         # Give the connection back to the pool while the LLM works.
         await db.commit()
-        with suppress(SummarizerBusy):
+        with suppress(SummarizerBusy), session_gone_is_not_found(external_id):
             summary = await summarizer.run(
                 session.id, "proactive", "token_limit", wait_seconds=INLINE_WAIT_SECONDS
             )
@@ -231,6 +236,15 @@ async def history(
                 # One compaction only: whatever it achieved, truncation does the rest.
                 loaded = await load_history(db, summarizer, session, summary_limit, max_tokens)
     return loaded
+
+
+@contextmanager
+def session_gone_is_not_found(external_id: str) -> Iterator[None]:
+    """A session deleted while it was summarized answers like any unknown session."""
+    try:
+        yield
+    except SessionGone as exc:
+        raise SessionNotFound(external_id) from exc
 
 
 async def load_history(
@@ -276,9 +290,14 @@ async def compact(
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
     await db.commit()  # give the connection back to the pool while the LLM works
     try:
-        summary = await summarizer.run(
-            session.id, body.trigger, body.trigger, keep_last_n, wait_seconds=COMPACT_WAIT_SECONDS
-        )
+        with session_gone_is_not_found(external_id):
+            summary = await summarizer.run(
+                session.id,
+                body.trigger,
+                body.trigger,
+                keep_last_n,
+                wait_seconds=COMPACT_WAIT_SECONDS,
+            )
     except SummarizerBusy as exc:
         raise SummarizationInProgress(
             "a summarization of this session is still running; retry shortly"

@@ -29,9 +29,19 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.instrumentation import ClassManager
 
 from api.db.models import Message, Session, Summary, SummaryJob, SummaryMessage, utcnow
-from api.errors import SessionExists, SessionNotFound, SummaryNotFound, SummaryRangeConflict
+from api.errors import (
+    Conflict,
+    SessionExists,
+    SessionGone,
+    SessionNotFound,
+    SummaryNotFound,
+    SummaryRangeConflict,
+)
 
 Model = TypeVar("Model")
+
+CREATE_ATTEMPTS = 3
+"""Rounds of create-then-lock an append tries while concurrent DELETEs remove the session."""
 
 TAIL_PAGE_SIZE = 64
 """Messages read per round trip when the loader walks back from the newest under a token budget."""
@@ -172,14 +182,21 @@ async def list_sessions(
     return list(await db.scalars(query.order_by(Session.id.desc()).limit(limit)))
 
 
-async def update_session(db: AsyncSession, session: Session, changes: dict[str, Any]) -> Session:
-    if "metadata" in changes:
-        session.metadata_ = changes["metadata"]
-    if "settings" in changes:
-        session.settings = changes["settings"]
-    session.updated_at = utcnow()
-    await db.flush()
-    return session
+async def update_session(
+    db: AsyncSession, tenant: str, external_id: str, changes: dict[str, Any]
+) -> Session:
+    """Replace `metadata` and/or `settings` in one UPDATE (a concurrent DELETE makes it 404)."""
+    values = {key: changes[key] for key in ("metadata", "settings") if key in changes}
+    result = await db.execute(
+        update(_SESSION_TABLE)
+        .where(_sessions.tenant == tenant, _sessions.external_id == external_id)
+        .values(updated_at=utcnow(), **values)
+        .returning(*_SESSION_TABLE.columns)
+    )
+    row = result.first()
+    if row is None:
+        raise SessionNotFound(external_id)
+    return _stored(_SESSION_MANAGER, dict(zip(_SESSION_ATTRIBUTES, row, strict=True)))
 
 
 async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:
@@ -222,10 +239,14 @@ async def append_messages(
     """
     reserve = 0 if any(message.client_id is not None for message in batch) else len(batch)
     session = await _lock_session(db, tenant, external_id, reserve)
-    if session is None:
+    for _attempt in range(CREATE_ATTEMPTS):
+        if session is not None:
+            break
         await db.execute(_insert_ignoring_conflicts(db, tenant, external_id))
+        # None again only if a concurrent DELETE removed the row just inserted or found.
         session = await _lock_session(db, tenant, external_id, reserve)
-        assert session is not None, "the session row exists after the insert"
+    if session is None:
+        raise Conflict("the session was deleted while this append ran; retry")
     now = utcnow()
     if reserve:
         first_seq = session.last_seq - reserve + 1
@@ -632,7 +653,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
         .returning(Session.last_seq)
     )
     if last_seq is None:
-        raise SummaryRangeConflict("the session no longer exists")
+        raise SessionGone("the session no longer exists")
     if draft.last_seq < draft.first_seq or draft.last_seq > last_seq or draft.first_seq < 1:
         raise SummaryRangeConflict(f"seq range {draft.first_seq}..{draft.last_seq} is not stored")
     await _check_range(db, session_id, draft)
@@ -819,17 +840,54 @@ async def claim_job(db: AsyncSession, lease: timedelta) -> SummaryJob | None:
     )
 
 
-async def finish_job(db: AsyncSession, job_id: int) -> None:
-    await db.execute(delete(SummaryJob).where(SummaryJob.id == job_id))
+def _claimed(job_id: int, attempt: int | None) -> list[Any]:
+    """WHERE clauses for the job's row; with `attempt`, only while that claim holds it.
+
+    Every claim increments `attempts`, so `(id, attempts)` names one claim: a worker whose
+    lease ran out and whose job another worker claimed again no longer matches.
+    """
+    clauses: list[Any] = [SummaryJob.id == job_id]
+    if attempt is not None:
+        clauses += [SummaryJob.status == "running", SummaryJob.attempts == attempt]
+    return clauses
+
+
+async def renew_job_lease(db: AsyncSession, job_id: int, attempt: int, lease: timedelta) -> bool:
+    """Extend a running job's lease to `lease` from now; False if the claim is no longer held.
+
+    The claim is lost when the job was finished or released, its session deleted, or its
+    lease ran out and another worker claimed it.
+    """
+    renewed = await db.scalar(
+        update(SummaryJob)
+        .where(*_claimed(job_id, attempt))
+        .values(locked_until=utcnow() + lease)
+        .returning(SummaryJob.id)
+    )
+    return renewed is not None
+
+
+async def finish_job(db: AsyncSession, job_id: int, *, attempt: int | None = None) -> None:
+    """Delete a done job; with `attempt`, only if that claim still holds it."""
+    await db.execute(delete(SummaryJob).where(*_claimed(job_id, attempt)))
 
 
 async def release_job(
-    db: AsyncSession, job_id: int, run_after: datetime, error: str | None
+    db: AsyncSession,
+    job_id: int,
+    run_after: datetime,
+    error: str | None,
+    *,
+    attempt: int | None = None,
 ) -> None:
-    """Put a claimed job back to pending, to run again at `run_after`."""
+    """Put a claimed job back to pending, to run again at `run_after`.
+
+    With `attempt`, only if that claim still holds it: a worker that lost its lease must not
+    hand back a job another worker is running.
+    """
     await db.execute(
         update(SummaryJob)
-        .where(SummaryJob.id == job_id)
+        .where(*_claimed(job_id, attempt))
         .values(status="pending", locked_until=None, run_after=run_after, last_error=error)
     )
 

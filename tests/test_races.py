@@ -1,0 +1,103 @@
+"""Requests racing a DELETE of their session answer a 4xx, never a 5xx, and leave no debris.
+
+Each race is run many times with the requests started together; on PostgreSQL the
+transactions truly interleave (on SQLite the writers take turns, so these also pin down that
+the single-writer path gives the same answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from api.main import create_app
+from scripts.fake_llm import FakeLLM
+from tests.conftest import make_settings
+from tests.helpers import user
+from tests.test_faults import Gate, wait_until
+
+ROUNDS = 30
+
+
+async def test_patch_racing_delete_answers_200_or_404(api: httpx.AsyncClient) -> None:
+    for round_ in range(ROUNDS):
+        session = f"patch-delete-{round_}"
+        assert (await api.post("/v1/sessions", json={"id": session})).status_code == 201
+        patched, deleted = await asyncio.gather(
+            api.patch(f"/v1/sessions/{session}", json={"metadata": {"round": round_}}),
+            api.delete(f"/v1/sessions/{session}"),
+        )
+        assert deleted.status_code == 204, deleted.text
+        assert patched.status_code in (200, 404), patched.text
+        if patched.status_code == 404:
+            assert patched.json()["error"] == "SessionNotFound"
+        assert (await api.get(f"/v1/sessions/{session}")).status_code == 404
+
+
+async def test_appends_racing_create_and_delete_answer_201_or_409(api: httpx.AsyncClient) -> None:
+    statuses: set[int] = set()
+    for round_ in range(ROUNDS):
+        session = f"append-delete-{round_}"
+        url = f"/v1/sessions/{session}"
+        answers = await asyncio.gather(
+            api.post("/v1/sessions", json={"id": session}),
+            api.delete(url),
+            api.post(f"{url}/messages", json={"messages": [user("first")]}),
+            api.delete(url),
+            api.post(f"{url}/messages", json={"messages": [user("second")]}),
+        )
+        assert all(answer.status_code < 500 for answer in answers), [a.text for a in answers]
+        statuses |= {answers[2].status_code, answers[4].status_code}
+        kept = await api.get(f"{url}/messages")
+        if kept.status_code == 200:
+            seqs = [message["seq"] for message in kept.json()["messages"]]
+            assert seqs == list(range(1, len(seqs) + 1)), seqs
+    assert statuses <= {201, 409}
+
+
+@pytest.fixture
+async def gated_client(fake_llm: FakeLLM, database_url: str, engine: Any) -> Any:
+    """An app summarizing with a fake LLM whose answers to "HOLD" prompts wait for a gate."""
+    gate = Gate("HOLD")
+
+    def responder(messages: list[dict[str, Any]]) -> str:
+        gate.hold(" ".join(str(message.get("content")) for message in messages))
+        return "A short summary of the conversation."
+
+    fake_llm.responder = responder
+    app = create_app(
+        make_settings(
+            database_url,
+            summary_model="openai/fake",
+            summary_api_base=fake_llm.base_url,
+            summary_api_key="test",
+            summary_workers=0,
+            dynamic_summary_enabled=False,
+        )
+    )
+    try:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+        ):
+            yield http, gate
+    finally:
+        gate.release.set()
+
+
+async def test_compact_of_a_session_deleted_meanwhile_answers_404(gated_client: Any) -> None:
+    http, gate = gated_client
+    messages = {"messages": [user("HOLD this thought"), user("and this one")]}
+    assert (await http.post("/v1/sessions/doomed/messages", json=messages)).status_code == 201
+    compacting = asyncio.create_task(
+        http.post("/v1/sessions/doomed/compact", json={"trigger": "overflow_retry"})
+    )
+    await wait_until(gate.entered)
+    assert (await http.delete("/v1/sessions/doomed")).status_code == 204
+    gate.release.set()
+    answer = await compacting
+    assert answer.status_code == 404, answer.text
+    assert answer.json() == {"error": "SessionNotFound", "detail": "session 'doomed' not found"}
