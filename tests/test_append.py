@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
 from api.db.models import Message, Session
+from api.service import OFFLOAD_CHARS
 from summarizer.tokens import IMAGE_PART_TOKENS, count_message
 
 CONCURRENT_TASKS = 8
@@ -265,6 +266,21 @@ async def test_token_count_is_stored_with_the_message(api: httpx.AsyncClient, si
     (answer,) = await append(api, sid, user("count me once"))
     (stored,) = await stored_messages(api, sid)
     assert stored["token_count"] == answer["token_count"] > 0
+
+
+async def test_a_batch_counted_off_the_event_loop_gets_the_same_token_counts(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    """Over OFFLOAD_CHARS the batch is measured and counted in a worker thread."""
+    big = [
+        user("The quarterly report covers revenue, churn and hiring. " * 600),
+        user("季度报告涵盖收入、流失率和招聘情况。" * 2_000),
+        {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+    ]
+    assert sum(len(str(message["content"] or "")) for message in big) > OFFLOAD_CHARS
+    stored = await append(api, sid, *big)
+    assert [message["token_count"] for message in stored] == [count_message(m) for m in big]
+    assert [message["seq"] for message in stored] == [1, 2, 3]
 
 
 # --- store level ----------------------------------------------------------------------------

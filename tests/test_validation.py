@@ -311,6 +311,16 @@ async def test_a_message_over_the_size_limit_gets_413(
     await assert_session_absent(client, session_id)
 
 
+@pytest.mark.parametrize("settings_overrides", [{**QUIET, "max_message_bytes": 100_000}])
+async def test_a_big_batch_over_the_size_limit_gets_413_from_the_counting_thread(
+    client: httpx.AsyncClient, url: str, session_id: str
+) -> None:
+    """A batch this large is measured off the event loop; its 413 must still come back."""
+    answer = await client.post(url, json={"messages": [user("y" * 60_000), user("x" * 200_000)]})
+    assert_error(answer, 413, "messages[1]")
+    await assert_session_absent(client, session_id)
+
+
 @SMALL_MESSAGES
 async def test_a_message_under_the_size_limit_is_accepted(
     client: httpx.AsyncClient, url: str
