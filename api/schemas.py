@@ -14,10 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.settings import JSON_INTEGER, SummaryOverrides
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+SESSION_ID_PATTERN = r"^([A-Za-z0-9._:-]{3,128}|[A-Za-z0-9_:-][A-Za-z0-9._:-]?|\.[A-Za-z0-9_:-])$"
+"""1-128 characters of `[A-Za-z0-9._:-]`, except `.` and `..`: clients and proxies resolve
+those as path segments, so a session with such an id could not be addressed."""
 
 SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN, min_length=1, max_length=128)]
-"""Client-chosen session id: 1-128 characters of `[A-Za-z0-9._:-]`."""
+"""Client-chosen session id: see `SESSION_ID_PATTERN`."""
 
 ClientId = Annotated[str, Field(min_length=1, max_length=256)]
 """Idempotency key of a message, unique per session."""
@@ -139,7 +141,8 @@ class MessageIn(BaseModel):
             ids = [call.id for call in self.tool_calls]
             if len(set(ids)) != len(ids):
                 raise ValueError("tool_calls ids must be unique within a message")
-        check_json_value(self.model_dump(exclude_none=True), "message")
+        check_json_value(self.model_dump(exclude_none=True, exclude={"metadata"}), "message")
+        check_json_value(self.metadata, "metadata")  # the same depth limit as a session's
         return self
 
     def openai_dict(self) -> dict[str, Any]:
@@ -150,6 +153,21 @@ class MessageIn(BaseModel):
 class AppendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=500)]
+
+    @model_validator(mode="after")
+    def _one_message_per_client_id(self) -> AppendRequest:
+        """A repeated `client_id` must repeat its message: only the first would be stored."""
+        first_of: dict[str, int] = {}
+        for index, message in enumerate(self.messages):
+            if message.client_id is None:
+                continue
+            first = first_of.setdefault(message.client_id, index)
+            if message != self.messages[first]:
+                raise ValueError(
+                    f"messages[{index}] repeats the client_id {message.client_id!r} of "
+                    f"messages[{first}] with a different message"
+                )
+        return self
 
 
 class MessageOut(BaseModel):

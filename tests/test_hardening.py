@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from api.main import create_app
+from api.schemas import MAX_JSON_DEPTH
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
 
@@ -238,6 +239,24 @@ async def test_session_metadata_nested_too_deep_gets_422(api: httpx.AsyncClient,
     await assert_absent(api, sid)
 
 
+async def test_metadata_has_one_depth_limit_on_sessions_and_messages(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    deepest, too_deep = nested(MAX_JSON_DEPTH - 1), nested(MAX_JSON_DEPTH)
+    session = await api.post("/v1/sessions", json={"id": sid, "metadata": deepest}, headers=A)
+    assert session.status_code == 201, session.text
+    url = f"/v1/sessions/{sid}/messages"
+    message = await api.post(url, json={"messages": [user("x", metadata=deepest)]}, headers=A)
+    assert message.status_code == 201, message.text
+
+    refused = await api.post(
+        "/v1/sessions", json={"id": f"{sid}-b", "metadata": too_deep}, headers=A
+    )
+    assert_error(refused, 422, "nested deeper")
+    refused = await api.post(url, json={"messages": [user("y", metadata=too_deep)]}, headers=A)
+    assert_error(refused, 422, "nested deeper")
+
+
 async def test_session_metadata_nested_within_the_limit_is_accepted(
     api: httpx.AsyncClient, sid: str
 ) -> None:
@@ -449,6 +468,26 @@ async def test_an_odd_session_id_on_compact_gets_a_4xx_and_stores_nothing(
     assert answer.status_code in (404, 422), answer.text
     assert set(answer.json()) == {"error", "detail"}
     assert await tenant_session_count(api) == before
+
+
+@pytest.mark.parametrize("dots", [".", ".."])
+async def test_a_dot_segment_session_id_is_refused_at_create(
+    api: httpx.AsyncClient, dots: str
+) -> None:
+    """Clients resolve `.` and `..` in a URL path: such a session could never be addressed."""
+    before = await tenant_session_count(api)
+    assert_error(await api.post("/v1/sessions", json={"id": dots}, headers=A), 422, "id")
+    assert await tenant_session_count(api) == before
+
+
+async def test_ids_with_dots_that_are_not_dot_segments_are_accepted(
+    api: httpx.AsyncClient,
+) -> None:
+    for session in ("...", ".a", "a.", "v1.2"):
+        created = await api.post("/v1/sessions", json={"id": session}, headers=A)
+        assert created.status_code == 201, created.text
+        assert (await api.get(f"/v1/sessions/{session}", headers=A)).status_code == 200
+        assert (await api.delete(f"/v1/sessions/{session}", headers=A)).status_code == 204
 
 
 @pytest.mark.parametrize("cursor", ["²", "١٢٣", "0x10", " 1", str(2**63)])

@@ -158,6 +158,15 @@ async def test_a_bad_message_gets_422_naming_the_field_and_stores_nothing(
     await assert_session_absent(api, session_id)
 
 
+async def test_one_client_id_on_two_different_messages_of_a_batch_gets_422(
+    api: httpx.AsyncClient, url: str, session_id: str
+) -> None:
+    batch = [user("first", client_id="z"), {"role": "assistant", "content": "x", "client_id": "z"}]
+    answer = await api.post(url, json={"messages": batch})
+    assert_error(answer, 422, "messages[1]", "'z'", "messages[0]")
+    await assert_session_absent(api, session_id)
+
+
 async def test_a_rejected_batch_does_not_create_the_session(
     api: httpx.AsyncClient, url: str, session_id: str
 ) -> None:
