@@ -9,11 +9,15 @@ at the end), an API key, and proactive summarization on with a small message lim
 the loopback fake OpenAI-compatible LLM of `scripts/fake_llm.py` (litellm's real HTTP path).
 Each backend plays turns: append the user's message, load the history under `max_tokens`,
 append the assistant's answer. It stops after `--turns` turns per backend or `--duration`
-seconds, whichever comes first, waits (bounded) for background summarization to drain,
-stops the server with SIGTERM, then runs `python -m scripts.verify` on every session.
+seconds, whichever comes first, waits (bounded) until no summarization job is left, not even
+one waiting to be retried, stops the server with SIGTERM, then runs `python -m scripts.verify`
+on every session.
 
-Prints throughput, p50/p95/p99 per operation and the error count. Exit status 0 only when
-no request failed and verify found nothing.
+Prints throughput, p50/p95/p99 per operation and the errors: HTTP errors, background
+summarization job failures (`precis_summary_job_failures_total` on /metrics at the end), and
+tracebacks and ERROR lines in the server's log (its stdout and stderr, captured from start to
+exit). Exit status 0 only when all of them are zero, the background work drained, the server
+stopped cleanly and verify found nothing; the last line says which of these failed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import secrets
 import signal
 import socket
@@ -42,6 +47,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,6 +59,9 @@ STOP_TIMEOUT_SECONDS = 60.0
 
 DRAIN_TIMEOUT_SECONDS = 120.0
 """How long the load test waits for background summarization to finish after the last turn."""
+
+MAX_EXCERPTS = 20
+"""How many HTTP errors and server log lines the report quotes (the counts are complete)."""
 
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 """Where `--database postgresql` creates its database (PRECIS_TEST_POSTGRES_URL overrides)."""
@@ -116,18 +125,38 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
+LOG_FORMAT = "%(levelname)s:%(name)s: %(message)s"
+"""The format of the service's own log lines in a `level_names` server."""
+
+LEVELLED_API = (
+    "import logging, runpy; "
+    f"logging.basicConfig(format={LOG_FORMAT!r}); "
+    "runpy.run_module('api', run_name='__main__', alter_sys=True)"
+)
+"""`python -m api` with a root handler that prints each record's level name. The service
+configures no handler, so its own loggers' warnings and errors reach Python's last-resort
+handler, which prints the bare message: an ERROR line could not be told from a WARNING."""
+
+
 class LiveServer:
     """`python -m api` in a subprocess on a free loopback port; SIGTERM stops it gracefully.
 
     The database must be migrated already. `settings` are api.settings names (lower case).
+    `level_names`: the service's own log lines carry their level (see `LEVELLED_API`).
     """
 
     def __init__(
-        self, database_url: str, log_path: Path, settings: Mapping[str, Any] | None = None
+        self,
+        database_url: str,
+        log_path: Path,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        level_names: bool = False,
     ) -> None:
         self.database_url = database_url
         self.log_path = log_path
         self.settings = dict(settings or {})
+        self.level_names = level_names
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -143,7 +172,8 @@ class LiveServer:
             "DATABASE_URL": self.database_url,
             **settings_env(self.settings),
         }
-        command = [sys.executable, "-m", "api", "--host", "127.0.0.1", "--port", str(self.port)]
+        api = ["-c", LEVELLED_API] if self.level_names else ["-m", "api"]
+        command = [sys.executable, *api, "--host", "127.0.0.1", "--port", str(self.port)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -299,11 +329,36 @@ async def chat_backend(
     return done
 
 
+JOB_FAILURES_METRIC = "precis_summary_job_failures_total"
+PENDING_JOBS_METRIC = "precis_pending_summary_jobs"
+
+
+def sample_total(metrics_text: str, sample_name: str) -> float:
+    """Sum of one sample's values over all its label sets, in Prometheus text exposition."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics_text)
+        for sample in family.samples
+        if sample.name == sample_name
+    )
+
+
+async def read_metrics(http: httpx.AsyncClient) -> httpx.Response:
+    """GET /metrics (it needs the API key like every route but /healthz)."""
+    return await http.get("/metrics")
+
+
 async def drain(http: httpx.AsyncClient, session_ids: Sequence[str], seconds: float) -> bool:
-    """Wait until no session has summarization pending; False if `seconds` ran out."""
+    """Wait until no summarization is pending anywhere; False if `seconds` ran out.
+
+    Pending means: a session's history says `summarization_pending` (a job queued or running,
+    or an inline compaction holding its lock), or the job queue (`precis_pending_summary_jobs`,
+    read from the database at scrape time) is not empty. A job that failed is put back to
+    pending with a backoff, so it is waited for too.
+    """
     deadline = time.monotonic() + seconds
     pending = list(session_ids)
-    while pending and time.monotonic() < deadline:
+    while True:
         still = []
         for session_id in pending:
             # Without max_tokens: a budget could make the loader compact inline.
@@ -311,20 +366,13 @@ async def drain(http: httpx.AsyncClient, session_ids: Sequence[str], seconds: fl
             if answer.status_code != 200 or answer.json()["summarization_pending"]:
                 still.append(session_id)
         pending = still
-        if pending:
-            await asyncio.sleep(0.2)
-    return not pending
-
-
-def metric_total(metrics_text: str, name: str) -> float:
-    """Sum of a Prometheus counter's samples (all label sets)."""
-    total = 0.0
-    for line in metrics_text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            head, _, value = line.rpartition(" ")
-            if head == name or head.startswith(name + "{"):
-                total += float(value)
-    return total
+        if not pending:
+            metrics = await read_metrics(http)
+            if metrics.status_code == 200 and sample_total(metrics.text, PENDING_JOBS_METRIC) == 0:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
 
 
 @dataclass
@@ -334,8 +382,12 @@ class Outcome:
     turns: int
     sessions: int
     drained: bool
+    metrics_status: int
+    """Status of the final GET /metrics: the counts below are zeros unless it is 200."""
     summaries: float
     llm_calls: float
+    job_failures: float
+    pending_jobs: float
 
 
 async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
@@ -355,20 +407,126 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
             *(chat_backend(http, sid, plan, deadline, stats) for sid in session_ids)
         )
         elapsed = time.monotonic() - started
-        drained = await drain(http, session_ids, DRAIN_TIMEOUT_SECONDS)
-        metrics_text = (await http.get("/metrics")).text
+        drained = await drain(http, [*session_ids, "load-warm-up"], DRAIN_TIMEOUT_SECONDS)
+        metrics = await read_metrics(http)
+    metrics_text = metrics.text if metrics.status_code == 200 else ""
     return Outcome(
         stats=stats,
         elapsed=elapsed,
         turns=sum(turns),
         sessions=len(session_ids),
         drained=drained,
-        summaries=metric_total(metrics_text, "precis_summaries_total"),
-        llm_calls=metric_total(metrics_text, "precis_llm_calls_total"),
+        metrics_status=metrics.status_code,
+        summaries=sample_total(metrics_text, "precis_summaries_total"),
+        llm_calls=sample_total(metrics_text, "precis_llm_calls_total"),
+        job_failures=sample_total(metrics_text, JOB_FAILURES_METRIC),
+        pending_jobs=sample_total(metrics_text, PENDING_JOBS_METRIC),
     )
 
 
-def report(outcome: Outcome, plan: Plan, database: str) -> str:
+# --- the server's log -----------------------------------------------------------------------
+
+TRACEBACK = "Traceback (most recent call last):"
+
+ERROR_LEVEL = re.compile(r"(?:^|[\s:\[\"'=|])(?:ERROR|CRITICAL)(?=$|[\s:\]\"'|,\x1b])")
+"""An ERROR or CRITICAL level name as log formats print it: uvicorn's `ERROR:    ...`, the
+`ERROR:name:...` of logging's basic format, litellm's `LiteLLM:ERROR`, `[ERROR]`,
+`level=ERROR`, JSON `"ERROR"`. Upper case and delimited, so a message merely mentioning an
+error does not count."""
+
+
+@dataclass(frozen=True)
+class LogFindings:
+    """What in the server's log says something went wrong."""
+
+    tracebacks: int
+    error_lines: int
+    excerpts: tuple[str, ...]
+    """The ERROR lines, and each traceback's exception line, in log order."""
+
+
+def scan_log(text: str) -> LogFindings:
+    """Count tracebacks and ERROR-level lines in a server log.
+
+    A traceback's indented frames (and the tracebacks nested in them) are not scanned: the
+    source lines they quote are not log lines.
+    """
+    lines = text.splitlines()
+    tracebacks = error_lines = 0
+    excerpts: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        if TRACEBACK in line:
+            tracebacks += 1
+            while index < len(lines) and lines[index][:1].isspace():
+                index += 1
+            # The first line after the frames names the exception.
+            if index < len(lines):
+                excerpts.append(lines[index])
+                index += 1
+            else:
+                excerpts.append(line)
+        elif ERROR_LEVEL.search(line):
+            error_lines += 1
+            excerpts.append(line)
+    return LogFindings(tracebacks, error_lines, tuple(excerpts))
+
+
+def read_log(path: Path, offset: int) -> str:
+    """The log written from byte `offset` on (a kept --server-log file is appended to)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# --- the verdict ----------------------------------------------------------------------------
+
+
+def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: int) -> list[str]:
+    """Why the run fails, one reason per check; empty when it passes."""
+    reasons = []
+    if outcome.stats.errors:
+        reasons.append(f"{len(outcome.stats.errors)} HTTP errors")
+    if outcome.metrics_status != 200:
+        reasons.append(f"/metrics answered {outcome.metrics_status}: job failures unknown")
+    if outcome.job_failures:
+        reasons.append(
+            f"{outcome.job_failures:.0f} background summarization jobs failed "
+            f"({JOB_FAILURES_METRIC})"
+        )
+    if not outcome.drained:
+        reasons.append(
+            f"background summarization did not drain within {DRAIN_TIMEOUT_SECONDS:.0f} s "
+            f"({outcome.pending_jobs:.0f} jobs pending)"
+        )
+    if log.tracebacks:
+        reasons.append(f"{log.tracebacks} tracebacks in the server's log")
+    if log.error_lines:
+        reasons.append(f"{log.error_lines} ERROR lines in the server's log")
+    # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully.
+    if server_exit not in (0, -signal.SIGTERM):
+        reasons.append(f"the server exited with {server_exit}")
+    if verify_exit != 0:
+        reasons.append(f"scripts.verify failed (exit {verify_exit})")
+    return reasons
+
+
+def verdict(reasons: Sequence[str]) -> str:
+    """The report's last line: passed, or every reason the run failed."""
+    if reasons:
+        return "load: FAILED: " + "; ".join(reasons)
+    return (
+        "load: passed: 0 HTTP errors, 0 summarization job failures, "
+        "no traceback or ERROR line in the server's log, verify passed"
+    )
+
+
+def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str:
     stats = outcome.stats
     lines = [
         f"load: {plan.backends} backends x up to {plan.turns} turns on {database}, "
@@ -385,10 +543,20 @@ def report(outcome: Outcome, plan: Plan, database: str) -> str:
         )
     lines.append(
         f"  summaries stored: {outcome.summaries:.0f} ({outcome.llm_calls:.0f} LLM calls); "
-        f"background work drained: {'yes' if outcome.drained else 'NO'}"
+        f"background work drained: {'yes' if outcome.drained else 'NO'} "
+        f"({outcome.pending_jobs:.0f} jobs pending at the end)"
     )
-    lines.append(f"  errors: {len(stats.errors)}")
-    lines.extend(f"    {error}" for error in stats.errors[:20])
+    job_failures = (
+        f"{outcome.job_failures:.0f}"
+        if outcome.metrics_status == 200
+        else f"unknown (/metrics answered {outcome.metrics_status})"
+    )
+    lines.append(
+        f"  errors: {len(stats.errors)} HTTP, {job_failures} summarization job failures, "
+        f"server log: {log.tracebacks} tracebacks, {log.error_lines} ERROR lines"
+    )
+    lines.extend(f"    {error}" for error in stats.errors[:MAX_EXCERPTS])
+    lines.extend(f"    server log: {line}" for line in log.excerpts[:MAX_EXCERPTS])
     return "\n".join(lines)
 
 
@@ -469,11 +637,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             with running_fake_llm(latency_seconds=args.llm_latency) as llm:
                 settings["summary_api_base"] = llm.base_url
                 log_path = args.server_log or Path(folder) / "server.log"
-                server = LiveServer(database_url, log_path, settings)
+                log_start = log_path.stat().st_size if log_path.exists() else 0
+                server = LiveServer(database_url, log_path, settings, level_names=True)
                 with server:
                     outcome = asyncio.run(run_load(server.base_url, api_key, plan))
                     exit_status = server.stop()
-            print(report(outcome, plan, args.database), flush=True)
+            log = scan_log(read_log(log_path, log_start))
+            print(report(outcome, log, plan, args.database), flush=True)
             if exit_status not in (0, -signal.SIGTERM):
                 print(f"  the server exited with {exit_status}:\n{server.log_tail()}")
             verify = subprocess.run(
@@ -485,9 +655,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if args.database == "postgresql":
                 drop_postgres_database(args.postgres_url, database_url)
-    # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully.
-    clean = not outcome.stats.errors and outcome.drained and exit_status in (0, -signal.SIGTERM)
-    return 0 if clean and verify.returncode == 0 else 1
+    reasons = failures(outcome, log, exit_status, verify.returncode)
+    print(verdict(reasons), flush=True)
+    return 1 if reasons else 0
 
 
 if __name__ == "__main__":
