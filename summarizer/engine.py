@@ -231,6 +231,8 @@ class _Run:
 
     def __post_init__(self) -> None:
         self.limiter = asyncio.Semaphore(self.settings.max_concurrency)
+        # the local model is extractive by design, and deterministic: retrying cannot help
+        self.echo_checked = not isinstance(self.client, LocalSummarizer)
         self.probe = asyncio.Lock()
         self.merge_cap = output_cap(self.settings.merge_target_tokens)
         self.merge_overhead = count_messages(
@@ -275,7 +277,10 @@ class _Run:
     async def ask(
         self, request: list[dict[str, Any]], cap: int, estimate: int, *, echo: bool = True
     ) -> str:
-        """One answer (retried); a prompt larger than any known to fit probes the window alone."""
+        """One answer (retried); a prompt larger than any known to fit probes the window alone.
+
+        With `echo`, an answer repeating the request's material counts as a failed attempt.
+        """
         if self.window_exact or estimate <= self.fits_up_to:
             return await self._complete(request, cap, echo)
         async with self.probe:
@@ -292,7 +297,7 @@ class _Run:
             self.client,
             request,
             max_tokens=cap,
-            echo_source=str(request[-1]["content"]) if echo else None,
+            echo_source=str(request[-1]["content"]) if echo and self.echo_checked else None,
             policy=self.settings.retry_policy,
             stats=self.stats,
             limiter=self.limiter,
@@ -315,9 +320,14 @@ class _Run:
     # merge --------------------------------------------------------------------------------
 
     async def merge(self, first: str, second: str) -> str:
-        """Two consecutive summaries as one; inputs are clipped when they overflow."""
+        """Two consecutive summaries as one; inputs are clipped when they overflow.
+
+        An answer copying its inputs is an echo only when they exceed the merge target:
+        summaries that fit it and repeat nothing are rightly returned as they are.
+        """
         target = self.settings.merge_target_tokens
         source_tokens = count_text(f"{first}\n{second}")
+        echo = source_tokens > target
         limit: int | None = None
         pair = (first, second)
         for _ in range(TRUNCATION_ATTEMPTS):
@@ -340,7 +350,7 @@ class _Run:
                 )
             request = merge_request(pair[0], pair[1], target)
             try:
-                text = await self.ask(request, self.merge_cap, estimate, echo=False)
+                text = await self.ask(request, self.merge_cap, estimate, echo=echo)
             except _Oversized:
                 continue
             except ContextWindowError as error:

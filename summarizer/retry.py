@@ -21,6 +21,7 @@ from tenacity import (
 )
 
 from summarizer.client import Completion, LLMClient
+from summarizer.echo import is_echo
 from summarizer.errors import (
     DegenerateAnswerError,
     LLMError,
@@ -30,12 +31,6 @@ from summarizer.errors import (
 
 NON_ANSWERS = frozenset({"", "NONE", "N/A", "NA", "NULL", "NIL", "-", "...", "…"})
 """Answers (stripped, upper-cased, without final period) that say nothing."""
-
-ECHO_MIN_CHARS = 80
-"""An answer shorter than this is never called an echo: short quotes are legitimate."""
-
-ECHO_MIN_SHARE = 0.5
-"""An answer found verbatim in its input and at least this share of its length is an echo."""
 
 
 @dataclass(frozen=True)
@@ -58,22 +53,17 @@ class CallStats:
     output_tokens: int = 0
 
 
-def _normalized(text: str) -> str:
-    return " ".join(text.split())
-
-
 def check_answer(answer: str, source: str | None) -> None:
     """Raise `DegenerateAnswerError` for an empty answer, a non-answer or an echo of `source`.
 
-    A merge passes no source: a merged summary may rightly repeat one of its inputs.
+    With no source (the extractive local model, or a merge whose inputs fit its target),
+    only empty answers and non-answers are rejected.
     """
-    normalized = _normalized(answer)
+    normalized = " ".join(answer.split())
     if normalized.rstrip(".").upper() in NON_ANSWERS:
         raise DegenerateAnswerError(f"non-answer {normalized[:20]!r}")
-    if source is not None and len(normalized) >= ECHO_MIN_CHARS:
-        whole = _normalized(source)
-        if len(normalized) >= ECHO_MIN_SHARE * len(whole) and normalized in whole:
-            raise DegenerateAnswerError("the answer repeats its input")
+    if source is not None and is_echo(answer, source):
+        raise DegenerateAnswerError("the answer repeats its input")
 
 
 class _Backoff:

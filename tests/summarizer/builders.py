@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import json
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from summarizer.tokens import count_text
+
+SHAREGPT = Path(__file__).parent.parent / "fixtures" / "sharegpt_multilang.jsonl"
+"""Real conversations (English, Chinese, mixed): see tests/fixtures/README.md."""
 
 WORDS = ("apple", "river", "stone", "cloud", "green", "light", "table", "music")
 """Words that are one cl100k token each with their leading space."""
@@ -55,3 +61,14 @@ def chat(sizes: list[int], marker: bool = False) -> list[dict[str, Any]]:
         builder = user if index % 2 == 0 else assistant
         messages.append(builder(seq, filler(size, tag)))
     return messages
+
+
+@cache
+def _sharegpt() -> dict[int, list[dict[str, Any]]]:
+    lines = SHAREGPT.read_text(encoding="utf-8").splitlines()
+    return {c["conversation"]: c["messages"] for c in map(json.loads, lines)}
+
+
+def sharegpt(conversation: int) -> list[dict[str, Any]]:
+    """The messages of one fixture conversation, seq from 1."""
+    return [dict(message, seq=seq) for seq, message in enumerate(_sharegpt()[conversation], 1)]
