@@ -1,5 +1,8 @@
 """Every prompt the engine sends, versioned: change the text, bump `PROMPT_VERSION`.
 
+`tests/summarizer/test_prompts.py` pins a hash of the requests built here together with
+the version, so a prompt edited without a new version fails the tests.
+
 The user message wraps its material in tags (`<transcript>`, `<previous_summary>`,
 `<summary>`), which the models are told about and the local model parses back.
 """

@@ -1,0 +1,30 @@
+"""Prompt versioning: the prompt texts cannot change without a new PROMPT_VERSION."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from summarizer.prompts import PROMPT_VERSION, merge_request, summary_request
+
+PINNED = ("2025-06.1", "5e3b5205aebc857d0f1fb80a87f5ae2df99b4aad5de1034749109b259c4a6733")
+"""(PROMPT_VERSION, sha256 of every request the prompts module builds) when last reviewed."""
+
+
+def prompts_digest() -> str:
+    """sha256 of the system prompts and their framing, rendered with fixed placeholders."""
+    requests = [
+        summary_request("{transcript}", 800),
+        summary_request("{transcript}", 800, "{previous_summary}"),
+        merge_request("{first}", "{second}", 1200),
+    ]
+    return hashlib.sha256(json.dumps(requests, sort_keys=True).encode()).hexdigest()
+
+
+def test_prompt_texts_match_the_pinned_version() -> None:
+    digest = prompts_digest()
+    assert (PROMPT_VERSION, digest) == PINNED, (
+        f"summarizer/prompts.py gives ({PROMPT_VERSION!r}, {digest!r}), not the pinned pair. "
+        "A prompt text changed: bump PROMPT_VERSION (every summary's metadata records it) and "
+        f"set PINNED in tests/summarizer/test_prompts.py to (the new version, {digest!r})."
+    )
