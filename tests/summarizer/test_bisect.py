@@ -168,3 +168,23 @@ async def test_window_comes_from_litellm_model_info_when_not_set() -> None:
     assert await resolve_window(EngineSettings(model="gpt-3.5-turbo")) == 16385
     assert await resolve_window(EngineSettings(model="openai/unknown-model")) is None
     assert await resolve_window(EngineSettings(model="gpt-4o", model_context_tokens=999)) == 999
+
+
+LITELLM_KNOWN_MODEL = "openai/gpt-4"
+"""A model litellm's bundled map knows with a small window (8,192 input tokens)."""
+
+
+async def test_window_from_litellm_model_info_splits_before_calling(
+    fake_llm: FakeLLM, llm_settings: Settings
+) -> None:
+    window = await resolve_window(EngineSettings(model=LITELLM_KNOWN_MODEL))
+    assert window == 8192
+    fake_llm.context_window = window  # a call that did not fit would fail with a 400
+    settings = llm_settings(model=LITELLM_KNOWN_MODEL)
+    assert settings.model_context_tokens is None
+    result = await summarize(chat([1000] * 12), settings)
+    assert result is not None
+    meta = result.metadata
+    assert result.source_tokens > window and meta["context_window"] == window
+    assert meta["failed_llm_calls"] == 0 and meta["llm_calls"] > 1
+    assert meta["chunk_count"] >= 2 and fake_llm.statuses() == [200] * meta["llm_calls"]
