@@ -9,6 +9,7 @@ import pytest
 from scripts.fake_llm import FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from summarizer.prompts import CONTINUE_PROMPT, PREVIOUS_TAG, PROMPT_VERSION, SUMMARY_PROMPT
+from summarizer.transcript import PREVIEW_CUT
 from tests.summarizer.builders import assistant, call, chat, filler, result, user
 
 Settings = Callable[..., EngineSettings]
@@ -154,6 +155,30 @@ async def test_unknown_trigger_is_rejected() -> None:
 async def test_messages_without_seq_are_rejected() -> None:
     with pytest.raises(ValueError, match="seq"):
         await summarize([{"role": "user", "content": "hi"}], EngineSettings())
+
+
+def test_service_tunable_limits_are_settings_with_their_defaults() -> None:
+    settings = EngineSettings()
+    assert settings.max_retry_seconds == 120.0  # total time one call may spend retrying
+    assert settings.max_concurrency == 4  # LLM calls in flight at once in one run
+    assert settings.tool_result_preview_chars == 1500
+    assert settings.tool_args_preview_chars == 200
+
+
+async def test_preview_lengths_from_the_settings_shape_the_prompt(
+    fake_llm: FakeLLM, llm_settings: Settings
+) -> None:
+    message = call(2, "c1", name="read_file")
+    message["tool_calls"][0]["function"]["arguments"] = '{"path": "/srv/' + "a" * 500 + '"}'
+    messages = [user(1, "Read it."), message, result(3, "c1", "y" * 5000)]
+    settings = llm_settings(tool_result_preview_chars=100, tool_args_preview_chars=40)
+    await summarize(messages, settings)
+    lines = fake_llm.prompts()[0].splitlines()
+    [call_line] = [line for line in lines if line.startswith("→ read_file(")]
+    [result_line] = [line for line in lines if line.startswith("[#3 tool read_file] ")]
+    assert len(call_line) == len("→ read_file()") + 40
+    assert result_line.endswith(PREVIEW_CUT)
+    assert len(result_line) == len("[#3 tool read_file] ") + 100
 
 
 def test_invalid_settings_are_rejected() -> None:
