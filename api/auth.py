@@ -87,7 +87,7 @@ class KeyGate:
             scope[TENANT_SCOPE_KEY] = authenticate(
                 scope["app"].state.tenant_keys,
                 client[0] if client else None,
-                Headers(scope=scope).get("authorization", ""),
+                _one_authorization(Headers(scope=scope)),
             )
         except PrecisError as exc:
             headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
@@ -99,6 +99,14 @@ class KeyGate:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _one_authorization(headers: Headers) -> str:
+    """The Authorization header; sent twice it is refused, not resolved by picking one."""
+    values = headers.getlist("authorization")
+    if len(values) > 1:
+        raise Unauthorized("more than one Authorization header")
+    return values[0] if values else ""
 
 
 def _route_path(scope: Scope) -> str:

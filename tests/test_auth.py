@@ -118,6 +118,7 @@ SESSION_ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/v1/sessions/{sid}/messages", None),
     ("GET", "/v1/sessions/{sid}/history", None),
     ("GET", "/v1/sessions/{sid}/summaries", None),
+    ("POST", "/v1/sessions/{sid}/compact", {"trigger": "manual"}),
 ]
 
 
@@ -137,6 +138,20 @@ async def test_another_tenants_session_is_not_found_on_every_route(
     assert "secret" not in answer.text
     session = (await api.get(f"/v1/sessions/{sid}", headers=A)).json()
     assert (session["metadata"], session["last_seq"]) == ({"owner": "a"}, 1)
+
+
+async def test_two_authorization_headers_are_refused_even_if_both_are_valid(
+    api: httpx.AsyncClient,
+) -> None:
+    two = httpx.Headers(
+        [("authorization", A["Authorization"]), ("authorization", B["Authorization"])]
+    )
+    answer = await api.get("/v1/sessions", headers=two)
+    assert answer.status_code == 401
+    assert answer.json() == {
+        "error": "Unauthorized",
+        "detail": "more than one Authorization header",
+    }
 
 
 async def test_another_tenants_summary_is_not_found(
