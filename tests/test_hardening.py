@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from api.main import create_app
 from api.schemas import MAX_JSON_DEPTH
@@ -644,3 +645,14 @@ async def test_the_llm_key_is_never_logged_nor_stored(
     assert LLM_KEY not in stored
     assert LLM_KEY not in caplog.text
     assert all(LLM_KEY not in f"{record.getMessage()} {record.args!r}" for record in caplog.records)
+
+
+async def test_database_errors_carry_no_statement_parameters(engine: Any) -> None:
+    """Errors get logged: the user data bound into a failing statement must not be in them."""
+    with pytest.raises(DBAPIError) as failure:
+        async with engine.connect() as connection:
+            await connection.execute(
+                text("SELECT * FROM no_such_table WHERE x = :v"), {"v": "user-secret-5f1c"}
+            )
+    assert "no_such_table" in str(failure.value)
+    assert "user-secret-5f1c" not in str(failure.value)

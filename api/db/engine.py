@@ -30,7 +30,12 @@ first and replaced if dead.
 
 
 def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection."""
+    """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection.
+
+    Statement parameters (message contents, metadata) are kept out of error messages, so a
+    logged database error never carries user data.
+    """
+    kwargs.setdefault("hide_parameters", True)
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite":
         engine = create_async_engine(url, **kwargs)
