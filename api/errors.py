@@ -73,6 +73,10 @@ class PayloadTooLarge(PrecisError):
     status_code = 413
 
 
+class UnsupportedMediaType(PrecisError):
+    status_code = 415
+
+
 class ValidationFailed(PrecisError):
     status_code = 422
 

@@ -28,6 +28,7 @@ from api.errors import (
     SummarizationInProgress,
     SummaryNotFound,
     Unauthorized,
+    UnsupportedMediaType,
     ValidationFailed,
     responses,
 )
@@ -87,6 +88,8 @@ def checked_cursor(cursor: str | None) -> str | None:
 
 
 COMMON = (Unauthorized, Forbidden, ValidationFailed, ServiceUnavailable)
+BODY = (PayloadTooLarge, UnsupportedMediaType)
+"""What a route taking a JSON body may answer about the body itself."""
 
 
 def _query_names(dependant: Dependant) -> set[str]:
@@ -121,14 +124,28 @@ def check_session_model(overrides: SummaryOverrides | None, settings: Settings) 
         )
 
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(known_query_only)])
+def json_bodies_only(request: Request) -> None:
+    """A body declared as something other than JSON is refused by its type, not misread."""
+    declared = request.headers.get("content-type")
+    if request.method not in ("POST", "PATCH") or declared is None:
+        return
+    media_type = declared.partition(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"Content-Type {media_type or declared!r}: request bodies are application/json"
+        )
+
+
+router = APIRouter(
+    prefix="/v1", dependencies=[Depends(known_query_only), Depends(json_bodies_only)]
+)
 probes = APIRouter()
 
 
 @router.post(
     "/sessions",
     status_code=status.HTTP_201_CREATED,
-    responses=responses(*COMMON, SessionExists, PayloadTooLarge),
+    responses=responses(*COMMON, SessionExists, *BODY),
 )
 async def create_session(
     body: SessionCreate, db: WriteDb, tenant: Tenant, settings: AppSettings
@@ -151,9 +168,7 @@ async def get_session(session_id: SessionPath, db: ReadDb, tenant: Tenant) -> Se
     return await service.get_session(db, tenant, session_id)
 
 
-@router.patch(
-    "/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound, PayloadTooLarge)
-)
+@router.patch("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound, *BODY))
 async def update_session(
     session_id: SessionPath, body: SessionUpdate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
@@ -175,7 +190,7 @@ async def delete_session(session_id: SessionPath, db: WriteDb, tenant: Tenant) -
 @router.post(
     "/sessions/{session_id}/messages",
     status_code=status.HTTP_201_CREATED,
-    responses=responses(*COMMON, PayloadTooLarge, Conflict),
+    responses=responses(*COMMON, Conflict, *BODY),
 )
 async def append_messages(
     session_id: SessionPath,
@@ -233,7 +248,7 @@ async def history(
 
 @router.post(
     "/sessions/{session_id}/compact",
-    responses=responses(*COMMON, SessionNotFound, SummarizationInProgress, PayloadTooLarge),
+    responses=responses(*COMMON, SessionNotFound, SummarizationInProgress, *BODY),
 )
 async def compact(
     session_id: SessionPath,

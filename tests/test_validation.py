@@ -228,6 +228,27 @@ async def test_an_unknown_top_level_field_gets_422(
     await assert_session_absent(api, session_id)
 
 
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+)
+async def test_a_body_declared_as_not_json_gets_415_and_stores_nothing(
+    api: httpx.AsyncClient, url: str, session_id: str, content_type: str
+) -> None:
+    body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+    answer = await api.post(url, content=body, headers={"content-type": content_type})
+    assert_error(answer, 415, content_type, "application/json")
+    await assert_session_absent(api, session_id)
+
+
+async def test_json_with_a_charset_or_a_json_suffix_is_accepted(
+    api: httpx.AsyncClient, url: str
+) -> None:
+    body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+    for content_type in ("application/json; charset=utf-8", "application/merge-patch+json"):
+        answer = await api.post(url, content=body, headers={"content-type": content_type})
+        assert answer.status_code == 201, answer.text
+
+
 async def test_malformed_json_gets_422(api: httpx.AsyncClient, url: str, session_id: str) -> None:
     answer = await post_raw(api, url, '{"messages": [{"role": "user", "content": ')
     assert_error(answer, 422)
