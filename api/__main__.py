@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 import uvicorn
+
+LOG_FORMAT = "%(levelname)s:%(name)s: %(message)s"
+"""The service's own log lines (warnings and errors) name their level and logger, like
+uvicorn's: without a handler, Python's last resort prints the bare message."""
 
 
 def main() -> None:
@@ -13,6 +18,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
     uvicorn.run("api.main:app", host=args.host, port=args.port, workers=args.workers)
 
 

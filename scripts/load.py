@@ -125,24 +125,10 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
-LOG_FORMAT = "%(levelname)s:%(name)s: %(message)s"
-"""The format of the service's own log lines in a `level_names` server."""
-
-LEVELLED_API = (
-    "import logging, runpy; "
-    f"logging.basicConfig(format={LOG_FORMAT!r}); "
-    "runpy.run_module('api', run_name='__main__', alter_sys=True)"
-)
-"""`python -m api` with a root handler that prints each record's level name. The service
-configures no handler, so its own loggers' warnings and errors reach Python's last-resort
-handler, which prints the bare message: an ERROR line could not be told from a WARNING."""
-
-
 class LiveServer:
     """`python -m api` in a subprocess on a free loopback port; SIGTERM stops it gracefully.
 
     The database must be migrated already. `settings` are api.settings names (lower case).
-    `level_names`: the service's own log lines carry their level (see `LEVELLED_API`).
     """
 
     def __init__(
@@ -150,13 +136,10 @@ class LiveServer:
         database_url: str,
         log_path: Path,
         settings: Mapping[str, Any] | None = None,
-        *,
-        level_names: bool = False,
     ) -> None:
         self.database_url = database_url
         self.log_path = log_path
         self.settings = dict(settings or {})
-        self.level_names = level_names
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -172,8 +155,7 @@ class LiveServer:
             "DATABASE_URL": self.database_url,
             **settings_env(self.settings),
         }
-        api = ["-c", LEVELLED_API] if self.level_names else ["-m", "api"]
-        command = [sys.executable, *api, "--host", "127.0.0.1", "--port", str(self.port)]
+        command = [sys.executable, "-m", "api", "--host", "127.0.0.1", "--port", str(self.port)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -638,7 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settings["summary_api_base"] = llm.base_url
                 log_path = args.server_log or Path(folder) / "server.log"
                 log_start = log_path.stat().st_size if log_path.exists() else 0
-                server = LiveServer(database_url, log_path, settings, level_names=True)
+                server = LiveServer(database_url, log_path, settings)
                 with server:
                     outcome = asyncio.run(run_load(server.base_url, api_key, plan))
                     exit_status = server.stop()

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from api import metrics
+from api.__main__ import LOG_FORMAT
 from scripts import load
 from scripts.load import LogFindings, Outcome, Stats
 
@@ -66,7 +67,7 @@ def test_a_worker_traceback_counts_once_and_is_quoted_by_its_exception() -> None
 
 def test_error_lines_of_the_service_uvicorn_and_litellm_are_counted() -> None:
     record = logging.LogRecord("precis.worker", logging.ERROR, __file__, 1, "failed", None, None)
-    service_line = logging.Formatter(load.LOG_FORMAT).format(record)
+    service_line = logging.Formatter(LOG_FORMAT).format(record)
     log = "\n".join(
         [
             service_line,
