@@ -128,6 +128,14 @@ class Settings(BaseSettings):
     """Attempts per LLM call on transient errors (timeouts, 429, 5xx) before giving up."""
     summary_llm_backoff_seconds: Annotated[float, Field(gt=0, le=60)] = 0.5
     """First retry delay of a failed LLM call; it grows exponentially, with jitter."""
+    summary_llm_max_retry_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    """Longest time one LLM call may spend retrying, whatever attempts are left."""
+    summary_llm_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    """LLM calls one summarization makes at once (the bisect's halves run concurrently)."""
+    summary_tool_result_preview_chars: Annotated[int, Field(ge=0, le=1_000_000)] = 1500
+    """Characters of a tool result shown to the summarizer."""
+    summary_tool_args_preview_chars: Annotated[int, Field(ge=0, le=1_000_000)] = 200
+    """Characters of a tool call's arguments shown to the summarizer."""
 
     summary_workers: Annotated[int, Field(ge=0, le=64)] = 2
     """Background summarization jobs run at once by this process (0: this replica runs none)."""

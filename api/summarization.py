@@ -191,6 +191,10 @@ class Summarizer:
             timeout_seconds=self.settings.summary_llm_timeout_seconds,
             max_attempts=self.settings.summary_llm_max_attempts,
             backoff_initial_seconds=self.settings.summary_llm_backoff_seconds,
+            max_retry_seconds=self.settings.summary_llm_max_retry_seconds,
+            max_concurrency=self.settings.summary_llm_concurrency,
+            tool_result_preview_chars=self.settings.summary_tool_result_preview_chars,
+            tool_args_preview_chars=self.settings.summary_tool_args_preview_chars,
         )
 
     @staticmethod

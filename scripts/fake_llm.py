@@ -14,7 +14,7 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
 - `mode`: how a successful call answers.
     - `"summary"` (default): a short deterministic summary of the last user message
       (its line count and first words), at most `summary_words` words and a quarter of
-      the message's words.
+      the message's characters.
     - `"marker_echo"`: every distinct token matching `MARKER-[A-Za-z0-9_-]+` found in the
       prompt, in order of first appearance, joined by spaces (or `"no markers"`).
     - `"echo"`: the last user message verbatim (a degenerate answer).
@@ -414,9 +414,15 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
 def _summary_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
     text = _last_user_text(messages)
     lines = [line for line in text.splitlines() if line.strip()]
-    words = text.split()
-    words = words[: min(fake.summary_words, max(1, len(words) // 4))]
-    return f"Summary of {len(lines)} lines: " + " ".join(words)
+    # A quarter of the text at most, counted in characters: a "word" of Chinese text is a
+    # whole clause, and a reply copying more of its input is rightly taken for an echo.
+    budget = max(1, len(text) // 4)
+    kept: list[str] = []
+    for word in text.split()[: fake.summary_words]:
+        if sum(len(w) + 1 for w in kept) + len(word) > budget:
+            break
+        kept.append(word)
+    return f"Summary of {len(lines)} lines: " + (" ".join(kept) or text[:budget])
 
 
 def _marker_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:

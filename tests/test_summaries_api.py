@@ -225,3 +225,43 @@ async def test_metrics_count_llm_calls_failures_durations_latencies_and_pending_
     assert grew("precis_append_seconds_count") == 1
     assert grew("precis_history_load_seconds_count") >= 1
     assert metric(after, "precis_pending_summary_jobs") == 1  # queued, no worker here
+
+
+async def test_tool_preview_settings_reach_the_summarizer_prompt(
+    fake_llm: FakeLLM, database_url: str, engine: Any
+) -> None:
+    app = create_app(
+        make_settings(
+            database_url,
+            summary_model="openai/fake",
+            summary_api_base=fake_llm.base_url,
+            summary_api_key="test",
+            summary_workers=0,
+            summary_tool_result_preview_chars=40,
+            summary_tool_args_preview_chars=30,
+        )
+    )
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {
+                    "name": "lookup",
+                    "arguments": '{"q": "ARGHEAD' + "a" * 200 + 'ARGTAIL"}',
+                },
+            }
+        ],
+    }
+    result = {"role": "tool", "tool_call_id": "c1", "content": "RESHEAD " + "b" * 500 + " RESTAIL"}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+    ):
+        await append(http, "previews", user("look it up"), call, result, user("thanks"))
+        await compact(http, "previews", trigger="overflow_retry")
+    prompt = " ".join(fake_llm.prompts())
+    assert "RESHEAD" in prompt and "RESTAIL" not in prompt
+    assert "ARGHEAD" in prompt and "ARGTAIL" not in prompt
