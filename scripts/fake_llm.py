@@ -14,7 +14,7 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
 - `mode`: how a successful call answers.
     - `"summary"` (default): a short deterministic summary of the last user message
       (its line count and first words), at most `summary_words` words and a quarter of
-      the message's characters.
+      the message's tokens as `summarizer.echo` counts them.
     - `"marker_echo"`: every distinct token matching `MARKER-[A-Za-z0-9_-]+` found in the
       prompt, in order of first appearance, joined by spaces (or `"no markers"`).
     - `"echo"`: the last user message verbatim (a degenerate answer).
@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from summarizer.echo import echo_tokens
 from summarizer.tokens import count_messages, count_text, encoding
 
 REPLY_PRIMING_TOKENS = 3
@@ -414,15 +415,18 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
 def _summary_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
     text = _last_user_text(messages)
     lines = [line for line in text.splitlines() if line.strip()]
-    # A quarter of the text at most, counted in characters: a "word" of Chinese text is a
-    # whole clause, and a reply copying more of its input is rightly taken for an echo.
-    budget = max(1, len(text) // 4)
+    # At most a quarter of the text, measured as the engine's echo check measures it (a
+    # Chinese "word" between spaces is a whole clause of one-character tokens): a reply
+    # copying more of its input is rightly rejected as an echo.
+    budget = max(1, len(echo_tokens(text)) // 4)
     kept: list[str] = []
+    used = 0
     for word in text.split()[: fake.summary_words]:
-        if sum(len(w) + 1 for w in kept) + len(word) > budget:
+        used += len(echo_tokens(word))
+        if used > budget:
             break
         kept.append(word)
-    return f"Summary of {len(lines)} lines: " + (" ".join(kept) or text[:budget])
+    return f"Summary of {len(lines)} lines: " + " ".join(kept)
 
 
 def _marker_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
