@@ -132,9 +132,9 @@ class Settings(BaseSettings):
     """Longest time one LLM call may spend retrying, whatever attempts are left."""
     summary_llm_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     """LLM calls one summarization makes at once (the bisect's halves run concurrently)."""
-    summary_tool_result_preview_chars: Annotated[int, Field(ge=0, le=1_000_000)] = 1500
+    summary_tool_result_preview_chars: Annotated[int, Field(ge=1, le=1_000_000)] = 1500
     """Characters of a tool result shown to the summarizer."""
-    summary_tool_args_preview_chars: Annotated[int, Field(ge=0, le=1_000_000)] = 200
+    summary_tool_args_preview_chars: Annotated[int, Field(ge=1, le=1_000_000)] = 200
     """Characters of a tool call's arguments shown to the summarizer."""
 
     summary_workers: Annotated[int, Field(ge=0, le=64)] = 2
