@@ -634,7 +634,8 @@ async def summarize(
         window=window,
         window_exact=window is not None,
     )
-    run.prepare(chosen)
+    # Rendering and counting a large backlog takes seconds: off the caller's event loop.
+    await asyncio.to_thread(run.prepare, chosen)
     previous = settings.previous_summary or None
     if previous is not None:
         previous = clip_tokens(previous, settings.merge_target_tokens)

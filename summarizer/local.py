@@ -11,6 +11,7 @@ key; any litellm model string replaces it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections import Counter
@@ -418,7 +419,15 @@ class LocalSummarizer:
     """The `local` model as an `LLMClient`: answers summary and merge prompts offline."""
 
     async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Completion:
-        """Summarize or merge what `messages` ask for, within the stated target."""
+        """Summarize or merge what `messages` ask for, within the stated target.
+
+        The work is CPU-bound (seconds on a large transcript): it runs in a worker thread, so
+        the caller's event loop keeps serving meanwhile.
+        """
+        return await asyncio.to_thread(self._complete, messages, max_tokens)
+
+    @staticmethod
+    def _complete(messages: list[dict[str, Any]], max_tokens: int) -> Completion:
         system = _text(messages[0].get("content")) if messages else ""
         request = _text(messages[-1].get("content")) if messages else ""
         target = min(max_tokens, stated_target(system) or max_tokens)
