@@ -1,7 +1,9 @@
 """The background summarization worker: claims durable jobs from the database and runs them.
 
 Jobs live in `summary_jobs`, so a restart resumes them and any replica can run them. A
-failed job goes back to pending with exponential backoff; appends never wait on it.
+failed job goes back to pending with exponential backoff; appends never wait on it. A running
+job's lease is renewed while it runs (a heartbeat), so the lease can be short: a killed
+worker's job is taken over within a minute, a slow one's never.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from contextlib import suppress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 
 from api import metrics, store
@@ -19,8 +22,14 @@ from api.summarization import Summarizer, schedule_if_due
 
 logger = logging.getLogger("precis.worker")
 
-JOB_LEASE = timedelta(minutes=10)
-"""How long a claimed job is owned before another worker may take it over (a dead worker's)."""
+JOB_LEASE = timedelta(seconds=60)
+"""How long a claim lasts unrenewed: a killed worker's job waits this long to be taken over.
+
+Shorter resumes sooner but lets a database outage of about this length cost the lease.
+"""
+
+HEARTBEATS_PER_LEASE = 3
+"""Renewals per lease period: one or two may fail (and be retried) before the lease runs out."""
 
 POLL_SECONDS = 1.0
 """Idle workers look for jobs this often (others' replicas enqueue without waking us)."""
@@ -99,7 +108,8 @@ class Worker:
 
     async def _run(self, job: SummaryJob) -> None:
         try:
-            summary = await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
+            async with self._leased(job):
+                summary = await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
         except asyncio.CancelledError:
             await self._release(job, 0.0, "worker stopped")
             raise
@@ -112,7 +122,7 @@ class Worker:
             await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
             return
         async with self._summarizer.writing() as db:
-            await store.finish_job(db, job.id)
+            await store.finish_job(db, job.id, attempt=job.attempts)
             if summary is None:
                 # Nothing could be summarized (e.g. the backlog is one tool call and its
                 # results): scheduling again now would spin; the next append checks anew.
@@ -123,5 +133,50 @@ class Worker:
                 await schedule_if_due(db, session, self._summarizer.settings)
 
     async def _release(self, job: SummaryJob, delay: float, error: str | None) -> None:
+        run_after = utcnow() + timedelta(seconds=delay)
         async with self._summarizer.writing() as db:
-            await store.release_job(db, job.id, utcnow() + timedelta(seconds=delay), error)
+            await store.release_job(db, job.id, run_after, error, attempt=job.attempts)
+
+    @asynccontextmanager
+    async def _leased(self, job: SummaryJob) -> AsyncIterator[None]:
+        """Renew the job's lease while the block runs; stop when it ends, however it ends.
+
+        The heartbeat is not cancelled but told to stop and awaited, so a renewal under way
+        finishes its transaction instead of being abandoned with the write lock held.
+        """
+        done = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(job, done))
+        try:
+            yield
+        finally:
+            done.set()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+
+    async def _heartbeat(self, job: SummaryJob, done: asyncio.Event) -> None:
+        """Every lease/HEARTBEATS_PER_LEASE, extend the lease in a short transaction of its own.
+
+        A failed renewal is logged and retried at the next period; a claim found lost (the
+        lease ran out and another worker took the job, or the session was deleted) ends the
+        heartbeat, while the summarization goes on: the session's summarizer lock and the
+        range check of `store.save_summary` keep a duplicate run from storing anything wrong.
+        """
+        while True:
+            period = JOB_LEASE.total_seconds() / HEARTBEATS_PER_LEASE
+            with suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), timeout=period)
+            if done.is_set():
+                return
+            try:
+                async with self._summarizer.writing() as db:
+                    held = await store.renew_job_lease(db, job.id, job.attempts, JOB_LEASE)
+            except Exception:
+                logger.exception("could not renew the lease of summarization job %s", job.id)
+                continue
+            if not held:
+                logger.warning(
+                    "summarization job %s of session %s is no longer this worker's; "
+                    "its lease is not renewed",
+                    job.id,
+                    job.session_id,
+                )
+                return
