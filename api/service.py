@@ -38,6 +38,7 @@ from api.schemas import (
 )
 from api.settings import Settings
 from api.summarization import Summarizer, schedule_if_due
+from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 
 COMPACT_WAIT_SECONDS = 60.0
@@ -66,14 +67,6 @@ def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMess
         client_id=message.client_id,
         token_count=count_message(openai),
     )
-
-
-OFFLOAD_CHARS = 65_536
-"""A batch with more text than this is measured and token-counted in a worker thread.
-
-Counting runs at a few MB/s (slower on pathological text such as a megabyte of spaces): on
-the event loop, one big batch would stall every other request for that long.
-"""
 
 
 def new_messages(messages: Sequence[MessageIn], max_bytes: int) -> list[store.NewMessage]:
@@ -198,8 +191,8 @@ async def append(
 ) -> AppendResponse:
     """Store a batch; when the backlog reaches a limit, record a job (same transaction)."""
     prepare = partial(new_messages, messages, settings.max_message_bytes)
-    text_chars = sum(len(str(message.content or "")) for message in messages)
-    batch = await asyncio.to_thread(prepare) if text_chars > OFFLOAD_CHARS else prepare()
+    size = sum(len(str(message.content or "")) for message in messages)
+    batch = await asyncio.to_thread(prepare) if size > OFFLOAD_CHARS else prepare()
     outcome = await store.append_messages(db, tenant, external_id, batch)
     reason = await schedule_if_due(db, outcome.session, settings)
     return AppendResponse(

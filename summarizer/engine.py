@@ -33,7 +33,7 @@ from summarizer.prompts import (
     summary_request,
 )
 from summarizer.retry import CallStats, RetryPolicy, complete_with_retry
-from summarizer.text import clip_middle, clip_tokens
+from summarizer.text import OFFLOAD_CHARS, clip_middle, clip_tokens, text_chars
 from summarizer.tokens import count_message, count_messages, count_text
 from summarizer.transcript import TranscriptOptions, entry_tokens, join, render
 
@@ -634,8 +634,10 @@ async def summarize(
         window=window,
         window_exact=window is not None,
     )
-    # Rendering and counting a large backlog takes seconds: off the caller's event loop.
-    await asyncio.to_thread(run.prepare, chosen)
+    if text_chars(chosen) > OFFLOAD_CHARS:
+        await asyncio.to_thread(run.prepare, chosen)
+    else:
+        run.prepare(chosen)
     previous = settings.previous_summary or None
     if previous is not None:
         previous = clip_tokens(previous, settings.merge_target_tokens)

@@ -22,7 +22,7 @@ from typing import Any
 
 from summarizer.client import Completion
 from summarizer.prompts import PREVIOUS_TAG, SUMMARY_TAG, TRANSCRIPT_TAG, sections, stated_target
-from summarizer.text import clip_tokens
+from summarizer.text import OFFLOAD_CHARS, clip_tokens, text_chars
 from summarizer.tokens import count_messages, count_text
 from summarizer.transcript import CALL_PREFIX, HEADER, PREVIEW_CUT
 
@@ -421,10 +421,12 @@ class LocalSummarizer:
     async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Completion:
         """Summarize or merge what `messages` ask for, within the stated target.
 
-        The work is CPU-bound (seconds on a large transcript): it runs in a worker thread, so
-        the caller's event loop keeps serving meanwhile.
+        The work is CPU-bound (seconds on a large transcript): over `OFFLOAD_CHARS` it runs in
+        a worker thread, so the caller's event loop keeps serving meanwhile.
         """
-        return await asyncio.to_thread(self._complete, messages, max_tokens)
+        if text_chars(messages) > OFFLOAD_CHARS:
+            return await asyncio.to_thread(self._complete, messages, max_tokens)
+        return self._complete(messages, max_tokens)
 
     @staticmethod
     def _complete(messages: list[dict[str, Any]], max_tokens: int) -> Completion:

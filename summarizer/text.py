@@ -9,6 +9,8 @@ or tearing a combining mark off its base letter. Every cut here goes through
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from summarizer.tokens import count_text, encoding
 
@@ -120,3 +122,15 @@ def clip_middle(text: str, max_tokens: int, marker: str = MIDDLE_MARKER) -> str:
             return clipped
         keep -= excess
     return _head(text, tokens, max_tokens)
+
+
+OFFLOAD_CHARS = 65_536
+"""Text work on more characters than this (token counting, rendering, the local model) runs in
+a worker thread: counting runs at a few MB/s, so on the event loop a large input would stall
+every other request. Smaller work stays on the loop, where it is done sooner than a thread
+hop (and GIL contention with the loop) would allow."""
+
+
+def text_chars(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The characters of the messages' contents: what decides whether to offload."""
+    return sum(len(str(message.get("content") or "")) for message in messages)
