@@ -840,16 +840,13 @@ async def claim_job(db: AsyncSession, lease: timedelta) -> SummaryJob | None:
     )
 
 
-def _claimed(job_id: int, attempt: int | None) -> list[Any]:
-    """WHERE clauses for the job's row; with `attempt`, only while that claim holds it.
+def _claimed(job_id: int, attempt: int) -> list[Any]:
+    """WHERE clauses for the job's row while the claim `attempt` still holds it.
 
     Every claim increments `attempts`, so `(id, attempts)` names one claim: a worker whose
     lease ran out and whose job another worker claimed again no longer matches.
     """
-    clauses: list[Any] = [SummaryJob.id == job_id]
-    if attempt is not None:
-        clauses += [SummaryJob.status == "running", SummaryJob.attempts == attempt]
-    return clauses
+    return [SummaryJob.id == job_id, SummaryJob.status == "running", SummaryJob.attempts == attempt]
 
 
 async def renew_job_lease(db: AsyncSession, job_id: int, attempt: int, lease: timedelta) -> bool:
@@ -867,8 +864,8 @@ async def renew_job_lease(db: AsyncSession, job_id: int, attempt: int, lease: ti
     return renewed is not None
 
 
-async def finish_job(db: AsyncSession, job_id: int, *, attempt: int | None = None) -> None:
-    """Delete a done job; with `attempt`, only if that claim still holds it."""
+async def finish_job(db: AsyncSession, job_id: int, *, attempt: int) -> None:
+    """Delete a done job, if the claim `attempt` still holds it."""
     await db.execute(delete(SummaryJob).where(*_claimed(job_id, attempt)))
 
 
@@ -878,12 +875,12 @@ async def release_job(
     run_after: datetime,
     error: str | None,
     *,
-    attempt: int | None = None,
+    attempt: int,
 ) -> None:
     """Put a claimed job back to pending, to run again at `run_after`.
 
-    With `attempt`, only if that claim still holds it: a worker that lost its lease must not
-    hand back a job another worker is running.
+    Only if the claim `attempt` still holds it: a worker that lost its lease must not hand
+    back a job another worker is running.
     """
     await db.execute(
         update(SummaryJob)

@@ -60,11 +60,17 @@ async def test_job_released_with_backoff_waits_for_its_run_after(
     job = await claim(sessionmaker)
     assert job is not None
     async with sessionmaker() as release, release.begin():
-        await store.release_job(release, job.id, utcnow() + timedelta(hours=1), "LLM down")
+        await store.release_job(
+            release, job.id, utcnow() + timedelta(hours=1), "LLM down", attempt=job.attempts
+        )
     assert await claim(sessionmaker) is None
 
     async with sessionmaker() as due, due.begin():
-        await store.release_job(due, job.id, utcnow() - timedelta(seconds=1), "LLM down")
+        await due.execute(
+            update(SummaryJob)
+            .where(SummaryJob.id == job.id)
+            .values(run_after=utcnow() - timedelta(seconds=1))
+        )
     again = await claim(sessionmaker)
     assert again is not None
     assert (again.id, again.attempts, again.last_error) == (job.id, 2, "LLM down")
