@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from api import metrics, store
 from api.db.models import SummaryJob, utcnow
+from api.errors import SessionGone
 from api.locks import SummarizerBusy
 from api.summarization import Summarizer, schedule_if_due
 
@@ -29,7 +30,8 @@ Shorter resumes sooner but lets a database outage of about this length cost the 
 """
 
 HEARTBEATS_PER_LEASE = 3
-"""Renewals per lease period: one or two may fail (and be retried) before the lease runs out."""
+"""Renewals per lease period: one may fail (and be retried at the next) before the lease runs
+out."""
 
 POLL_SECONDS = 1.0
 """Idle workers look for jobs this often (others' replicas enqueue without waking us)."""
@@ -108,6 +110,9 @@ class Worker:
 
     async def _run(self, job: SummaryJob) -> None:
         try:
+            async with self._summarizer.sessionmaker() as db:
+                before = await store.get_session_by_id(db, job.session_id)
+            seen_seq = before.last_seq if before is not None else None
             async with self._leased(job):
                 summary = await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
         except asyncio.CancelledError:
@@ -116,6 +121,8 @@ class Worker:
         except SummarizerBusy:
             await self._release(job, BUSY_RETRY_SECONDS, None)
             return
+        except SessionGone:
+            return  # deleted meanwhile: its job row went with it, and nothing failed
         except Exception as exc:
             metrics.JOB_FAILURES.inc()
             logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
@@ -123,13 +130,11 @@ class Worker:
             return
         async with self._summarizer.writing() as db:
             await store.finish_job(db, job.id, attempt=job.attempts)
-            if summary is None:
-                # Nothing could be summarized (e.g. the backlog is one tool call and its
-                # results): scheduling again now would spin; the next append checks anew.
-                return
-            # Messages may have arrived while the job ran: schedule again if still over.
             session = await store.get_session_by_id(db, job.session_id)
-            if session is not None:
+            # Messages that arrived while the job ran found it queued and enqueued nothing:
+            # look again. After a job that summarized nothing (the backlog was one tool call
+            # and its results), only new messages warrant a look, or the job would spin.
+            if session is not None and (summary is not None or session.last_seq != seen_seq):
                 await schedule_if_due(db, session, self._summarizer.settings)
 
     async def _release(self, job: SummaryJob, delay: float, error: str | None) -> None:

@@ -8,12 +8,15 @@ the single-writer path gives the same answers).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httpx
 import pytest
 
+from api import metrics, store
 from api.main import create_app
+from api.worker import Worker
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import user
@@ -83,13 +86,13 @@ async def gated_client(fake_llm: FakeLLM, database_url: str, engine: Any) -> Any
             app.router.lifespan_context(app),
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
         ):
-            yield http, gate
+            yield http, gate, app
     finally:
         gate.release.set()
 
 
 async def test_compact_of_a_session_deleted_meanwhile_answers_404(gated_client: Any) -> None:
-    http, gate = gated_client
+    http, gate, _app = gated_client
     messages = {"messages": [user("HOLD this thought"), user("and this one")]}
     assert (await http.post("/v1/sessions/doomed/messages", json=messages)).status_code == 201
     compacting = asyncio.create_task(
@@ -101,3 +104,31 @@ async def test_compact_of_a_session_deleted_meanwhile_answers_404(gated_client: 
     answer = await compacting
     assert answer.status_code == 404, answer.text
     assert answer.json() == {"error": "SessionNotFound", "detail": "session 'doomed' not found"}
+
+
+async def test_a_background_job_whose_session_is_deleted_meanwhile_is_no_failure(
+    gated_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client DELETE is normal use: it must not count as a failed job nor log an ERROR."""
+    http, gate, app = gated_client
+    created = await http.post(
+        "/v1/sessions", json={"id": "doomed-job", "settings": {"keep_last_n": 0}}
+    )
+    assert created.status_code == 201, created.text
+    messages = {"messages": [user("HOLD this thought"), user("and this one")]}
+    assert (await http.post("/v1/sessions/doomed-job/messages", json=messages)).status_code == 201
+    sessionmaker = app.state.sessionmaker
+    async with sessionmaker() as db, db.begin():
+        session = await store.get_session(db, "default", "doomed-job")
+        await store.enqueue_job(db, session.id, "proactive", "message_limit")
+    worker = Worker(app.state.summarizer, concurrency=1)
+    job = await worker._claim()  # one job, run by hand: no loop to race with
+    assert job is not None
+    failures = metrics.JOB_FAILURES._value.get()
+    running = asyncio.create_task(worker._run(job))
+    await wait_until(gate.entered)
+    assert (await http.delete("/v1/sessions/doomed-job")).status_code == 204
+    gate.release.set()
+    await running
+    assert metrics.JOB_FAILURES._value.get() == failures
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
