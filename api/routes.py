@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response, status
@@ -10,7 +11,7 @@ from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api import metrics, service, store
@@ -330,5 +331,6 @@ async def _schema_revision(connection: AsyncConnection) -> str | None:
 )
 async def prometheus_metrics(_tenant: Tenant, db: ReadDb) -> PlainTextResponse:
     """Prometheus text; needs a key like every /v1 route (loopback only without API_KEYS)."""
-    metrics.PENDING_JOBS.set(await store.pending_job_count(db))
+    with suppress(SQLAlchemyError, OSError):  # database down: the gauge keeps its last value
+        metrics.PENDING_JOBS.set(await store.pending_job_count(db))
     return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)

@@ -308,6 +308,7 @@ async def compact(
         raise SummarizationInProgress(
             "a summarization of this session is still running; retry shortly"
         ) from exc
+    session = await store.get_session(db, tenant, external_id)  # 404 if deleted meanwhile
     loaded = await load_history(db, summarizer, session, None, None)
     return CompactResponse(
         summary=summary_out(summary, session.external_id) if summary is not None else None,

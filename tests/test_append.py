@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
 from api.db.models import Message, Session
+from api.service import new_messages
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import IMAGE_PART_TOKENS, count_message
 
@@ -269,9 +270,17 @@ async def test_token_count_is_stored_with_the_message(api: httpx.AsyncClient, si
 
 
 async def test_a_batch_counted_off_the_event_loop_gets_the_same_token_counts(
-    api: httpx.AsyncClient, sid: str
+    api: httpx.AsyncClient, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Over OFFLOAD_CHARS the batch is measured and counted in a worker thread."""
+    offloaded: list[Any] = []
+    to_thread = asyncio.to_thread
+
+    async def spy(function: Any, *args: Any) -> Any:
+        offloaded.append(function)
+        return await to_thread(function, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", spy)
     big = [
         user("The quarterly report covers revenue, churn and hiring. " * 600),
         user("季度报告涵盖收入、流失率和招聘情况。" * 2_000),
@@ -281,6 +290,7 @@ async def test_a_batch_counted_off_the_event_loop_gets_the_same_token_counts(
     stored = await append(api, sid, *big)
     assert [message["token_count"] for message in stored] == [count_message(m) for m in big]
     assert [message["seq"] for message in stored] == [1, 2, 3]
+    assert [getattr(f, "func", None) for f in offloaded] == [new_messages]
 
 
 # --- store level ----------------------------------------------------------------------------

@@ -386,6 +386,8 @@ async def test_an_unreachable_database_gets_503_and_readyz_says_so() -> None:
     ):
         ready = await http.get("/readyz")
         answer = await http.post("/v1/sessions/s/messages", json={"messages": [user("x")]})
+        scraped = await http.get("/metrics")
+    assert scraped.status_code == 200 and "precis_pending_summary_jobs" in scraped.text
     assert ready.status_code == 503 and ready.json()["error"] == "ServiceUnavailable"
     assert answer.status_code == 503 and answer.json()["error"] == "ServiceUnavailable"
 
