@@ -789,6 +789,10 @@ async def get_session_by_id(db: AsyncSession, session_id: int) -> Session | None
     return await db.get(Session, session_id)
 
 
+async def get_summary_by_id(db: AsyncSession, summary_id: int) -> Summary | None:
+    return await db.get(Summary, summary_id)
+
+
 # --- background jobs ------------------------------------------------------------------------
 
 

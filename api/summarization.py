@@ -72,7 +72,7 @@ class Summarizer:
             if summary is not None and rolled_up:
                 # The new summary may have been absorbed: answer with its `superseded_by`.
                 async with self.sessionmaker() as db:
-                    summary = await db.get(Summary, summary.id) or summary
+                    summary = await store.get_summary_by_id(db, summary.id) or summary
             return summary
 
     async def _summarize_backlog(
