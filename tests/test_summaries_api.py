@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -100,26 +102,40 @@ async def test_history_truncates_when_compaction_cannot_shrink(client: httpx.Asy
     assert history["context"][-1]["content"].startswith("19: ")
 
 
-async def test_empty_llm_answer_is_never_stored_as_summary(
-    fake_llm: FakeLLM,
-    database_url: str,
-    engine: Any,
-) -> None:
-    fake_llm.mode = "empty"
+@asynccontextmanager
+async def fake_llm_client(
+    fake_llm: FakeLLM, database_url: str, **overrides: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of an app summarizing with the fake LLM (no background worker)."""
     app = create_app(
         make_settings(
             database_url,
             summary_model="openai/fake",
             summary_api_base=fake_llm.base_url,
             summary_api_key="test",
-            summary_llm_max_attempts=2,
-            summary_llm_backoff_seconds=0.01,
+            **{"summary_workers": 0, **overrides},
         )
     )
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
     ):
+        yield http
+
+
+async def test_empty_llm_answer_is_never_stored_as_summary(
+    fake_llm: FakeLLM,
+    database_url: str,
+    engine: Any,
+) -> None:
+    fake_llm.mode = "empty"
+    async with fake_llm_client(
+        fake_llm,
+        database_url,
+        summary_workers=2,
+        summary_llm_max_attempts=2,
+        summary_llm_backoff_seconds=0.01,
+    ) as http:
         await append(http, "empty", user("Please book the 9:40 train to Lyon"), user("and a hotel"))
         summary = (await compact(http, "empty", trigger="overflow_retry"))["summary"]
     assert summary["summary_text"].strip()
@@ -193,22 +209,13 @@ def metric(text: str, name: str) -> float:
 async def test_metrics_count_llm_calls_failures_durations_latencies_and_pending_jobs(
     fake_llm: FakeLLM, database_url: str, engine: Any
 ) -> None:
-    app = create_app(
-        make_settings(
-            database_url,
-            summary_model="openai/fake",
-            summary_api_base=fake_llm.base_url,
-            summary_api_key="test",
-            summary_llm_backoff_seconds=0.01,
-            summary_message_limit=3,
-            summary_keep_last_n=0,
-            summary_workers=0,
-        )
-    )
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
-    ):
+    async with fake_llm_client(
+        fake_llm,
+        database_url,
+        summary_llm_backoff_seconds=0.01,
+        summary_message_limit=3,
+        summary_keep_last_n=0,
+    ) as http:
         before = (await http.get("/metrics")).text
         await append(http, "counted", user("a"), user("b"), user("c"))  # schedules a job
         fake_llm.fail_next(503)
@@ -230,17 +237,6 @@ async def test_metrics_count_llm_calls_failures_durations_latencies_and_pending_
 async def test_tool_preview_settings_reach_the_summarizer_prompt(
     fake_llm: FakeLLM, database_url: str, engine: Any
 ) -> None:
-    app = create_app(
-        make_settings(
-            database_url,
-            summary_model="openai/fake",
-            summary_api_base=fake_llm.base_url,
-            summary_api_key="test",
-            summary_workers=0,
-            summary_tool_result_preview_chars=40,
-            summary_tool_args_preview_chars=30,
-        )
-    )
     call = {
         "role": "assistant",
         "content": None,
@@ -256,10 +252,12 @@ async def test_tool_preview_settings_reach_the_summarizer_prompt(
         ],
     }
     result = {"role": "tool", "tool_call_id": "c1", "content": "RESHEAD " + "b" * 500 + " RESTAIL"}
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
-    ):
+    async with fake_llm_client(
+        fake_llm,
+        database_url,
+        summary_tool_result_preview_chars=40,
+        summary_tool_args_preview_chars=30,
+    ) as http:
         await append(http, "previews", user("look it up"), call, result, user("thanks"))
         await compact(http, "previews", trigger="overflow_retry")
     prompt = " ".join(fake_llm.prompts())
