@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
 from api import store
+from scripts.fake_llm import FakeLLM
 
 WAIT_SECONDS = 30.0
 """Longest wait for background summarization before a test fails."""
@@ -70,3 +74,51 @@ def summary_draft(
         level=1 if absorbs else 0,
         absorbs=absorbs,
     )
+
+
+class Gate:
+    """Holds the fake LLM's answers to prompts carrying `marker` until released.
+
+    With `first_only`, only the first such prompt is held: a later summarization of the same
+    messages (say, a compact that failed to wait) answers at once.
+    """
+
+    def __init__(self, marker: str, first_only: bool = False) -> None:
+        self.marker = marker
+        self.first_only = first_only
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self._taken = False
+        self._lock = threading.Lock()
+
+    def hold(self, prompt: str) -> None:
+        with self._lock:
+            if self.marker not in prompt or (self.first_only and self._taken):
+                return
+            self._taken = True
+        self.entered.set()
+        self.release.wait(WAIT_SECONDS)
+
+
+@contextmanager
+def gated(fake_llm: FakeLLM, *gates: Gate) -> Iterator[None]:
+    """The fake LLM answers a short summary, once every gate holding the prompt lets it go;
+    every gate is released on exit, so no server thread is left waiting."""
+
+    def responder(messages: list[dict[str, Any]]) -> str:
+        prompt = " ".join(str(message.get("content")) for message in messages)
+        for gate in gates:
+            gate.hold(prompt)
+        return "A short summary of the conversation."
+
+    fake_llm.responder = responder
+    try:
+        yield
+    finally:
+        for gate in gates:
+            gate.release.set()
+
+
+async def wait_until(event: threading.Event) -> None:
+    """Wait (bounded) for a gate's event, set by the fake LLM's server thread."""
+    assert await asyncio.to_thread(event.wait, WAIT_SECONDS), "the fake LLM was never called"

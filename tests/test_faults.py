@@ -8,7 +8,6 @@ connection); SIGTERM runs the real server (`python -m api`) as a subprocess.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from api.main import create_app
 from scripts.fake_llm import FakeLLM
 from scripts.load import LiveServer
 from tests.conftest import make_settings
-from tests.helpers import WAIT_SECONDS, append, user, wait_for_summary
+from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_for_summary, wait_until
 from tests.invariants import invariant_violations
 
 KILL_CONNECTIONS = (
@@ -395,40 +394,11 @@ async def test_an_unreachable_database_gets_503_and_readyz_says_so() -> None:
 # --- SIGTERM ---------------------------------------------------------------------------------
 
 
-class Gate:
-    """Holds the fake LLM's answers to prompts carrying a marker until released."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def hold(self, prompt: str) -> None:
-        if self.marker in prompt:
-            self.entered.set()
-            self.release.wait(WAIT_SECONDS)
-
-
 @pytest.fixture
 async def gated_llm(fake_llm: FakeLLM) -> AsyncIterator[tuple[FakeLLM, Gate, Gate]]:
     background, inline = Gate("HOLD-BACKGROUND"), Gate("HOLD-INLINE")
-
-    def responder(messages: list[dict[str, Any]]) -> str:
-        prompt = " ".join(str(message.get("content")) for message in messages)
-        background.hold(prompt)
-        inline.hold(prompt)
-        return "A short summary of the conversation."
-
-    fake_llm.responder = responder
-    try:
+    with gated(fake_llm, background, inline):
         yield fake_llm, background, inline
-    finally:
-        background.release.set()
-        inline.release.set()
-
-
-async def wait_until(event: threading.Event) -> None:
-    assert await asyncio.to_thread(event.wait, WAIT_SECONDS)
 
 
 @pytest.mark.postgresql_only

@@ -19,8 +19,7 @@ from api.main import create_app
 from api.worker import Worker
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
-from tests.helpers import user
-from tests.test_faults import Gate, wait_until
+from tests.helpers import Gate, gated, user, wait_until
 
 ROUNDS = 30
 
@@ -65,12 +64,6 @@ async def test_appends_racing_create_and_delete_answer_201_or_409(api: httpx.Asy
 async def gated_client(fake_llm: FakeLLM, database_url: str, engine: Any) -> Any:
     """An app summarizing with a fake LLM whose answers to "HOLD" prompts wait for a gate."""
     gate = Gate("HOLD")
-
-    def responder(messages: list[dict[str, Any]]) -> str:
-        gate.hold(" ".join(str(message.get("content")) for message in messages))
-        return "A short summary of the conversation."
-
-    fake_llm.responder = responder
     app = create_app(
         make_settings(
             database_url,
@@ -81,14 +74,12 @@ async def gated_client(fake_llm: FakeLLM, database_url: str, engine: Any) -> Any
             dynamic_summary_enabled=False,
         )
     )
-    try:
+    with gated(fake_llm, gate):
         async with (
             app.router.lifespan_context(app),
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
         ):
             yield http, gate, app
-    finally:
-        gate.release.set()
 
 
 async def test_compact_of_a_session_deleted_meanwhile_answers_404(gated_client: Any) -> None:

@@ -10,7 +10,6 @@ fake server, whose answer to one marked prompt can be held until the test releas
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -27,7 +26,7 @@ from api.locks import SessionLocks
 from api.main import create_app
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
-from tests.helpers import WAIT_SECONDS, append, user
+from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_until
 from tests.invariants import invariant_violations
 
 HOLD = "HOLD-FIRST"
@@ -46,42 +45,13 @@ def fake_llm_settings(llm: FakeLLM) -> dict[str, Any]:
     }
 
 
-class Gate:
-    """Holds the fake LLM's answer to the first prompt that carries `marker`, until released.
-
-    Only the first such prompt is held: a later summarization of the same messages (say, a
-    compact that failed to wait) answers at once, so it would finish before the release.
-    """
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self._taken = False
-        self._lock = threading.Lock()
-
-    def hold(self, prompt: str) -> None:
-        with self._lock:
-            if self._taken or self.marker not in prompt:
-                return
-            self._taken = True
-        self.entered.set()
-        self.release.wait(WAIT_SECONDS)
-
-
 @pytest.fixture
 def gate(fake_llm: FakeLLM) -> Iterator[Gate]:
-    gate = Gate(HOLD)
-
-    def responder(messages: list[dict[str, Any]]) -> str:
-        gate.hold(" ".join(str(message.get("content")) for message in messages))
-        return "A short summary of the conversation."
-
-    fake_llm.responder = responder
-    try:
+    """Holds only the first prompt carrying `HOLD`: a compact that wrongly ran alongside would
+    answer at once, and so finish before the release."""
+    gate = Gate(HOLD, first_only=True)
+    with gated(fake_llm, gate):
         yield gate
-    finally:
-        gate.release.set()
 
 
 @pytest.fixture
@@ -106,10 +76,6 @@ async def other_replica(
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://other") as http,
     ):
         yield http
-
-
-async def wait_until(event: threading.Event) -> None:
-    assert await asyncio.to_thread(event.wait, WAIT_SECONDS), "the fake LLM was never called"
 
 
 def watch_lock_requests(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:

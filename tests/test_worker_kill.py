@@ -27,8 +27,8 @@ from api.main import create_app
 from scripts.fake_llm import FakeLLM
 from scripts.load import LiveServer
 from tests.conftest import make_settings
-from tests.helpers import WAIT_SECONDS, append, user, wait_for_summary
-from tests.test_faults import Gate, assert_nothing_lost, count, llm_overrides, wait_until
+from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_for_summary, wait_until
+from tests.test_faults import assert_nothing_lost, count, llm_overrides
 
 SHORT_LEASE = timedelta(seconds=2)
 """The lease of the worker-level tests: a job held for two of them would lose an unrenewed one.
@@ -54,16 +54,8 @@ SETTINGS: dict[str, Any] = {
 def gate(fake_llm: FakeLLM) -> Iterator[Gate]:
     """The fake LLM holds its answer to a prompt carrying `HELD` until `gate.release` is set."""
     held = Gate(HELD)
-
-    def responder(messages: list[dict[str, Any]]) -> str:
-        held.hold(" ".join(str(message.get("content")) for message in messages))
-        return "A short summary of the conversation."
-
-    fake_llm.responder = responder
-    try:
+    with gated(fake_llm, held):
         yield held
-    finally:
-        held.release.set()
 
 
 @pytest.fixture
