@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,13 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import store
 from api.context import Item, assemble, openai_message, summary_message
 from api.db.models import Message, Session, Summary
-from api.errors import (
-    BadRequest,
-    PayloadTooLarge,
-    SessionGone,
-    SessionNotFound,
-    SummarizationInProgress,
-)
+from api.errors import BadRequest, PayloadTooLarge, SummarizationInProgress
 from api.locks import SummarizerBusy
 from api.schemas import (
     AppendResponse,
@@ -234,7 +228,7 @@ async def history(
     ):
         # Give the connection back to the pool while the LLM works.
         await db.commit()
-        with suppress(SummarizerBusy), session_gone_is_not_found(external_id):
+        with suppress(SummarizerBusy):
             summary = await summarizer.run(
                 session.id, "proactive", "token_limit", wait_seconds=INLINE_WAIT_SECONDS
             )
@@ -242,15 +236,6 @@ async def history(
                 # One compaction only: whatever it achieved, truncation does the rest.
                 loaded = await load_history(db, summarizer, session, summary_limit, max_tokens)
     return loaded
-
-
-@contextmanager
-def session_gone_is_not_found(external_id: str) -> Iterator[None]:
-    """A session deleted while it was summarized answers like any unknown session."""
-    try:
-        yield
-    except SessionGone as exc:
-        raise SessionNotFound(external_id) from exc
 
 
 async def load_history(
@@ -296,14 +281,9 @@ async def compact(
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
     await db.commit()  # give the connection back to the pool while the LLM works
     try:
-        with session_gone_is_not_found(external_id):
-            summary = await summarizer.run(
-                session.id,
-                body.trigger,
-                body.trigger,
-                keep_last_n,
-                wait_seconds=COMPACT_WAIT_SECONDS,
-            )
+        summary = await summarizer.run(
+            session.id, body.trigger, body.trigger, keep_last_n, wait_seconds=COMPACT_WAIT_SECONDS
+        )
     except SummarizerBusy as exc:
         raise SummarizationInProgress(
             "a summarization of this session is still running; retry shortly"

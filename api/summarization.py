@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import metrics, store
 from api.context import openai_message
 from api.db.models import Session, Summary
+from api.errors import SessionGone
 from api.locks import SessionLocks
 from api.settings import Settings, SummaryPolicy
 from summarizer import EngineSettings, merge_summaries, summarize
@@ -61,14 +62,18 @@ class Summarizer:
         """Summarize what follows the newest live summary, then roll up if over the limit.
 
         Raises `SummarizerBusy` when another summarization holds the session longer than
-        `wait_seconds`. Returns the new summary, or None when nothing was left to summarize.
+        `wait_seconds`. Returns the new summary, or None when nothing was left to summarize,
+        the session included: a session deleted meanwhile is normal use, not a failure.
         """
         async with self.locks.hold(session_id, wait_seconds):
             started = time.perf_counter()
-            summary = await self._summarize_backlog(session_id, trigger, reason, keep_last_n)
-            if summary is not None:
-                metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-            rolled_up = await self._roll_up(session_id, trigger)
+            try:
+                summary = await self._summarize_backlog(session_id, trigger, reason, keep_last_n)
+                if summary is not None:
+                    metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
+                rolled_up = await self._roll_up(session_id, trigger)
+            except SessionGone:
+                return None
             if summary is not None and rolled_up:
                 # The new summary may have been absorbed: answer with its `superseded_by`.
                 async with self.sessionmaker() as db:

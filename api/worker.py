@@ -17,7 +17,6 @@ from datetime import timedelta
 
 from api import metrics, store
 from api.db.models import SummaryJob, utcnow
-from api.errors import SessionGone
 from api.locks import SummarizerBusy
 from api.summarization import Summarizer, schedule_if_due
 
@@ -121,8 +120,6 @@ class Worker:
         except SummarizerBusy:
             await self._release(job, BUSY_RETRY_SECONDS, None)
             return
-        except SessionGone:
-            return  # deleted meanwhile: its job row went with it, and nothing failed
         except Exception as exc:
             metrics.JOB_FAILURES.inc()
             logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
