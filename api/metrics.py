@@ -8,7 +8,17 @@ SUMMARIES = Counter(
     "precis_summaries_total", "Summaries stored, by trigger and reason", ["trigger", "reason"]
 )
 LLM_CALLS = Counter("precis_llm_calls_total", "Summarizer LLM calls made")
-LLM_FAILURES = Counter("precis_llm_failed_calls_total", "Summarizer LLM calls that failed")
+LLM_FAILURES = Counter(
+    "precis_llm_failed_calls_total",
+    "Summarizer LLM calls that failed, by reason "
+    "(transient, rejected, context_window, degenerate_answer)",
+    ["reason"],
+)
+FALLBACK_SUMMARIES = Counter(
+    "precis_fallback_summaries_total",
+    "Summaries stored with parts written without the model, by fallback_reason",
+    ["reason"],
+)
 SUMMARIZATION_SECONDS = Histogram(
     "precis_summarization_seconds",
     "Time to make and store one summary",

@@ -205,7 +205,10 @@ class Summarizer:
     @staticmethod
     def _count_llm(metadata: dict[str, Any]) -> None:
         metrics.LLM_CALLS.inc(int(metadata.get("llm_calls", 0)))
-        metrics.LLM_FAILURES.inc(int(metadata.get("failed_llm_calls", 0)))
+        for reason, count in metadata.get("failed_llm_calls_by_reason", {}).items():
+            metrics.LLM_FAILURES.labels(reason).inc(count)
+        if metadata.get("fallback_reason"):
+            metrics.FALLBACK_SUMMARIES.labels(metadata["fallback_reason"]).inc()
 
 
 async def schedule_if_due(db: AsyncSession, session: Session, settings: Settings) -> Reason | None:

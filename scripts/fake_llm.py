@@ -15,8 +15,9 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
     - `"summary"` (default): a short deterministic summary of the last user message
       (its line count and first words), at most `summary_words` words and a quarter of
       the message's tokens as `summarizer.echo` counts them.
-    - `"marker_echo"`: every distinct token matching `MARKER-[A-Za-z0-9_-]+` found in the
-      prompt, in order of first appearance, joined by spaces (or `"no markers"`).
+    - `"marker_echo"`: the perfect-recall model: every distinct token matching
+      `MARKER-[A-Za-z0-9_-]+` found in the prompt, in order of first appearance, one per
+      line (or `"no markers"`); like any model, it stops at `max_tokens`.
     - `"echo"`: the last user message verbatim (a degenerate answer).
     - `"empty"`: an empty answer (a degenerate answer).
     - `"long"`: `long_words` words of filler (longer than small inputs).
@@ -436,7 +437,7 @@ def _marker_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
         text = json.dumps(content) if isinstance(content, list) else str(content or "")
         for marker in MARKER_PATTERN.findall(text):
             seen.setdefault(marker, None)
-    return " ".join(seen) if seen else "no markers"
+    return "\n".join(seen) if seen else "no markers"
 
 
 def _echo_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:

@@ -70,3 +70,16 @@ def is_echo(answer: str, source: str) -> bool:
     if len(answer_tokens) < ECHO_MIN_SOURCE_SHARE * len(source_tokens):
         return False
     return _copied(answer_tokens, source_tokens) >= ECHO_COPIED_SHARE
+
+
+def drop_repeated_lines(answer: str, previous: str) -> str:
+    """`answer` without the lines `previous` already says (compared as echo tokens).
+
+    A continuation that repeats the previous summary duplicates it in the context; the
+    repeated lines go, the new ones stay. An answer that would be left empty is kept whole.
+    """
+    said = {tuple(echo_tokens(line)) for line in previous.splitlines()}
+    said.discard(())
+    kept = [line for line in answer.splitlines() if tuple(echo_tokens(line)) not in said]
+    trimmed = "\n".join(kept).strip()
+    return trimmed if echo_tokens(trimmed) else answer

@@ -21,7 +21,8 @@ from typing import Any
 
 from summarizer.client import LLMClient
 from summarizer.cuts import balanced_cut, legal_cuts, summarizable_count
-from summarizer.errors import ContextWindowError, LLMError
+from summarizer.echo import drop_repeated_lines
+from summarizer.errors import ContextWindowError, DegenerateAnswerError, LLMError
 from summarizer.fallback import fallback_merge, fallback_summary
 from summarizer.local import LOCAL_MODEL, LocalSummarizer
 from summarizer.prompts import (
@@ -32,7 +33,7 @@ from summarizer.prompts import (
     merge_request,
     summary_request,
 )
-from summarizer.retry import CallStats, RetryPolicy, complete_with_retry
+from summarizer.retry import CallStats, RetryPolicy, complete_with_retry, describe
 from summarizer.text import OFFLOAD_CHARS, clip_middle, clip_tokens, text_chars
 from summarizer.tokens import count_message, count_messages, count_text
 from summarizer.transcript import TranscriptOptions, entry_tokens, join, render
@@ -42,6 +43,17 @@ ALGORITHM = "bisect_v1"
 
 TRIGGERS = frozenset({"proactive", "overflow_retry", "manual"})
 TRIGGER_REASONS = frozenset({"message_limit", "token_limit", "overflow_retry", "manual", "rollup"})
+
+FALLBACK_MODEL = "fallback"
+"""The `model` of a summary any part of which was written without the model."""
+
+LEAF_WINDOW_SHARE = 0.25
+"""Largest share of a known window one leaf summary's answer may take: the rest is room for
+the transcript, so a small window still takes several messages per call."""
+
+MERGE_WINDOW_SHARE = 1 / 3
+"""Largest share of a known window a merged summary's answer may take: its two inputs and
+the prompt share the rest."""
 
 OUTPUT_HEADROOM = 1.25
 """`max_tokens` is the target times this: room to end a sentence; answers are clipped to it."""
@@ -225,6 +237,8 @@ class _Run:
     fits_up_to: int = 0
     truncated: bool = False
     fallback: bool = False
+    fallback_reason: str | None = None
+    fallback_detail: str | None = None
     llm_down: bool = False
     max_depth: int = 0
     started: float = field(default_factory=time.perf_counter)
@@ -234,10 +248,26 @@ class _Run:
         # the local model is extractive by design, and deterministic: retrying cannot help
         self.echo_checked = not isinstance(self.client, LocalSummarizer)
         self.probe = asyncio.Lock()
-        self.merge_cap = output_cap(self.settings.merge_target_tokens)
-        self.merge_overhead = count_messages(
-            merge_request("", "", self.settings.merge_target_tokens)
-        )
+
+    # output budgets -----------------------------------------------------------------------
+
+    def scaled_target(self, target: int, share: float) -> int:
+        """`target`, lowered so that its answer takes at most `share` of the known window."""
+        if self.window is None:
+            return target
+        return max(1, min(target, math.floor(self.window * share / OUTPUT_HEADROOM)))
+
+    @property
+    def merge_target(self) -> int:
+        return self.scaled_target(self.settings.merge_target_tokens, MERGE_WINDOW_SHARE)
+
+    @property
+    def merge_cap(self) -> int:
+        return output_cap(self.merge_target)
+
+    @property
+    def merge_overhead(self) -> int:
+        return count_messages(merge_request("", "", self.merge_target))
 
     # window knowledge ---------------------------------------------------------------------
 
@@ -275,38 +305,56 @@ class _Run:
     # calls --------------------------------------------------------------------------------
 
     async def ask(
-        self, request: list[dict[str, Any]], cap: int, estimate: int, *, echo: bool = True
+        self, request: list[dict[str, Any]], cap: int, estimate: int, material: str | None
     ) -> str:
         """One answer (retried); a prompt larger than any known to fit probes the window alone.
 
-        With `echo`, an answer repeating the request's material counts as a failed attempt.
+        An answer echoing `material` (what the model was asked to summarize, never the
+        summaries it was given for reference) counts as a failed attempt.
         """
         if self.window_exact or estimate <= self.fits_up_to:
-            return await self._complete(request, cap, echo)
+            return await self._complete(request, cap, material)
         async with self.probe:
             if self.oversized(estimate, cap):
                 raise _Oversized
             if not self.window_exact and estimate > self.fits_up_to:
-                text = await self._complete(request, cap, echo)
+                text = await self._complete(request, cap, material)
                 self.fits_up_to = max(self.fits_up_to, estimate)
                 return text
-        return await self._complete(request, cap, echo)
+        return await self._complete(request, cap, material)
 
-    async def _complete(self, request: list[dict[str, Any]], cap: int, echo: bool) -> str:
+    async def _complete(self, request: list[dict[str, Any]], cap: int, material: str | None) -> str:
         completion = await complete_with_retry(
             self.client,
             request,
             max_tokens=cap,
-            echo_source=str(request[-1]["content"]) if echo and self.echo_checked else None,
+            echo_source=material if self.echo_checked else None,
             policy=self.settings.retry_policy,
             stats=self.stats,
             limiter=self.limiter,
+            secret=self.settings.api_key,
         )
         return completion.text
 
-    def went_down(self) -> None:
-        """The model is unreachable: no more calls in this run, deterministic summaries instead."""
+    def fell_back(self, reason: str, detail: str) -> None:
+        """Some material is summarized without the model; the first reason is the one kept."""
+        self.truncated = self.fallback = True
+        if self.fallback_reason is None:
+            self.fallback_reason, self.fallback_detail = reason, detail
+
+    def went_down(self, error: LLMError) -> None:
+        """No usable answer after retries: no more calls in this run, deterministic summaries."""
         self.llm_down = True
+        cause = error.__cause__ if isinstance(error.__cause__, LLMError) else error
+        reason = (
+            "degenerate_answer" if isinstance(cause, DegenerateAnswerError) else "llm_unavailable"
+        )
+        self.fell_back(reason, describe(cause, self.settings.api_key))
+
+    def no_room(self) -> None:
+        """The material cannot be made to fit the window: the rest is a fallback."""
+        window = self.window if self.window is not None else "unknown"
+        self.fell_back("context_window", f"no prompt fits the {window}-token window")
 
     def finish(self, text: str, source_tokens: int, cap: int) -> str:
         """The no-progress guard: an answer never exceeds its cap nor its input."""
@@ -322,12 +370,10 @@ class _Run:
     async def merge(self, first: str, second: str) -> str:
         """Two consecutive summaries as one; inputs are clipped when they overflow.
 
-        An answer copying its inputs is an echo only when they exceed the merge target:
-        summaries that fit it and repeat nothing are rightly returned as they are.
+        The answer is never checked for echoes: a merge that repeats its inputs keeps every
+        fact they hold, and the answer cap bounds its size.
         """
-        target = self.settings.merge_target_tokens
         source_tokens = count_text(f"{first}\n{second}")
-        echo = source_tokens > target
         limit: int | None = None
         pair = (first, second)
         for _ in range(TRUNCATION_ATTEMPTS):
@@ -342,27 +388,31 @@ class _Run:
             if budget is not None and estimate > budget:
                 clipped = self._clip_pair(first, second, budget)
                 if clipped is None:
+                    self.no_room()
                     break
                 self.truncated = True
                 pair = clipped
                 estimate = self.estimate(
                     self.merge_overhead + count_text(pair[0]) + count_text(pair[1])
                 )
-            request = merge_request(pair[0], pair[1], target)
+            request = merge_request(pair[0], pair[1], self.merge_target)
             try:
-                text = await self.ask(request, self.merge_cap, estimate, echo=echo)
+                text = await self.ask(request, self.merge_cap, estimate, None)
             except _Oversized:
                 continue
             except ContextWindowError as error:
                 self.learn(error, estimate, self.merge_cap)
                 limit = math.floor(estimate * SHRINK)
                 continue
-            except LLMError:
-                self.went_down()
+            except LLMError as error:
+                self.went_down(error)
                 break
             return self.finish(text, source_tokens, self.merge_cap)
-        self.truncated = self.fallback = True
-        return fallback_merge([first, second], min(target, source_tokens))
+        if not self.llm_down:
+            self.no_room()
+        assert self.fallback_reason is not None
+        limit_tokens = min(self.merge_target, source_tokens)
+        return fallback_merge([first, second], limit_tokens, self.fallback_reason)
 
     def _clip_pair(self, first: str, second: str, budget: int) -> tuple[str, str] | None:
         room = math.floor(budget / self.scale) - self.merge_overhead
@@ -391,9 +441,13 @@ class _Summarization(_Run):
     cuts: list[int] = field(default_factory=list)
     overheads: dict[str, int] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.summary_cap = output_cap(self.settings.target_tokens)
+    @property
+    def leaf_target(self) -> int:
+        return self.scaled_target(self.settings.target_tokens, LEAF_WINDOW_SHARE)
+
+    @property
+    def summary_cap(self) -> int:
+        return output_cap(self.leaf_target)
 
     def prepare(self, messages: Sequence[Mapping[str, Any]]) -> None:
         options = TranscriptOptions(
@@ -413,9 +467,9 @@ class _Summarization(_Run):
 
     def overhead(self, previous: str | None) -> int:
         """Prompt tokens of a summary request around an empty transcript."""
-        key = previous or ""
+        key = f"{self.leaf_target}:{previous or ''}"
         if key not in self.overheads:
-            request = summary_request("", self.settings.target_tokens, previous)
+            request = summary_request("", self.leaf_target, previous)
             self.overheads[key] = count_messages(request)
         return self.overheads[key]
 
@@ -436,23 +490,30 @@ class _Summarization(_Run):
             return self.fallback_leaf(start, end, previous)
         room = self.room(None)
         if room is not None and room < MIN_PROMPT_ROOM:
-            return self.fallback_leaf(start, end, previous)  # no call can fit: do not split
+            self.no_room()  # no call can fit: do not split
+            return self.fallback_leaf(start, end, previous)
         estimate = self.leaf_estimate(start, end, previous)
         if self.oversized(estimate, self.summary_cap):
             return await self.split(start, end, depth, previous, None)
         transcript = join(self.entries[start:end])
-        request = summary_request(transcript, self.settings.target_tokens, previous)
+        request = summary_request(transcript, self.leaf_target, previous)
         try:
-            text = await self.ask(request, self.summary_cap, estimate)
+            text = await self.ask(request, self.summary_cap, estimate, transcript)
         except _Oversized:
             return await self.split(start, end, depth, previous, None)
         except ContextWindowError as error:
             self.learn(error, estimate, self.summary_cap)
             return await self.split(start, end, depth, previous, estimate)
-        except LLMError:
-            self.went_down()
+        except LLMError as error:
+            self.went_down(error)
             return self.fallback_leaf(start, end, previous)
         self.leaves.append((start, end))
+        return self.leaf_answer(text, start, end, previous)
+
+    def leaf_answer(self, text: str, start: int, end: int, previous: str | None) -> str:
+        """A leaf's answer without what the previous summary already says, within its cap."""
+        if previous is not None:
+            text = drop_repeated_lines(text, previous)
         return self.finish(text, self.source_tokens(start, end), self.summary_cap)
 
     async def split(
@@ -488,7 +549,7 @@ class _Summarization(_Run):
             if limit is not None:
                 budget = limit if budget is None else min(budget, limit)
             if budget is None:
-                break
+                break  # an overflow with no window learned: nothing to fit to
             room = math.floor(budget / self.scale)
             kept_previous = previous
             if previous is not None:
@@ -498,20 +559,22 @@ class _Summarization(_Run):
                 break
             transcript = self.fit(start, end, room)
             estimate = self.estimate(self.overhead(kept_previous) + count_text(transcript))
-            request = summary_request(transcript, self.settings.target_tokens, kept_previous)
+            request = summary_request(transcript, self.leaf_target, kept_previous)
             try:
-                text = await self.ask(request, self.summary_cap, estimate)
+                text = await self.ask(request, self.summary_cap, estimate, transcript)
             except _Oversized:
                 continue
             except ContextWindowError as error:
                 self.learn(error, estimate, self.summary_cap)
                 limit = math.floor(estimate * SHRINK)
                 continue
-            except LLMError:
-                self.went_down()
+            except LLMError as error:
+                self.went_down(error)
                 break
             self.leaves.append((start, end))
-            return self.finish(text, self.source_tokens(start, end), self.summary_cap)
+            return self.leaf_answer(text, start, end, kept_previous)
+        if not self.llm_down:
+            self.no_room()
         return self.fallback_leaf(start, end, previous)
 
     def fit(self, start: int, end: int, room: int) -> str:
@@ -544,12 +607,13 @@ class _Summarization(_Run):
         return clip_tokens(transcript, room)
 
     def fallback_leaf(self, start: int, end: int, previous: str | None) -> str:
-        self.truncated = self.fallback = True
+        """The deterministic summary of a chunk; `fallback_reason` was set by the caller."""
+        assert self.fallback_reason is not None
         self.leaves.append((start, end))
         transcript = join(self.entries[start:end])
         source_tokens = self.source_tokens(start, end)
-        limit = min(self.settings.target_tokens, source_tokens)
-        text = fallback_summary(transcript, limit, previous)
+        limit = min(self.leaf_target, source_tokens)
+        text = fallback_summary(transcript, limit, self.fallback_reason, previous)
         return self.finish(text, source_tokens, self.summary_cap)
 
 
@@ -596,6 +660,9 @@ def _metadata(
         "duration_ms": round((time.perf_counter() - run.started) * 1000),
         "prompt_version": PROMPT_VERSION,
         "fallback": run.fallback,
+        "fallback_reason": run.fallback_reason,
+        "fallback_detail": run.fallback_detail,
+        "failed_llm_calls_by_reason": dict(run.stats.failures),
         "context_window": run.window,
     }
 
@@ -640,7 +707,7 @@ async def summarize(
         run.prepare(chosen)
     previous = settings.previous_summary or None
     if previous is not None:
-        previous = clip_tokens(previous, settings.merge_target_tokens)
+        previous = clip_tokens(previous, run.merge_target)
     text = await run.chunk(0, count, 0, previous)
     source_tokens = run.source_tokens(0, count)
     summary_tokens = count_text(text)
@@ -653,7 +720,7 @@ async def summarize(
         source_tokens=source_tokens,
         summary_tokens=summary_tokens,
         prompt=CONTINUE_PROMPT if previous else SUMMARY_PROMPT,
-        model=settings.model,
+        model=FALLBACK_MODEL if run.fallback else settings.model,
         metadata=_metadata(
             run,
             trigger=trigger,
@@ -705,7 +772,7 @@ async def merge_summaries(
         input_tokens=run.stats.input_tokens,
         output_tokens=run.stats.output_tokens,
         prompt=MERGE_PROMPT,
-        model=settings.model,
+        model=FALLBACK_MODEL if run.fallback else settings.model,
         metadata=_metadata(
             run,
             trigger=trigger,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-PROMPT_VERSION = "2025-06.1"
+PROMPT_VERSION = "2026-11.1"
 """Version of the prompt texts below; stored in every summary's metadata."""
 
 SUMMARY_PROMPT = """\
@@ -31,8 +31,9 @@ CONTINUE_PROMPT = (
     + """
 
 A summary of the earlier conversation already exists and stays in the context: it is \
-given in <previous_summary> for reference only. Continue it: summarize only the new \
-messages in <transcript>, do not repeat or rewrite what the previous summary says."""
+given after the transcript, in <previous_summary>, for reference only. Continue it: \
+summarize only the new messages in <transcript>, do not repeat or rewrite what the \
+previous summary says."""
 )
 
 MERGE_PROMPT = """\
@@ -58,8 +59,11 @@ def summary_request(
 ) -> list[dict[str, str]]:
     """Chat messages asking for a summary of `transcript`, continuing `previous_summary`."""
     template = CONTINUE_PROMPT if previous_summary else SUMMARY_PROMPT
-    parts = [_wrap(PREVIOUS_TAG, previous_summary)] if previous_summary else []
-    parts.append(_wrap(TRANSCRIPT_TAG, transcript))
+    # The material comes first, the reference after it: a model that runs out of answer
+    # room then drops repeated old facts, not new ones.
+    parts = [_wrap(TRANSCRIPT_TAG, transcript)]
+    if previous_summary:
+        parts.append(_wrap(PREVIOUS_TAG, previous_summary))
     return [
         {"role": "system", "content": template.format(target_tokens=target_tokens)},
         {"role": "user", "content": "\n\n".join(parts)},

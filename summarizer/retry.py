@@ -8,7 +8,10 @@ attempt is counted in `CallStats`, failed ones too.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from tenacity import (
@@ -23,11 +26,19 @@ from tenacity import (
 from summarizer.client import Completion, LLMClient
 from summarizer.echo import is_echo
 from summarizer.errors import (
+    ContextWindowError,
     DegenerateAnswerError,
     LLMError,
     LLMUnavailableError,
     TransientLLMError,
 )
+
+logger = logging.getLogger("precis.summarizer")
+
+DETAIL_MAX_CHARS = 300
+"""Longest error description kept in a log line or a fallback's `fallback_detail`."""
+
+_SECRETS = re.compile(r"(?i)\b(?:sk|pk|key|token)-[A-Za-z0-9_\-]{6,}|bearer\s+\S+")
 
 NON_ANSWERS = frozenset({"", "NONE", "N/A", "NA", "NULL", "NIL", "-", "...", "…"})
 """Answers (stripped, upper-cased, without final period) that say nothing."""
@@ -51,6 +62,28 @@ class CallStats:
     failed: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    """Failed calls by `failure_reason`."""
+
+
+def failure_reason(error: LLMError) -> str:
+    """The metrics label of one failed call."""
+    if isinstance(error, ContextWindowError):
+        return "context_window"
+    if isinstance(error, DegenerateAnswerError):
+        return "degenerate_answer"
+    if isinstance(error, TransientLLMError):
+        return "transient"
+    return "rejected"
+
+
+def describe(error: BaseException, secret: str | None = None) -> str:
+    """One line naming an error: its class and message, without credentials."""
+    message = " ".join(str(error).split())
+    if secret:
+        message = message.replace(secret, "***")
+    message = _SECRETS.sub("***", message)
+    return f"{type(error).__name__}: {message}"[:DETAIL_MAX_CHARS]
 
 
 def check_answer(answer: str, source: str | None) -> None:
@@ -94,13 +127,15 @@ async def complete_with_retry(
     policy: RetryPolicy,
     stats: CallStats,
     limiter: asyncio.Semaphore,
+    secret: str | None = None,
 ) -> Completion:
     """A usable completion, or `LLMUnavailableError` once retries are spent.
 
     An empty answer, a non-answer, or (when `echo_source` is given) an answer repeating
     it counts as a failed attempt and is retried like a transient error.
     `ContextWindowError` and `LLMRequestError` pass through unretried. `limiter` bounds
-    concurrent attempts; it is not held while backing off.
+    concurrent attempts; it is not held while backing off. Every failed attempt is logged
+    at WARNING with its cause (`secret`, the API key, is never written).
     """
     retrying = AsyncRetrying(
         retry=retry_if_exception_type((TransientLLMError, DegenerateAnswerError)),
@@ -118,8 +153,15 @@ async def complete_with_retry(
                     try:
                         completion = await client.complete(messages, max_tokens=max_tokens)
                         check_answer(completion.text, echo_source)
-                    except LLMError:
+                    except LLMError as error:
                         stats.failed += 1
+                        stats.failures[failure_reason(error)] += 1
+                        logger.warning(
+                            "summarizer LLM call failed (attempt %d of %d): %s",
+                            attempts,
+                            policy.max_attempts,
+                            describe(error, secret),
+                        )
                         raise
                 stats.input_tokens += completion.input_tokens
                 stats.output_tokens += completion.output_tokens

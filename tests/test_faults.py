@@ -94,6 +94,11 @@ async def test_proactive_summary_with_the_llm_down_stores_a_truncated_fallback(
     assert summary["metadata"]["failed_llm_calls"] >= 2
     assert summary["summary_text"].strip()
     assert set(fake_llm.statuses()) == {503}
+    # the fallback says who wrote it and why, not that the configured model did
+    assert summary["model"] == "fallback"
+    assert summary["metadata"]["fallback"] is True
+    assert summary["metadata"]["fallback_reason"] == "llm_unavailable"
+    assert summary["metadata"]["fallback_detail"].startswith("TransientLLMError: ")
     await assert_nothing_lost(sessionmaker, "down", 6)
     assert await count(sessionmaker, SummaryJob) == 0
 

@@ -10,7 +10,7 @@ import pytest
 from scripts.fake_llm import FakeLLM
 from summarizer import DegenerateAnswerError, EngineSettings, merge_summaries, summarize
 from summarizer.echo import ECHO_COPIED_SHARE, copied_share, echo_tokens
-from summarizer.fallback import FALLBACK_NOTE
+from summarizer.fallback import FALLBACK_PREFIX
 from summarizer.prompts import TRANSCRIPT_TAG, sections, summary_request
 from summarizer.retry import check_answer
 from summarizer.transcript import TranscriptOptions, join, render
@@ -143,7 +143,7 @@ async def test_prefixed_echo_from_the_model_is_retried_then_falls_back(
     result = await summarize(sharegpt(ENGLISH), llm_settings(max_attempts=2))
     assert result is not None
     assert (result.metadata["llm_calls"], result.metadata["failed_llm_calls"]) == (2, 2)
-    assert result.metadata["fallback"] and result.summary_text.startswith(FALLBACK_NOTE)
+    assert result.metadata["fallback"] and result.summary_text.startswith(FALLBACK_PREFIX)
 
 
 async def test_real_summary_from_the_model_is_accepted(
@@ -154,14 +154,6 @@ async def test_real_summary_from_the_model_is_accepted(
     assert result is not None
     assert (result.metadata["llm_calls"], result.metadata["failed_llm_calls"]) == (1, 0)
     assert result.summary_text == CHINESE_SUMMARY
-
-
-async def test_merge_echo_is_degenerate(fake_llm: FakeLLM, llm_settings: Settings) -> None:
-    fake_llm.mode = "echo"
-    texts = [FIRST_HALF_SUMMARY, SECOND_HALF_SUMMARY]
-    merged = await merge_summaries(texts, llm_settings(merge_target_tokens=150, max_attempts=2))
-    assert (merged.metadata["llm_calls"], merged.metadata["failed_llm_calls"]) == (2, 2)
-    assert merged.metadata["fallback"]
 
 
 async def test_merge_returning_inputs_that_fit_its_target_is_accepted(

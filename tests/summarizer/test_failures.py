@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from scripts.fake_llm import FakeLLM
 from summarizer import EngineSettings, summarize
-from summarizer.fallback import FALLBACK_NOTE
+from summarizer.fallback import FALLBACK_PREFIX
 from tests.summarizer.builders import chat
 
 Settings = Callable[..., EngineSettings]
@@ -50,7 +50,7 @@ async def test_connection_refused_gives_the_truncated_fallback(
     meta = result.metadata
     assert meta["truncated"] and meta["fallback"]
     assert meta["llm_calls"] == meta["failed_llm_calls"] == 3
-    assert result.summary_text.startswith(FALLBACK_NOTE)
+    assert result.summary_text.startswith(FALLBACK_PREFIX)
     assert "Messages #1–#6: 6 (3 user, 3 assistant, 0 tool)." in result.summary_text
 
 
@@ -113,7 +113,7 @@ async def test_echoing_model_is_degenerate_and_falls_back(
     result = await summarize(chat([200] * 4), llm_settings(max_attempts=2))
     assert result is not None
     assert result.metadata["failed_llm_calls"] == 2
-    assert result.metadata["fallback"] and result.summary_text.startswith(FALLBACK_NOTE)
+    assert result.metadata["fallback"] and result.summary_text.startswith(FALLBACK_PREFIX)
 
 
 async def test_none_answer_is_degenerate(fake_llm: FakeLLM, llm_settings: Settings) -> None:

@@ -7,7 +7,7 @@ import json
 
 from summarizer.prompts import PROMPT_VERSION, merge_request, summary_request
 
-PINNED = ("2025-06.1", "5e3b5205aebc857d0f1fb80a87f5ae2df99b4aad5de1034749109b259c4a6733")
+PINNED = ("2026-11.1", "d9bf0491232519145130274477ce9e4236cffaff4efa7e7c14ea4fdb5f2076a4")
 """(PROMPT_VERSION, sha256 of every request the prompts module builds) when last reviewed."""
 
 
