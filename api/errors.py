@@ -69,6 +69,12 @@ class SummarizationInProgress(Conflict):
     """A summarization of the session holds it longer than the caller may wait."""
 
 
+class SummarizationTimeout(PrecisError):
+    """An explicit compaction ran past its deadline; nothing of it was stored."""
+
+    status_code = 504
+
+
 class PayloadTooLarge(PrecisError):
     status_code = 413
 

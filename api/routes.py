@@ -27,6 +27,7 @@ from api.errors import (
     SessionExists,
     SessionNotFound,
     SummarizationInProgress,
+    SummarizationTimeout,
     SummaryNotFound,
     Unauthorized,
     UnsupportedMediaType,
@@ -249,7 +250,9 @@ async def history(
 
 @router.post(
     "/sessions/{session_id}/compact",
-    responses=responses(*COMMON, SessionNotFound, SummarizationInProgress, *BODY),
+    responses=responses(
+        *COMMON, SessionNotFound, SummarizationInProgress, SummarizationTimeout, *BODY
+    ),
 )
 async def compact(
     session_id: SessionPath,

@@ -30,7 +30,8 @@ ToolCallId = Annotated[str, Field(min_length=1, max_length=256)]
 ParticipantName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 """Optional participant name, as OpenAI accepts it."""
 
-Role = Literal["system", "user", "assistant", "tool"]
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+"""`developer` is OpenAI's newer name for `system`; both are accepted and kept as given."""
 
 MAX_JSON_DEPTH = 16
 """Deepest nesting accepted in metadata and content: enough for real data, bounded for safety."""

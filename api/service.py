@@ -14,7 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import store
 from api.context import Item, assemble, openai_message, summary_message
 from api.db.models import Message, Session, Summary
-from api.errors import BadRequest, PayloadTooLarge, SummarizationInProgress
+from api.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    SummarizationInProgress,
+    SummarizationTimeout,
+)
 from api.locks import SummarizerBusy
 from api.schemas import (
     AppendResponse,
@@ -229,9 +234,19 @@ async def history(
         # Give the connection back to the pool while the LLM works.
         await db.commit()
         with suppress(SummarizerBusy):
-            summary = await summarizer.run(
-                session.id, "proactive", "token_limit", wait_seconds=INLINE_WAIT_SECONDS
-            )
+            try:
+                async with asyncio.timeout(summarizer.settings.summary_inline_deadline_seconds):
+                    summary = await summarizer.run(
+                        session.id,
+                        "proactive",
+                        "token_limit",
+                        wait_seconds=INLINE_WAIT_SECONDS,
+                        keep_pending_turn=True,
+                    )
+            except TimeoutError:
+                # The chat turn cannot wait: answer the truncated context, summarize later.
+                await summarizer.schedule(session.id, "token_limit")
+                return loaded.model_copy(update={"summarization_pending": True})
             if summary is not None:
                 # One compaction only: whatever it achieved, truncation does the rest.
                 loaded = await load_history(db, summarizer, session, summary_limit, max_tokens)
@@ -280,13 +295,25 @@ async def compact(
     session = await store.get_session(db, tenant, external_id)
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
     await db.commit()  # give the connection back to the pool while the LLM works
+    deadline = summarizer.settings.summary_compact_deadline_seconds
     try:
-        summary = await summarizer.run(
-            session.id, body.trigger, body.trigger, keep_last_n, wait_seconds=COMPACT_WAIT_SECONDS
-        )
+        async with asyncio.timeout(deadline):
+            summary = await summarizer.run(
+                session.id,
+                body.trigger,
+                body.trigger,
+                keep_last_n,
+                wait_seconds=COMPACT_WAIT_SECONDS,
+                keep_pending_turn=body.trigger == "overflow_retry",
+            )
     except SummarizerBusy as exc:
         raise SummarizationInProgress(
             "a summarization of this session is still running; retry shortly"
+        ) from exc
+    except TimeoutError as exc:
+        raise SummarizationTimeout(
+            f"the summarization did not finish within {deadline:g} s "
+            "(SUMMARY_COMPACT_DEADLINE_SECONDS); nothing was stored, retry later"
         ) from exc
     session = await store.get_session(db, tenant, external_id)  # 404 if deleted meanwhile
     loaded = await load_history(db, summarizer, session, None, None)

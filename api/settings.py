@@ -146,6 +146,13 @@ class Settings(BaseSettings):
     compaction runs while its request holds a connection, so one shared pool could deadlock.
     """
 
+    summary_inline_deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    """Longest compaction a history load runs inline; past it the load answers the truncated
+    context at once and the summarization is left to a background job."""
+    summary_compact_deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    """Longest `POST /compact` (waiting for a running summarization included); past it the
+    answer is 504 `SummarizationTimeout` and nothing of the cut-short run is stored."""
+
     max_message_bytes: PositiveInt = 1_000_000
     """Largest accepted message (its JSON encoding); larger ones get 413."""
     max_request_bytes: Annotated[int, Field(ge=1)] = 32_000_000

@@ -58,8 +58,12 @@ class Summarizer:
         reason: Reason,
         keep_last_n: int | None = None,
         wait_seconds: float = 0.0,
+        keep_pending_turn: bool = False,
     ) -> Summary | None:
         """Summarize what follows the newest live summary, then roll up if over the limit.
+
+        With `keep_pending_turn` (an inline compaction before the backend's LLM call), a
+        newest message from the user is the question being answered: it is never summarized.
 
         Raises `SummarizerBusy` when another summarization holds the session longer than
         `wait_seconds`. Returns the new summary, or None when nothing was left to summarize,
@@ -68,7 +72,9 @@ class Summarizer:
         async with self.locks.hold(session_id, wait_seconds):
             started = time.perf_counter()
             try:
-                summary = await self._summarize_backlog(session_id, trigger, reason, keep_last_n)
+                summary = await self._summarize_backlog(
+                    session_id, trigger, reason, keep_last_n, keep_pending_turn
+                )
                 if summary is not None:
                     metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
                 rolled_up = await self._roll_up(session_id, trigger)
@@ -81,7 +87,12 @@ class Summarizer:
             return summary
 
     async def _summarize_backlog(
-        self, session_id: int, trigger: Trigger, reason: Reason, keep_last_n: int | None
+        self,
+        session_id: int,
+        trigger: Trigger,
+        reason: Reason,
+        keep_last_n: int | None,
+        keep_pending_turn: bool,
     ) -> Summary | None:
         async with self.sessionmaker() as db:
             session = await store.get_session_by_id(db, session_id)
@@ -92,6 +103,8 @@ class Summarizer:
             after_seq = live[-1].last_seq if live else 0
             messages = await store.messages_after(db, session_id, after_seq)
         keep = policy.keep_last_n if keep_last_n is None else keep_last_n
+        if keep_pending_turn and messages and messages[-1].role == "user":
+            keep = max(keep, 1)
         engine_settings = self.engine_settings(
             policy, keep_last_n=keep, previous_summary=live[-1].summary_text if live else None
         )
@@ -165,6 +178,11 @@ class Summarizer:
             await self._save(session_id, draft)
             metrics.SUMMARIES.labels(trigger, "rollup").inc()
             rolled_up = True
+
+    async def schedule(self, session_id: int, reason: Reason) -> None:
+        """Leave the session's summarization to a background job (durably queued now)."""
+        async with self.writing() as db:
+            await store.enqueue_job(db, session_id, "proactive", reason)
 
     @asynccontextmanager
     async def writing(self) -> AsyncIterator[AsyncSession]:

@@ -150,7 +150,9 @@ async def test_compact_with_the_llm_down_answers_with_a_truncated_fallback(
 ) -> None:
     fake_llm.fail_always(503)
     await append(client, "inline", *(user(f"question {i}") for i in range(8)))
-    answer = await client.post("/v1/sessions/inline/compact", json={"trigger": "overflow_retry"})
+    answer = await client.post(
+        "/v1/sessions/inline/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert (body["summary"]["first_seq"], body["summary"]["last_seq"]) == (1, 8)
@@ -203,11 +205,15 @@ async def test_after_an_outage_the_llm_summarizes_the_rest_normally(
 ) -> None:
     fake_llm.fail_always(503)
     await append(client, "outage", *(user(f"before {i}") for i in range(4)))
-    down = await client.post("/v1/sessions/outage/compact", json={"trigger": "overflow_retry"})
+    down = await client.post(
+        "/v1/sessions/outage/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
     assert down.json()["summary"]["metadata"]["truncated"] is True
     fake_llm.fail_always(None)
     await append(client, "outage", *(user(f"after {i}") for i in range(4)))
-    up = await client.post("/v1/sessions/outage/compact", json={"trigger": "overflow_retry"})
+    up = await client.post(
+        "/v1/sessions/outage/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
     assert up.status_code == 200, up.text
     summary = up.json()["summary"]
     assert (summary["first_seq"], summary["last_seq"]) == (5, 8)
@@ -344,14 +350,16 @@ async def test_a_connection_killed_while_a_summary_is_written_leaves_none_of_it(
         store, "_link_messages", pause_before(store._link_messages, reached, resume)
     )
     request = asyncio.create_task(
-        client.post("/v1/sessions/write/compact", json={"trigger": "overflow_retry"})
+        client.post("/v1/sessions/write/compact", json={"trigger": "manual", "keep_last_n": 0})
     )
     assert await kill_when_reached(database_url, reached, resume) >= 1
     answer = await request
     assert answer.status_code == 503, answer.text
     assert await count(sessionmaker, Summary) == 0
     assert await count(sessionmaker, SummaryMessage) == 0
-    retried = await client.post("/v1/sessions/write/compact", json={"trigger": "overflow_retry"})
+    retried = await client.post(
+        "/v1/sessions/write/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
     assert retried.status_code == 200, retried.text
     assert retried.json()["summary"]["message_count"] == 6
     await assert_nothing_lost(sessionmaker, "write", 6)
@@ -430,7 +438,7 @@ async def test_sigterm_finishes_in_flight_requests_and_a_new_process_resumes_the
             await wait_until(background.entered)
             await append(http, "fg", *(user(f"HOLD-INLINE {i}") for i in range(3)))
             compact = asyncio.create_task(
-                http.post("/v1/sessions/fg/compact", json={"trigger": "overflow_retry"})
+                http.post("/v1/sessions/fg/compact", json={"trigger": "manual", "keep_last_n": 0})
             )
             await wait_until(inline.entered)
             first.terminate()
@@ -471,7 +479,7 @@ async def test_a_compact_waiting_on_the_llm_holds_no_open_transaction(
     _llm, _background, inline = gated_llm
     await append(client, "wait", *(user(f"HOLD-INLINE {i}") for i in range(3)))
     compact = asyncio.create_task(
-        client.post("/v1/sessions/wait/compact", json={"trigger": "overflow_retry"})
+        client.post("/v1/sessions/wait/compact", json={"trigger": "manual", "keep_last_n": 0})
     )
     await wait_until(inline.entered)
     [(idle,)] = await admin_query(database_url, IDLE_IN_TRANSACTION)

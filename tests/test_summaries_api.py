@@ -33,7 +33,7 @@ async def test_summaries_list_newest_first_and_superseded_on_request(
 ) -> None:
     for i in range(3):
         await append(client, "list", user(f"part {i} a"), user(f"part {i} b"))
-        await compact(client, "list", trigger="overflow_retry")
+        await compact(client, "list", trigger="manual", keep_last_n=0)
     live = (await client.get("/v1/sessions/list/summaries")).json()["summaries"]
     every = (await client.get("/v1/sessions/list/summaries?include_superseded=true")).json()
     # Newest first means most recently created: the roll-up of 1..4 came after 5..6.
@@ -60,7 +60,7 @@ async def test_summary_detail_lists_its_source_message_ids(client: httpx.AsyncCl
 async def test_summaries_list_paginates_with_cursor(client: httpx.AsyncClient) -> None:
     for i in range(3):
         await append(client, "pages", user(f"m{i}"))
-        await compact(client, "pages", trigger="overflow_retry")
+        await compact(client, "pages", trigger="manual", keep_last_n=0)
     first = (await client.get("/v1/sessions/pages/summaries?limit=2")).json()
     second = (
         await client.get(f"/v1/sessions/pages/summaries?limit=2&cursor={first['next_cursor']}")
@@ -137,7 +137,7 @@ async def test_empty_llm_answer_is_never_stored_as_summary(
         summary_llm_backoff_seconds=0.01,
     ) as http:
         await append(http, "empty", user("Please book the 9:40 train to Lyon"), user("and a hotel"))
-        summary = (await compact(http, "empty", trigger="overflow_retry"))["summary"]
+        summary = (await compact(http, "empty", trigger="manual", keep_last_n=0))["summary"]
     assert summary["summary_text"].strip()
     assert summary["metadata"]["truncated"] is True
     assert summary["metadata"]["failed_llm_calls"] >= 1
@@ -268,7 +268,7 @@ async def test_tool_preview_settings_reach_the_summarizer_prompt(
         summary_tool_args_preview_chars=30,
     ) as http:
         await append(http, "previews", user("look it up"), call, result, user("thanks"))
-        await compact(http, "previews", trigger="overflow_retry")
+        await compact(http, "previews", trigger="manual", keep_last_n=0)
     prompt = " ".join(fake_llm.prompts())
     assert "RESHEAD" in prompt and "RESTAIL" not in prompt
     assert "ARGHEAD" in prompt and "ARGTAIL" not in prompt

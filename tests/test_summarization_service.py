@@ -155,14 +155,16 @@ async def test_a_job_with_no_legal_cut_ends_instead_of_rescheduling_itself(
     assert history["summaries"][0]["last_seq"] == 3
 
 
-async def test_overflow_retry_compact_summarizes_everything(client: httpx.AsyncClient) -> None:
+async def test_overflow_retry_compact_summarizes_all_but_the_pending_question(
+    client: httpx.AsyncClient,
+) -> None:
     await append(client, "overflow", *(user(f"m{i}") for i in range(6)))
     answer = await client.post("/v1/sessions/overflow/compact", json={"trigger": "overflow_retry"})
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert (body["summary"]["first_seq"], body["summary"]["last_seq"]) == (1, 6)
+    assert (body["summary"]["first_seq"], body["summary"]["last_seq"]) == (1, 5)
     assert body["summary"]["metadata"]["trigger"] == "overflow_retry"
-    assert body["history"]["messages"] == []
+    assert [message["seq"] for message in body["history"]["messages"]] == [6]
     assert body["history"]["context"][0]["role"] == "system"
 
 
@@ -221,7 +223,9 @@ async def test_failure_between_summary_insert_and_links_leaves_nothing(
         assert await db.scalar(select(func.count()).select_from(Summary)) == 0
         assert await db.scalar(select(func.count()).select_from(SummaryMessage)) == 0
     monkeypatch.undo()
-    retried = await client.post("/v1/sessions/crash/compact", json={"trigger": "overflow_retry"})
+    retried = await client.post(
+        "/v1/sessions/crash/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
     assert retried.status_code == 200
     assert retried.json()["summary"]["message_count"] == 8
 
