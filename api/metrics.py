@@ -34,5 +34,8 @@ APPEND_SECONDS = Histogram(
     "Append latency",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
+REPAIRED_SUMMARIES = Counter(
+    "precis_repaired_summaries_total", "Fallback summaries re-made with the model"
+)
 PENDING_JOBS = Gauge("precis_pending_summary_jobs", "Summarization jobs queued or running")
 JOB_FAILURES = Counter("precis_summary_job_failures_total", "Background jobs that failed")

@@ -146,6 +146,8 @@ class Settings(BaseSettings):
     compaction runs while its request holds a connection, so one shared pool could deadlock.
     """
 
+    summary_repair_interval_seconds: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    """How often the worker looks for live fallback summaries to re-make with the model."""
     summary_inline_deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
     """Longest compaction a history load runs inline; past it the load answers the truncated
     context at once and the summarization is left to a background job."""

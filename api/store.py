@@ -37,6 +37,7 @@ from api.errors import (
     SummaryNotFound,
     SummaryRangeConflict,
 )
+from summarizer.engine import FALLBACK_MODEL
 
 Model = TypeVar("Model")
 
@@ -735,9 +736,9 @@ async def _check_range(db: AsyncSession, session_id: int, draft: SummaryDraft) -
     absorbed = [summary for summary in live if summary.id in draft.absorbs]
     if len(absorbed) != len(draft.absorbs):
         raise SummaryRangeConflict("a summary to absorb is no longer live")
-    prefix = live[: len(absorbed)]
-    if prefix != absorbed:
-        raise SummaryRangeConflict("a roll-up absorbs the oldest live summaries, in order")
+    start = live.index(absorbed[0])
+    if live[start : start + len(absorbed)] != absorbed:
+        raise SummaryRangeConflict("a roll-up absorbs consecutive live summaries, in order")
     if (draft.first_seq, draft.last_seq) != (absorbed[0].first_seq, absorbed[-1].last_seq):
         raise SummaryRangeConflict("a roll-up covers exactly the summaries it absorbs")
 
@@ -782,6 +783,42 @@ async def backlog(db: AsyncSession, session_id: int, last_seq: int) -> Backlog:
     after_seq = int(after_seq or 0)
     return Backlog(
         after_seq=after_seq, message_count=last_seq - after_seq, token_count=int(tokens or 0)
+    )
+
+
+async def messages_between(
+    db: AsyncSession, session_id: int, first_seq: int, last_seq: int
+) -> list[Message]:
+    """The messages of seqs `first_seq..last_seq`, ascending."""
+    return list(
+        await db.scalars(
+            select(Message)
+            .where(Message.session_id == session_id, Message.seq.between(first_seq, last_seq))
+            .order_by(Message.seq)
+        )
+    )
+
+
+async def live_fallback_summaries(db: AsyncSession, limit: int) -> list[Summary]:
+    """Live summaries written without the model (any session), oldest first."""
+    return list(
+        await db.scalars(
+            select(Summary)
+            .where(Summary.model == FALLBACK_MODEL, Summary.superseded_by.is_(None))
+            .order_by(Summary.id)
+            .limit(limit)
+        )
+    )
+
+
+async def summary_before(db: AsyncSession, session_id: int, first_seq: int) -> Summary | None:
+    """The live summary ending right before `first_seq`, if any."""
+    return await db.scalar(
+        select(Summary).where(
+            Summary.session_id == session_id,
+            Summary.superseded_by.is_(None),
+            Summary.last_seq == first_seq - 1,
+        )
     )
 
 

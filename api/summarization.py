@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import metrics, store
 from api.context import openai_message
 from api.db.models import Session, Summary
-from api.errors import SessionGone
-from api.locks import SessionLocks
+from api.errors import SessionGone, SummaryRangeConflict
+from api.locks import SessionLocks, SummarizerBusy
 from api.settings import Settings, SummaryPolicy
 from summarizer import EngineSettings, merge_summaries, summarize
 
@@ -183,6 +183,69 @@ class Summarizer:
         """Leave the session's summarization to a background job (durably queued now)."""
         async with self.writing() as db:
             await store.enqueue_job(db, session_id, "proactive", reason)
+
+    async def repair(self, fallback_id: int) -> Summary | None:
+        """Re-make a live fallback summary from its source messages with the model.
+
+        The repair covers the same seqs and supersedes the fallback one level above it (so
+        the superseded chain stays upward), with `metadata.repair_of` naming it. Returns None,
+        storing nothing, when the model still fails, the session is busy, or the fallback is
+        gone (superseded meanwhile, or its session deleted).
+        """
+        async with self.sessionmaker() as db:
+            fallback = await store.get_summary_by_id(db, fallback_id)
+        if fallback is None or fallback.superseded_by is not None:
+            return None
+        session_id = fallback.session_id
+        try:
+            async with self.locks.hold(session_id, 0.0):
+                async with self.sessionmaker() as db:
+                    session = await store.get_session_by_id(db, session_id)
+                    if session is None:
+                        return None
+                    policy = self.settings.policy(session.settings)
+                    before = await store.summary_before(db, session_id, fallback.first_seq)
+                    messages = await store.messages_between(
+                        db, session_id, fallback.first_seq, fallback.last_seq
+                    )
+                engine_settings = self.engine_settings(
+                    policy, keep_last_n=0, previous_summary=before.summary_text if before else None
+                )
+                result = await summarize(
+                    [{**openai_message(message), "seq": message.seq} for message in messages],
+                    engine_settings,
+                    trigger=fallback.metadata_.get("trigger", "proactive"),
+                    trigger_reason=fallback.metadata_.get("trigger_reason", "manual"),
+                )
+                if result is not None:
+                    self._count_llm(result.metadata)
+                if (
+                    result is None
+                    or result.metadata["fallback"]
+                    or result.last_seq != fallback.last_seq
+                    or not result.summary_text.strip()
+                ):
+                    return None
+                draft = store.SummaryDraft(
+                    first_seq=fallback.first_seq,
+                    last_seq=fallback.last_seq,
+                    summary_text=result.summary_text,
+                    summary_prompt=result.prompt,
+                    model=result.model,
+                    temperature=policy.temperature,
+                    target_summary_tokens=policy.target_tokens,
+                    keep_last_n=0,
+                    approx_tokens=result.summary_tokens,
+                    metadata={**result.metadata, "repair_of": fallback.id},
+                    level=fallback.level + 1,
+                    absorbs=(fallback.id,),
+                )
+                repaired = await self._save(session_id, draft)
+        except (SummarizerBusy, SessionGone, SummaryRangeConflict):
+            return None
+        metrics.REPAIRED_SUMMARIES.inc()
+        logger.info("fallback summary %s repaired as summary %s", fallback.id, repaired.id)
+        return repaired
 
     @asynccontextmanager
     async def writing(self) -> AsyncIterator[AsyncSession]:

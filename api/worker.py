@@ -19,6 +19,7 @@ from api import metrics, store
 from api.db.models import SummaryJob, utcnow
 from api.locks import SummarizerBusy
 from api.summarization import Summarizer, schedule_if_due
+from summarizer.retry import describe
 
 logger = logging.getLogger("precis.worker")
 
@@ -44,6 +45,9 @@ BACKOFF_BASE_SECONDS = 2.0
 BACKOFF_MAX_SECONDS = 600.0
 """Longest delay between retries of a failed job."""
 
+REPAIRS_PER_ROUND = 20
+"""Fallback summaries one repair round takes on at most; the next round takes the rest."""
+
 
 def backoff(attempts: int) -> float:
     delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** max(attempts - 1, 0))
@@ -58,10 +62,12 @@ class Worker:
         self._stopping = False
         self._loops: list[asyncio.Task[None]] = []
         self._summarizing: set[asyncio.Task[None]] = set()
+        self._repairing: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._stopping = False
         self._loops = [asyncio.create_task(self._loop()) for _ in range(self._concurrency)]
+        self._repairing = asyncio.create_task(self._repair_loop())
 
     def wake(self) -> None:
         """A job was enqueued and committed: look now instead of at the next poll."""
@@ -77,8 +83,30 @@ class Worker:
         self._wake.set()
         for task in self._summarizing:
             task.cancel()
+        if self._repairing is not None:
+            self._repairing.cancel()  # a repair cut short stores nothing
+            await asyncio.gather(self._repairing, return_exceptions=True)
+            self._repairing = None
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops = []
+
+    async def _repair_loop(self) -> None:
+        """Every SUMMARY_REPAIR_INTERVAL_SECONDS, re-make live fallback summaries with the model.
+
+        A round stops at the first fallback the model still cannot replace: while it is down,
+        one attempt per interval is all it costs.
+        """
+        interval = self._summarizer.settings.summary_repair_interval_seconds
+        while not self._stopping:
+            await asyncio.sleep(interval)
+            try:
+                async with self._summarizer.sessionmaker() as db:
+                    fallbacks = await store.live_fallback_summaries(db, REPAIRS_PER_ROUND)
+                for fallback in fallbacks:
+                    if await self._summarizer.repair(fallback.id) is None:
+                        break
+            except Exception as exc:
+                logger.warning("repairing fallback summaries failed: %s", describe(exc))
 
     async def _loop(self) -> None:
         while not self._stopping:

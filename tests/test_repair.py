@@ -1,0 +1,103 @@
+"""Fallback summaries are repaired: once the model answers again, every lost fact comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import store
+from scripts.fake_llm import FakeLLM
+from tests.helpers import WAIT_SECONDS, append, assistant, user
+from tests.invariants import invariant_violations
+
+
+@pytest.fixture
+def settings_overrides(fake_llm: FakeLLM) -> dict[str, Any]:
+    return {
+        "summary_model": "openai/fake",
+        "summary_api_base": fake_llm.base_url,
+        "summary_api_key": "test",
+        "summary_llm_max_attempts": 2,
+        "summary_llm_backoff_seconds": 0.01,
+        "summary_llm_timeout_seconds": 2.0,
+        "summary_keep_last_n": 2,
+        "summary_message_limit": 12,
+        "summary_workers": 1,
+        "summary_repair_interval_seconds": 0.2,
+        "summary_target_tokens": 60,
+    }
+
+
+def facts(first: int, count: int) -> list[dict[str, Any]]:
+    """`count` turns of a user fact and a long assistant reply (the fallback cannot keep all)."""
+    turns = []
+    for index in range(first, first + count):
+        turns.append(user(f"Remember MARKER-f{index}: " + "the plan is long " * 30))
+        turns.append(assistant("Noted. " + "details of the plan " * 30))
+    return turns
+
+
+async def live_summaries(client: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
+    answer = await client.get(f"/v1/sessions/{session}/summaries")
+    return list(answer.json()["summaries"])
+
+
+async def wait_for(client: httpx.AsyncClient, session: str, repaired: bool) -> list[Any]:
+    """Poll until a live summary exists and (with `repaired`) none is a fallback."""
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        live = await live_summaries(client, session)
+        if live and (not repaired or all(s["model"] != "fallback" for s in live)):
+            return live
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {'repaired ' if repaired else ''}summary within {WAIT_SECONDS} s")
+
+
+async def test_a_fallback_summary_is_repaired_once_the_model_is_back(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    fake_llm.mode = "marker_echo"
+    fake_llm.fail_always(503)
+    await append(client, "outage", *facts(0, 6))
+    [fallback] = await wait_for(client, "outage", repaired=False)
+    assert fallback["model"] == "fallback"
+    context = str((await client.get("/v1/sessions/outage/history")).json()["context"])
+    lost = {f"MARKER-f{i}" for i in range(5)} - set(re.findall(r"MARKER-f\d+", context))
+    assert lost  # the deterministic summary could not keep every fact
+
+    fake_llm.fail_always(None)
+    [repaired] = await wait_for(client, "outage", repaired=True)
+    assert repaired["metadata"]["repair_of"] == fallback["id"]
+    assert (repaired["first_seq"], repaired["last_seq"]) == (
+        fallback["first_seq"],
+        fallback["last_seq"],
+    )
+    assert repaired["model"] == "openai/fake"
+    context = str((await client.get("/v1/sessions/outage/history")).json()["context"])
+    assert {f"MARKER-f{i}" for i in range(6)} <= set(re.findall(r"MARKER-f\d+", context))
+    every = (await client.get("/v1/sessions/outage/summaries?include_superseded=true")).json()
+    old = next(s for s in every["summaries"] if s["id"] == fallback["id"])
+    assert old["superseded_by"] == repaired["id"]
+    async with sessionmaker() as db:
+        pk = (await store.get_session(db, "default", "outage")).id
+        assert await invariant_violations(db, pk) == []
+
+
+async def test_while_the_model_is_down_the_fallback_stays_and_nothing_else_is_stored(
+    client: httpx.AsyncClient, fake_llm: FakeLLM
+) -> None:
+    fake_llm.fail_always(503)
+    await append(client, "still-down", *facts(0, 6))
+    [fallback] = await wait_for(client, "still-down", repaired=False)
+    calls = len(fake_llm.calls)
+    await asyncio.sleep(0.6)  # about three repair rounds
+    assert len(fake_llm.calls) > calls  # the repair tried
+    every = (await client.get("/v1/sessions/still-down/summaries?include_superseded=true")).json()
+    assert [s["id"] for s in every["summaries"]] == [fallback["id"]]
