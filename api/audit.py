@@ -407,9 +407,14 @@ async def end_mismatches(db: AsyncSession, session_id: int) -> list[EndMismatch]
 
 
 async def coverage_problems(
-    db: AsyncSession, session_id: int, through_seq: int, limit: int = EXAMPLE_LIMIT
+    db: AsyncSession,
+    session_id: int,
+    through_seq: int,
+    limit: int = EXAMPLE_LIMIT,
+    after_seq: int = 0,
 ) -> tuple[int, list[CoverageProblem]]:
-    """Messages with seq <= `through_seq` not linked to exactly one live summary (invariant 1).
+    """Messages with seq in `after_seq+1..through_seq` not linked to exactly one live summary
+    (invariant 1; the pinned prefix, up to `after_seq`, is never summarized).
 
     Returns how many there are and the first few.
     """
@@ -422,7 +427,11 @@ async def coverage_problems(
             Summary,
             and_(Summary.id == SummaryMessage.summary_id, Summary.superseded_by.is_(None)),
         )
-        .where(Message.session_id == session_id, Message.seq <= through_seq)
+        .where(
+            Message.session_id == session_id,
+            Message.seq > after_seq,
+            Message.seq <= through_seq,
+        )
         .group_by(Message.id, Message.seq)
         .having(live_links != 1)
         .subquery()

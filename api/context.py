@@ -81,14 +81,20 @@ def assemble(
     messages: Sequence[Item],
     max_tokens: int | None,
     not_loaded: int = 0,
+    pinned: Sequence[Item] = (),
 ) -> AssembledContext:
-    """Summaries first, then the messages with tool pairs repaired; fit to `max_tokens`.
+    """The pinned prefix, summaries, then the messages with tool pairs repaired; fit to
+    `max_tokens`.
 
-    Over budget, the oldest message units (a tool call with its results counts as one)
-    are dropped behind one marker message; the newest unit always stays. If that is not
-    enough, the oldest summaries go too. `not_loaded` counts older messages the loader
-    left unread because the budget was already spent: they are dropped as well.
+    The pinned prefix always stays, verbatim. Over budget, the oldest message units (a
+    tool call with its results counts as one) are dropped behind one marker message; the
+    newest unit always stays. If that is not enough, the oldest summaries go too.
+    `not_loaded` counts older messages the loader left unread because the budget was
+    already spent: they are dropped as well.
     """
+    pinned_tokens = sum(item.tokens for item in pinned)
+    if max_tokens is not None:
+        max_tokens -= pinned_tokens
     units = tool_safe_units(messages)
     kept_summaries = list(summaries)
     dropped = not_loaded
@@ -109,7 +115,7 @@ def assemble(
             budget += kept_summaries.pop(0).tokens
         if dropped or len(kept_summaries) < len(summaries):
             kept_summaries.append(marker)
-    items = kept_summaries + [item for unit in units for item in unit]
+    items = [*pinned, *kept_summaries] + [item for unit in units for item in unit]
     return AssembledContext(
         messages=[item.message for item in items],
         token_estimate=sum(item.tokens for item in items),

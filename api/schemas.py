@@ -269,6 +269,10 @@ class SummaryList(BaseModel):
 
 class History(BaseModel):
     session_id: str
+    pinned: list[MessageOut] = Field(
+        description="The pinned prefix (leading system/developer messages no loaded summary "
+        "covers): always first in `context`, verbatim, never truncated."
+    )
     summaries: list[SummaryOut]
     messages: list[MessageOut]
     context: list[dict[str, Any]]

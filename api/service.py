@@ -263,17 +263,27 @@ async def load_history(
     """Latest live summaries and the messages after them, assembled under `max_tokens`."""
     policy = summarizer.settings.policy(session.settings)
     summaries = await store.live_summaries(db, session.id, summary_limit or policy.summary_limit)
-    after_seq = summaries[-1].last_seq if summaries else 0
-    messages = await store.tail_within_budget(db, session.id, after_seq, max_tokens)
+    # The pinned prefix is shown unless a loaded summary covers it (pinning was off when the
+    # session's first summary was made).
+    pinned_seq = session.pinned_seq
+    if summaries and summaries[0].first_seq <= pinned_seq:
+        pinned_seq = 0
+    pinned = await store.messages_between(db, session.id, 1, pinned_seq) if pinned_seq else []
+    pinned_tokens = sum(message.token_count for message in pinned)
+    after_seq = summaries[-1].last_seq if summaries else pinned_seq
+    budget = None if max_tokens is None else max(1, max_tokens - pinned_tokens)
+    messages = await store.tail_within_budget(db, session.id, after_seq, budget)
     first_loaded = messages[0].seq if messages else session.last_seq + 1
     context = assemble(
         [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in summaries],
         [Item(openai_message(message), message.token_count) for message in messages],
         max_tokens,
         not_loaded=first_loaded - after_seq - 1,
+        pinned=[Item(openai_message(message), message.token_count) for message in pinned],
     )
     return History(
         session_id=session.external_id,
+        pinned=[message_out(message) for message in pinned],
         summaries=[summary_out(summary, session.external_id) for summary in summaries],
         messages=[message_out(message) for message in messages],
         context=context.messages,

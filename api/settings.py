@@ -70,6 +70,7 @@ class SummaryOverrides(BaseModel):
     model: ModelName | None = None
     model_context_tokens: OverrideCount | None = None
     temperature: Temperature | None = None
+    pin_system: bool | None = None
 
 
 class SummaryPolicy(BaseModel):
@@ -91,6 +92,7 @@ class SummaryPolicy(BaseModel):
     model: str
     model_context_tokens: int | None
     temperature: float
+    pin_system: bool
 
 
 class Settings(BaseSettings):
@@ -121,6 +123,8 @@ class Settings(BaseSettings):
     summary_api_key: SecretStr | None = None
     summary_model_context_tokens: PositiveInt | None = None
     summary_temperature: Temperature = 0.3
+    summary_pin_system: bool = True
+    """Leading system/developer messages are never summarized and head every context."""
 
     summary_llm_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
     """Timeout of one summarizer LLM call."""
@@ -186,6 +190,7 @@ class Settings(BaseSettings):
             model=self.summary_model,
             model_context_tokens=self.summary_model_context_tokens,
             temperature=self.summary_temperature,
+            pin_system=self.summary_pin_system,
         )
         if overrides is None:
             return base

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    case,
     delete,
     func,
     insert,
@@ -239,13 +240,14 @@ async def append_messages(
     the append is two statements: lock-and-reserve, then one multi-row INSERT.
     """
     reserve = 0 if any(message.client_id is not None for message in batch) else len(batch)
-    session = await _lock_session(db, tenant, external_id, reserve)
+    leading = leading_pinned(batch) if reserve else 0
+    session = await _lock_session(db, tenant, external_id, reserve, leading)
     for _attempt in range(CREATE_ATTEMPTS):
         if session is not None:
             break
         await db.execute(_insert_ignoring_conflicts(db, tenant, external_id))
         # None again only if a concurrent DELETE removed the row just inserted or found.
-        session = await _lock_session(db, tenant, external_id, reserve)
+        session = await _lock_session(db, tenant, external_id, reserve, leading)
     if session is None:
         raise Conflict("the session was deleted while this append ran; retry")
     now = utcnow()
@@ -270,9 +272,16 @@ async def append_messages(
     if fresh:
         inserted = await _insert_messages(db, session.id, session.last_seq + 1, fresh, now)
         last_seq = session.last_seq + len(fresh)
-        await db.execute(_SET_LAST_SEQ, {"p_session_id": session.id, "p_last_seq": last_seq})
-        # Committed value, not a change: the UPDATE above already wrote it.
+        pinned_seq = session.pinned_seq
+        if pinned_seq == session.last_seq:
+            pinned_seq += leading_pinned(fresh)
+        await db.execute(
+            _SET_LAST_SEQ,
+            {"p_session_id": session.id, "p_last_seq": last_seq, "p_pinned_seq": pinned_seq},
+        )
+        # Committed values, not changes: the UPDATE above already wrote them.
         set_committed_value(session, "last_seq", last_seq)
+        set_committed_value(session, "pinned_seq", pinned_seq)
         for message in inserted:
             if message.client_id is not None:
                 known[message.client_id] = message
@@ -300,9 +309,32 @@ _LOCK_SESSION = (
     .values(
         updated_at=bindparam("p_now", type_=_sessions.updated_at.type),
         last_seq=_sessions.last_seq + bindparam("p_reserve", type_=_sessions.last_seq.type),
+        # the pinned prefix grows while every message so far belongs to it
+        pinned_seq=case(
+            (
+                _sessions.pinned_seq == _sessions.last_seq,
+                _sessions.last_seq + bindparam("p_leading", type_=_sessions.last_seq.type),
+            ),
+            else_=_sessions.pinned_seq,
+        ),
     )
     .returning(*_SESSION_TABLE.columns)
 )
+
+PINNED_ROLES = frozenset({"system", "developer"})
+"""Roles of the pinned prefix: the leading messages that are never summarized."""
+
+
+def leading_pinned(batch: Sequence[NewMessage]) -> int:
+    """How many messages at the start of `batch` have a pinned role."""
+    count = 0
+    for message in batch:
+        if message.role not in PINNED_ROLES:
+            break
+        count += 1
+    return count
+
+
 """A Core UPDATE: the ORM-enabled one rebuilt its cache key and an ORM object on every append."""
 
 _SESSION_ATTRIBUTES = tuple(
@@ -312,20 +344,30 @@ _SESSION_ATTRIBUTES = tuple(
 _SET_LAST_SEQ = (
     update(_SESSION_TABLE)
     .where(_sessions.id == bindparam("p_session_id"))
-    .values(last_seq=bindparam("p_last_seq", type_=_sessions.last_seq.type))
+    .values(
+        last_seq=bindparam("p_last_seq", type_=_sessions.last_seq.type),
+        pinned_seq=bindparam("p_pinned_seq", type_=_sessions.pinned_seq.type),
+    )
 )
 
 
 async def _lock_session(
-    db: AsyncSession, tenant: str, external_id: str, reserve: int = 0
+    db: AsyncSession, tenant: str, external_id: str, reserve: int, leading: int
 ) -> Session | None:
-    """Lock the session row, touch `updated_at` and add `reserve` to `last_seq`.
+    """Lock the session row, touch `updated_at`, add `reserve` to `last_seq` (and `leading`
+    to `pinned_seq` while the session holds nothing but its pinned prefix).
 
     Returns the row as a `Session` outside the ORM session: the append only reads it.
     """
     result = await db.execute(
         _LOCK_SESSION,
-        {"p_tenant": tenant, "p_external_id": external_id, "p_now": utcnow(), "p_reserve": reserve},
+        {
+            "p_tenant": tenant,
+            "p_external_id": external_id,
+            "p_now": utcnow(),
+            "p_reserve": reserve,
+            "p_leading": leading,
+        },
     )
     row = result.first()
     if row is None:
@@ -345,6 +387,7 @@ def _insert_ignoring_conflicts(db: AsyncSession, tenant: str, external_id: str) 
             metadata={},
             settings={},
             last_seq=0,
+            pinned_seq=0,
             created_at=now,
             updated_at=now,
         )
@@ -647,17 +690,20 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
     The range is checked inside the transaction against the live summaries, so a
     duplicate or overlapping summary cannot land even when two writers race.
     """
-    last_seq = await db.scalar(
-        update(Session)
-        .where(Session.id == session_id)
-        .values(last_seq=Session.last_seq)
-        .returning(Session.last_seq)
-    )
-    if last_seq is None:
+    locked = (
+        await db.execute(
+            update(Session)
+            .where(Session.id == session_id)
+            .values(last_seq=Session.last_seq)
+            .returning(Session.last_seq, Session.pinned_seq)
+        )
+    ).first()
+    if locked is None:
         raise SessionGone("the session no longer exists")
+    last_seq, pinned_seq = locked
     if draft.last_seq < draft.first_seq or draft.last_seq > last_seq or draft.first_seq < 1:
         raise SummaryRangeConflict(f"seq range {draft.first_seq}..{draft.last_seq} is not stored")
-    await _check_range(db, session_id, draft)
+    await _check_range(db, session_id, draft, pinned_seq)
 
     stats = (
         await db.execute(
@@ -718,7 +764,9 @@ async def _link_messages(
     )
 
 
-async def _check_range(db: AsyncSession, session_id: int, draft: SummaryDraft) -> None:
+async def _check_range(
+    db: AsyncSession, session_id: int, draft: SummaryDraft, pinned_seq: int
+) -> None:
     live = list(
         await db.scalars(
             select(Summary)
@@ -727,10 +775,12 @@ async def _check_range(db: AsyncSession, session_id: int, draft: SummaryDraft) -
         )
     )
     if not draft.absorbs:
-        expected_first = live[-1].last_seq + 1 if live else 1
-        if draft.first_seq != expected_first:
+        # a session's first summary starts at 1, or after its pinned prefix
+        expected = {live[-1].last_seq + 1} if live else {1, pinned_seq + 1}
+        if draft.first_seq not in expected:
             raise SummaryRangeConflict(
-                f"summary must start at seq {expected_first}, not {draft.first_seq}"
+                f"summary must start at seq {' or '.join(map(str, sorted(expected)))}, "
+                f"not {draft.first_seq}"
             )
         return
     absorbed = [summary for summary in live if summary.id in draft.absorbs]
@@ -771,16 +821,22 @@ _summarized_seq = (
 _BACKLOG = select(
     _summarized_seq,
     select(func.coalesce(func.sum(_messages.token_count), 0))
-    .where(_messages.session_id == bindparam("p_session_id"), _messages.seq > _summarized_seq)
+    .where(
+        _messages.session_id == bindparam("p_session_id"),
+        _messages.seq > _summarized_seq,
+        _messages.seq > bindparam("p_floor"),
+    )
     .scalar_subquery(),
 )
 """The newest live summary's last seq and the tokens after it, in one round trip."""
 
 
-async def backlog(db: AsyncSession, session_id: int, last_seq: int) -> Backlog:
-    """Count and tokens of the messages after the newest live summary (an index range scan)."""
-    after_seq, tokens = (await db.execute(_BACKLOG, {"p_session_id": session_id})).one()
-    after_seq = int(after_seq or 0)
+async def backlog(db: AsyncSession, session_id: int, last_seq: int, floor: int) -> Backlog:
+    """Count and tokens of the messages after the newest live summary and after `floor`
+    (the pinned prefix), in an index range scan."""
+    row = (await db.execute(_BACKLOG, {"p_session_id": session_id, "p_floor": floor})).one()
+    after_seq, tokens = row
+    after_seq = max(int(after_seq or 0), floor)
     return Backlog(
         after_seq=after_seq, message_count=last_seq - after_seq, token_count=int(tokens or 0)
     )

@@ -30,6 +30,11 @@ Trigger = Literal["proactive", "overflow_retry", "manual"]
 Reason = Literal["message_limit", "token_limit", "overflow_retry", "manual", "rollup"]
 
 
+def pinned_floor(session: Session, policy: SummaryPolicy) -> int:
+    """Where a session's first summary may start after: its pinned prefix, when pinned."""
+    return session.pinned_seq if policy.pin_system else 0
+
+
 def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> Reason | None:
     """Why the backlog after the newest live summary must be summarized now, if it must."""
     if not policy.dynamic_summary_enabled or backlog.message_count <= policy.keep_last_n:
@@ -100,7 +105,8 @@ class Summarizer:
                 return None
             policy = self.settings.policy(session.settings)
             live = await store.live_summaries(db, session_id, 1)
-            after_seq = live[-1].last_seq if live else 0
+            # the first summary starts after the pinned prefix, which is then never summarized
+            after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
             messages = await store.messages_after(db, session_id, after_seq)
         keep = policy.keep_last_n if keep_last_n is None else keep_last_n
         if keep_pending_turn and messages and messages[-1].role == "user":
@@ -297,7 +303,8 @@ async def schedule_if_due(db: AsyncSession, session: Session, settings: Settings
     policy = settings.policy(session.settings)
     if not policy.dynamic_summary_enabled:
         return None
-    reason = proactive_reason(policy, await store.backlog(db, session.id, session.last_seq))
+    floor = pinned_floor(session, policy)
+    reason = proactive_reason(policy, await store.backlog(db, session.id, session.last_seq, floor))
     if reason is not None:
         await store.enqueue_job(db, session.id, "proactive", reason)
     return reason

@@ -227,14 +227,19 @@ def live_of(summaries: Sequence[Summary]) -> list[Summary]:
 
 
 def check_live_ranges(session: Session, summaries: Sequence[Summary]) -> list[Violation]:
-    """Invariant 2: live summaries are contiguous, non-overlapping and start at seq 1."""
+    """Invariant 2: live summaries are contiguous, non-overlapping and start at seq 1 or
+    right after the pinned prefix."""
     live = live_of(summaries)
     if not live:
         return []
     found: list[Violation] = []
-    if live[0].first_seq != 1:
+    if live[0].first_seq not in (1, session.pinned_seq + 1):
         found.append(
-            Violation(LIVE, f"the oldest live summary, {span(live[0])}, does not start at 1")
+            Violation(
+                LIVE,
+                f"the oldest live summary, {span(live[0])}, starts neither at 1 nor after "
+                f"the pinned prefix (seq {session.pinned_seq})",
+            )
         )
     for previous, current in pairwise(live):
         if current.first_seq <= previous.last_seq:
@@ -268,7 +273,9 @@ async def check_coverage(
     if not live:
         return []
     through = max(summary.last_seq for summary in live)
-    total, problems = await audit.coverage_problems(db, session.id, through)
+    # the pinned prefix before the oldest live summary is never summarized
+    pinned = min(live[0].first_seq - 1, session.pinned_seq)
+    total, problems = await audit.coverage_problems(db, session.id, through, after_seq=pinned)
     if total == 0:
         return []
     shown = ", ".join(

@@ -7,7 +7,7 @@ from collections import Counter
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Message, Summary, SummaryMessage
+from api.db.models import Message, Session, Summary, SummaryMessage
 
 
 async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
@@ -20,7 +20,12 @@ async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
         )
     )
     problems: list[str] = []
-    expected_first = 1
+    pinned_seq = int(
+        await db.scalar(select(Session.pinned_seq).where(Session.id == session_id)) or 0
+    )
+    # the first live summary starts at 1, or after the pinned prefix it leaves out
+    pinned = min(pinned_seq, live[0].first_seq - 1) if live else pinned_seq
+    expected_first = pinned + 1
     for summary in live:
         if summary.first_seq != expected_first:
             problems.append(f"live summary {summary.id} starts at {summary.first_seq}")
@@ -39,7 +44,9 @@ async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
     ).all()
     for message_id, seq in messages:
         count = links.get(message_id, 0)
-        if seq <= newest_last and count != 1:
+        if seq <= pinned and count != 0:
+            problems.append(f"pinned message seq {seq} is linked")
+        elif pinned < seq <= newest_last and count != 1:
             problems.append(f"message seq {seq} is linked to {count} live summaries")
         if seq > newest_last and count != 0:
             problems.append(f"message seq {seq} after the newest summary is linked")

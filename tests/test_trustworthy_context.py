@@ -9,10 +9,13 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api import store
 from api.context import TRUNCATION_MARKER
 from api.db.models import Summary, SummaryJob, SummaryMessage
 from scripts.fake_llm import FakeLLM
 from tests.helpers import Gate, append, assistant, gated, user
+from tests.invariants import invariant_violations
+from tests.test_verify import run_verify
 
 SUMMARIZING: dict[str, Any] = {"summary_workers": 0, "summary_message_limit": 10_000}
 """The local model, no background jobs: only the compactions a test asks for."""
@@ -60,7 +63,7 @@ async def test_developer_messages_are_accepted_and_loaded_as_given(
     await append(client, "dev", developer, user("hello"))
     history = (await client.get("/v1/sessions/dev/history")).json()
     assert history["context"][0] == developer
-    assert history["messages"][0]["role"] == "developer"
+    assert history["pinned"][0]["role"] == "developer"
 
 
 def hung_llm(fake_llm: FakeLLM, **extra: Any) -> dict[str, Any]:
@@ -123,3 +126,54 @@ async def test_a_hung_model_times_compact_out_with_nothing_stored(
     async with sessionmaker() as db:
         assert await db.scalar(select(func.count()).select_from(Summary)) == 0
         assert await db.scalar(select(func.count()).select_from(SummaryMessage)) == 0
+
+
+async def compact_all(client: httpx.AsyncClient, session: str) -> dict[str, Any]:
+    answer = await client.post(
+        f"/v1/sessions/{session}/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+@pytest.mark.parametrize("settings_overrides", [SUMMARIZING], indirect=True)
+async def test_the_system_prompt_is_pinned_ahead_of_the_summaries(
+    client: httpx.AsyncClient,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    database_url: str,
+) -> None:
+    system = {"role": "system", "content": "You are a terse MARKER-system assistant."}
+    developer = {"role": "developer", "content": "Never use MARKER-developer emoji."}
+    late = {"role": "system", "content": "A MARKER-late system note."}
+    await append(client, "pinned", system, developer, user("ask 1"), assistant("answer 1"))
+    await append(client, "pinned", late, user("ask 2"), assistant("answer 2"))
+    body = await compact_all(client, "pinned")
+    assert (body["summary"]["first_seq"], body["summary"]["last_seq"]) == (3, 7)
+    history = (await client.get("/v1/sessions/pinned/history")).json()
+    assert history["context"][:2] == [system, developer]
+    assert history["context"][2]["content"].startswith("Summary of earlier conversation")
+    assert [m["seq"] for m in history["pinned"]] == [1, 2]
+    await append(client, "pinned", user("ask 3"))
+    tight = (await client.get("/v1/sessions/pinned/history", params={"max_tokens": 60})).json()
+    assert tight["context"][:2] == [system, developer]  # never truncated away
+    assert tight["context"][-1] == user("ask 3")
+    async with sessionmaker() as db:
+        pk = (await store.get_session(db, "default", "pinned")).id
+        assert await invariant_violations(db, pk) == []
+    code, out, err = await run_verify(database_url, "--session", "pinned")
+    assert code == 0, out + err
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{**SUMMARIZING, "summary_pin_system": False}], indirect=True
+)
+async def test_with_pinning_off_the_system_prompt_is_summarized(
+    client: httpx.AsyncClient,
+) -> None:
+    system = {"role": "system", "content": "You are terse."}
+    await append(client, "unpinned", system, user("ask"), assistant("answer"))
+    body = await compact_all(client, "unpinned")
+    assert body["summary"]["first_seq"] == 1
+    history = (await client.get("/v1/sessions/unpinned/history")).json()
+    assert history["pinned"] == []
+    assert history["context"][0]["content"].startswith("Summary of earlier conversation")

@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -92,6 +92,8 @@ class Session(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
     settings: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    pinned_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    """Seq of the last leading system/developer message (0: none): the pinned prefix."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
