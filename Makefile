@@ -8,7 +8,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run migrate test lint format typecheck check bench bench-summarizer demo verify load
+.PHONY: install run migrate test lint format typecheck check bench bench-summarizer bench-fidelity demo verify load
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ check: lint typecheck test
 
 bench-summarizer: $(STAMP)
 	$(BIN)/python -m scripts.bench_summarizer
+
+bench-fidelity: $(STAMP)
+	$(BIN)/python -m scripts.bench_fidelity
 
 demo: $(STAMP)
 	$(BIN)/python -m scripts.demo --base-url http://$(HOST):$(PORT)

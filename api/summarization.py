@@ -23,11 +23,28 @@ from api.errors import SessionGone, SummaryRangeConflict
 from api.locks import SessionLocks, SummarizerBusy
 from api.settings import Settings, SummaryPolicy
 from summarizer import EngineSettings, merge_summaries, summarize
+from summarizer.engine import FALLBACK_MODEL
 
 logger = logging.getLogger("precis.summarization")
 
 Trigger = Literal["proactive", "overflow_retry", "manual"]
 Reason = Literal["message_limit", "token_limit", "overflow_retry", "manual", "rollup"]
+
+
+def inherit_fallback(
+    absorbed: list[Summary], model: str, metadata: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """A roll-up of a fallback summary lacks what the fallback lost: it is a fallback too,
+    so the repair re-makes it from the source messages."""
+    fallback = next((s for s in absorbed if s.model == FALLBACK_MODEL), None)
+    if fallback is None or metadata.get("fallback"):
+        return model, metadata
+    return FALLBACK_MODEL, {
+        **metadata,
+        "fallback": True,
+        "fallback_reason": fallback.metadata_.get("fallback_reason", "llm_unavailable"),
+        "fallback_detail": f"absorbs fallback summary {fallback.id}",
+    }
 
 
 def pinned_floor(session: Session, policy: SummaryPolicy) -> int:
@@ -167,17 +184,18 @@ class Summarizer:
                 logger.warning("roll-up of session %s gave an empty text; not stored", session_id)
                 return rolled_up
             self._count_llm(merged.metadata)
+            model, metadata = inherit_fallback(absorbed, merged.model, merged.metadata)
             draft = store.SummaryDraft(
                 first_seq=absorbed[0].first_seq,
                 last_seq=absorbed[-1].last_seq,
                 summary_text=merged.summary_text,
                 summary_prompt=merged.prompt,
-                model=merged.model,
+                model=model,
                 temperature=policy.temperature,
                 target_summary_tokens=policy.merge_target_tokens,
                 keep_last_n=0,
                 approx_tokens=merged.summary_tokens,
-                metadata=merged.metadata,
+                metadata=metadata,
                 level=max(summary.level for summary in absorbed) + 1,
                 absorbs=tuple(summary.id for summary in absorbed),
             )

@@ -101,3 +101,40 @@ async def test_while_the_model_is_down_the_fallback_stays_and_nothing_else_is_st
     assert len(fake_llm.calls) > calls  # the repair tried
     every = (await client.get("/v1/sessions/still-down/summaries?include_superseded=true")).json()
     assert [s["id"] for s in every["summaries"]] == [fallback["id"]]
+
+
+@pytest.mark.parametrize("window", [1500, 3000])
+async def test_every_fact_stays_in_the_context_through_roll_ups_and_an_outage(
+    client: httpx.AsyncClient, fake_llm: FakeLLM, window: int
+) -> None:
+    """The perfect-recall model, a small window, roll-ups, and the model down for a while."""
+    fake_llm.mode = "marker_echo"
+    fake_llm.context_window = window
+    session = f"recall-{window}"
+    await client.post(
+        "/v1/sessions",
+        json={
+            "id": session,
+            "settings": {"model_context_tokens": window, "target_tokens": 800, "summary_limit": 2},
+        },
+    )
+    planted: set[str] = set()
+    for batch in range(8):
+        fake_llm.fail_always(503 if batch in (3, 4) else None)
+        messages = []
+        for index in range(6):
+            marker = f"MARKER-b{batch}i{index}"
+            planted.add(marker)
+            messages.append(user(f"{marker} " + "some detail " * 25))
+            messages.append(assistant("ok " * 20))
+        await append(client, session, *messages)
+        await wait_for(client, session, repaired=batch not in (3, 4))
+    fake_llm.fail_always(None)
+    await wait_for(client, session, repaired=True)
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while True:
+        history = (await client.get(f"/v1/sessions/{session}/history")).json()
+        if not history["summarization_pending"] or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert planted <= set(re.findall(r"MARKER-b\d+i\d+", str(history["context"])))
