@@ -14,18 +14,14 @@ from api import store
 from scripts.fake_llm import FakeLLM
 from tests.helpers import WAIT_SECONDS, append, assistant, user
 from tests.invariants import invariant_violations
+from tests.test_faults import llm_overrides
 
 
 @pytest.fixture
 def settings_overrides(fake_llm: FakeLLM) -> dict[str, Any]:
     return {
-        "summary_model": "openai/fake",
-        "summary_api_base": fake_llm.base_url,
-        "summary_api_key": "test",
-        "summary_llm_max_attempts": 2,
-        "summary_llm_backoff_seconds": 0.01,
+        **llm_overrides(fake_llm),
         "summary_llm_timeout_seconds": 2.0,
-        "summary_keep_last_n": 2,
         "summary_message_limit": 12,
         "summary_workers": 1,
         "summary_repair_interval_seconds": 0.2,
