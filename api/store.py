@@ -519,13 +519,7 @@ async def list_messages(
 
 async def messages_after(db: AsyncSession, session_id: int, after_seq: int) -> list[Message]:
     """Every message after `after_seq`, ascending."""
-    return list(
-        await db.scalars(
-            select(Message)
-            .where(Message.session_id == session_id, Message.seq > after_seq)
-            .order_by(Message.seq)
-        )
-    )
+    return await messages_between(db, session_id, after_seq + 1, NO_UPPER_SEQ)
 
 
 async def tail_within_budget(

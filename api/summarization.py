@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -22,7 +22,7 @@ from api.db.models import Session, Summary
 from api.errors import SessionGone, SummaryRangeConflict
 from api.locks import SessionLocks, SummarizerBusy
 from api.settings import Settings, SummaryPolicy
-from summarizer import EngineSettings, merge_summaries, summarize
+from summarizer import EngineSettings, SummaryResult, merge_summaries, summarize
 from summarizer.engine import FALLBACK_MODEL
 
 logger = logging.getLogger("precis.summarization")
@@ -45,6 +45,22 @@ def inherit_fallback(
         "fallback_reason": fallback.metadata_.get("fallback_reason", "llm_unavailable"),
         "fallback_detail": f"absorbs fallback summary {fallback.id}",
     }
+
+
+def summary_draft(result: SummaryResult, policy: SummaryPolicy, keep: int) -> store.SummaryDraft:
+    """The summary of messages the engine made, ready to store."""
+    return store.SummaryDraft(
+        first_seq=result.first_seq,
+        last_seq=result.last_seq,
+        summary_text=result.summary_text,
+        summary_prompt=result.prompt,
+        model=result.model,
+        temperature=policy.temperature,
+        target_summary_tokens=policy.target_tokens,
+        keep_last_n=keep,
+        approx_tokens=result.summary_tokens,
+        metadata=result.metadata,
+    )
 
 
 def pinned_floor(session: Session, policy: SummaryPolicy) -> int:
@@ -142,19 +158,7 @@ class Summarizer:
         self._count_llm(result.metadata)
         if not result.summary_text.strip():
             return None
-        draft = store.SummaryDraft(
-            first_seq=result.first_seq,
-            last_seq=result.last_seq,
-            summary_text=result.summary_text,
-            summary_prompt=result.prompt,
-            model=result.model,
-            temperature=policy.temperature,
-            target_summary_tokens=policy.target_tokens,
-            keep_last_n=keep,
-            approx_tokens=result.summary_tokens,
-            metadata=result.metadata,
-        )
-        summary = await self._save(session_id, draft)
+        summary = await self._save(session_id, summary_draft(result, policy, keep))
         metrics.SUMMARIES.labels(trigger, reason).inc()
         return summary
 
@@ -250,16 +254,8 @@ class Summarizer:
                     or not result.summary_text.strip()
                 ):
                     return None
-                draft = store.SummaryDraft(
-                    first_seq=fallback.first_seq,
-                    last_seq=fallback.last_seq,
-                    summary_text=result.summary_text,
-                    summary_prompt=result.prompt,
-                    model=result.model,
-                    temperature=policy.temperature,
-                    target_summary_tokens=policy.target_tokens,
-                    keep_last_n=0,
-                    approx_tokens=result.summary_tokens,
+                draft = replace(
+                    summary_draft(result, policy, 0),
                     metadata={**result.metadata, "repair_of": fallback.id},
                     level=fallback.level + 1,
                     absorbs=(fallback.id,),
