@@ -16,6 +16,8 @@ class ErrorBody(BaseModel):
 
 class PrecisError(Exception):
     status_code: ClassVar[int] = 500
+    retry_after_seconds: ClassVar[int | None] = None
+    """Sent as `Retry-After` when set: the condition is expected to pass by then."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -89,6 +91,7 @@ class ValidationFailed(PrecisError):
 
 class ServiceUnavailable(PrecisError):
     status_code = 503
+    retry_after_seconds = 1
 
 
 def responses(*errors: type[PrecisError]) -> dict[int | str, dict[str, Any]]:

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import KeyGate
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
+from api.db.transactions import Database
 from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
@@ -65,9 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         worker = Worker(summarizer, resolved.summary_workers)
         app.state.engine = engine
-        app.state.write_lock = write_lock
         app.state.sessionmaker = sessionmaker
-        app.state.read_sessionmaker = create_read_sessionmaker(engine)
+        app.state.database = Database(sessionmaker, create_read_sessionmaker(engine), write_lock)
         app.state.summarizer = summarizer
         app.state.worker = worker
         if resolved.summary_workers:
@@ -100,7 +100,9 @@ def _error(
 
 async def _precis_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PrecisError)
-    return _error(exc.status_code, type(exc).__name__, exc.detail)
+    retry_after = exc.retry_after_seconds
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return _error(exc.status_code, type(exc).__name__, exc.detail, headers)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -39,3 +39,10 @@ REPAIRED_SUMMARIES = Counter(
 )
 PENDING_JOBS = Gauge("precis_pending_summary_jobs", "Summarization jobs queued or running")
 JOB_FAILURES = Counter("precis_summary_job_failures_total", "Background jobs that failed")
+DATABASE_RETRIES = Counter(
+    "precis_database_retries_total",
+    "Database work run again on a fresh connection after its connection died, by kind "
+    "(read: a statement of a read request; append: a whole append; background: a job's "
+    "bookkeeping or a whole job)",
+    ["kind"],
+)

@@ -17,7 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from api import metrics, service, store
 from api.auth import Tenant
 from api.db.models import SCHEMA_REVISION
-from api.deps import AppSettings, AppSummarizer, AppWorker, ReadDb, WriteDb
+from api.deps import (
+    AppDatabase,
+    AppSettings,
+    AppSummarizer,
+    AppWorker,
+    ReadDb,
+    WriteDb,
+    database_faults_as_503,
+)
 from api.errors import (
     BadRequest,
     Conflict,
@@ -197,7 +205,7 @@ async def delete_session(session_id: SessionPath, db: WriteDb, tenant: Tenant) -
 async def append_messages(
     session_id: SessionPath,
     body: AppendRequest,
-    db: WriteDb,
+    database: AppDatabase,
     tenant: Tenant,
     settings: AppSettings,
     worker: AppWorker,
@@ -206,9 +214,8 @@ async def append_messages(
     for index, message in enumerate(body.messages):
         where = f"messages[{index}].metadata"
         check_metadata_size(message.metadata, where, settings.max_metadata_bytes)
-    with metrics.APPEND_SECONDS.time():
-        answer = await service.append(db, settings, tenant, session_id, body.messages)
-        await db.commit()  # timed too: the durable commit is most of an append's cost
+    with metrics.APPEND_SECONDS.time(), database_faults_as_503():
+        answer = await service.append(database, settings, tenant, session_id, body.messages)
     if answer.summarization.scheduled:
         background.add_task(worker.wake)  # runs after the commit, so the job is visible
     return answer

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 import uuid
 from collections.abc import Sequence
 from contextlib import suppress
 from functools import partial
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import store
+from api import metrics, store
 from api.context import Item, assemble, openai_message, summary_message
+from api.db.faults import connection_lost
 from api.db.models import Message, Session, Summary
+from api.db.transactions import CommitInterrupted, Database
 from api.errors import (
     BadRequest,
     PayloadTooLarge,
@@ -36,15 +41,28 @@ from api.schemas import (
     SummaryOut,
 )
 from api.settings import Settings
-from api.summarization import Summarizer, schedule_if_due
+from api.summarization import Reason, Summarizer, schedule_if_due
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
+
+APPEND_ATTEMPTS = 2
+"""Runs of an append's transaction at most: the second on a fresh connection after the first
+lost its connection without storing anything."""
+
+COMMIT_STATUS_WAIT_SECONDS = 5.0
+"""How long an append whose COMMIT was cut off waits for the database to say whether it
+landed (the server ends the dead connection's transaction within moments)."""
+
+COMMIT_STATUS_POLL_SECONDS = 0.05
+"""How often that question is asked again while the answer is "in progress"."""
 
 COMPACT_WAIT_SECONDS = 60.0
 """How long `compact` waits for a running summarization of the session before answering 409."""
 
 INLINE_WAIT_SECONDS = 30.0
 """How long an over-budget history load waits for a running summarization before truncating."""
+
+logger = logging.getLogger("precis.service")
 
 
 def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMessage:
@@ -182,7 +200,7 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
 
 
 async def append(
-    db: AsyncSession,
+    database: Database,
     settings: Settings,
     tenant: str,
     external_id: str,
@@ -192,8 +210,7 @@ async def append(
     prepare = partial(new_messages, messages, settings.max_message_bytes)
     size = sum(len(str(message.content or "")) for message in messages)
     batch = await asyncio.to_thread(prepare) if size > OFFLOAD_CHARS else prepare()
-    outcome = await store.append_messages(db, tenant, external_id, batch)
-    reason = await schedule_if_due(db, outcome.session, settings)
+    outcome, reason = await store_batch(database, settings, tenant, external_id, batch)
     return AppendResponse(
         messages=[message_out(message) for message in outcome.messages],
         summarization=SummarizationStatus(
@@ -201,6 +218,66 @@ async def append(
             reason=reason if reason in ("message_limit", "token_limit") else None,
         ),
     )
+
+
+async def store_batch(
+    database: Database,
+    settings: Settings,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[store.NewMessage],
+) -> tuple[store.AppendOutcome, Reason | None]:
+    """Append `batch` in one transaction, exactly once even when the connection dies.
+
+    Lost before COMMIT was sent, the transaction stored nothing: it runs once more on a fresh
+    connection. Lost while COMMIT was under way, the database is asked whether the
+    transaction landed (by its id): if it did, its outcome is the answer; if it did not, it
+    runs once more; if the database cannot tell in time, `CommitInterrupted` goes up (503).
+    """
+    for attempt in range(1, APPEND_ATTEMPTS + 1):
+        outcome: store.AppendOutcome | None = None
+        try:
+            async with database.transaction() as db:
+                outcome = await store.append_messages(db, tenant, external_id, batch)
+                reason = await schedule_if_due(db, outcome.session, settings)
+            return outcome, reason
+        except CommitInterrupted:
+            assert outcome is not None
+            landed = await committed(database, outcome.transaction_id)
+            if landed:
+                return outcome, reason
+            if landed is None or attempt == APPEND_ATTEMPTS:
+                raise
+        except (DBAPIError, OSError) as exc:
+            if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
+                raise
+        metrics.DATABASE_RETRIES.labels("append").inc()
+        logger.warning("an append lost its database connection; appending once more")
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def committed(database: Database, transaction_id: int | None) -> bool | None:
+    """Whether a transaction whose COMMIT was cut off landed; None if the database cannot tell
+    within COMMIT_STATUS_WAIT_SECONDS.
+
+    SQLite (no id) is local: a COMMIT that raised did not happen.
+    """
+    if transaction_id is None:
+        return False
+    deadline = time.monotonic() + COMMIT_STATUS_WAIT_SECONDS
+    while True:
+        try:
+            async with database.reading() as db:
+                status = await store.transaction_status(db, transaction_id)
+        except (DBAPIError, OSError) as exc:
+            if not connection_lost(exc):
+                raise
+            status = "in progress"  # the database is not answering yet: ask again
+        if status in ("committed", "aborted") or status is None:
+            return None if status is None else status == "committed"
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(COMMIT_STATUS_POLL_SECONDS)
 
 
 async def list_messages(

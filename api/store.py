@@ -25,9 +25,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import class_mapper
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.instrumentation import ClassManager
+from sqlalchemy.sql.functions import FunctionElement
 
 from api.db.models import Message, Session, Summary, SummaryJob, SummaryMessage, utcnow
 from api.errors import (
@@ -129,6 +131,9 @@ class AppendOutcome:
     session: Session
     messages: list[Message]
     inserted: int
+    transaction_id: int | None
+    """PostgreSQL's id of the appending transaction (None on SQLite): if the connection dies
+    during COMMIT, `transaction_status` tells whether the batch landed."""
 
 
 # --- sessions -------------------------------------------------------------------------------
@@ -241,20 +246,21 @@ async def append_messages(
     """
     reserve = 0 if any(message.client_id is not None for message in batch) else len(batch)
     leading = leading_pinned(batch) if reserve else 0
-    session = await _lock_session(db, tenant, external_id, reserve, leading)
+    locked = await _lock_session(db, tenant, external_id, reserve, leading)
     for _attempt in range(CREATE_ATTEMPTS):
-        if session is not None:
+        if locked is not None:
             break
         await db.execute(_insert_ignoring_conflicts(db, tenant, external_id))
         # None again only if a concurrent DELETE removed the row just inserted or found.
-        session = await _lock_session(db, tenant, external_id, reserve, leading)
-    if session is None:
+        locked = await _lock_session(db, tenant, external_id, reserve, leading)
+    if locked is None:
         raise Conflict("the session was deleted while this append ran; retry")
+    session, transaction_id = locked
     now = utcnow()
     if reserve:
         first_seq = session.last_seq - reserve + 1
         inserted = await _insert_messages(db, session.id, first_seq, batch, now)
-        return AppendOutcome(session=session, messages=inserted, inserted=len(inserted))
+        return AppendOutcome(session, inserted, len(inserted), transaction_id)
 
     known = await _messages_by_client_id(db, session.id, batch)
     fresh: list[NewMessage] = []
@@ -294,11 +300,30 @@ async def append_messages(
             stored = known[slot]
             assert stored is not None
             ordered.append(stored)
-    return AppendOutcome(session=session, messages=ordered, inserted=len(fresh))
+    return AppendOutcome(session, ordered, len(fresh), transaction_id)
 
 
 _SESSION_TABLE = cast(Table, Session.__table__)
 _sessions = _SESSION_TABLE.c
+
+
+class current_transaction_id(FunctionElement[int]):
+    """The id of the transaction running the statement: `txid_current()` on PostgreSQL, NULL
+    on SQLite (whose COMMIT cannot be cut off halfway by a network)."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(current_transaction_id)
+def _no_transaction_id(_element: Any, _compiler: Any, **_kw: Any) -> str:
+    return "NULL"
+
+
+@compiles(current_transaction_id, "postgresql")
+def _txid_current(_element: Any, _compiler: Any, **_kw: Any) -> str:
+    return "txid_current()"
+
 
 _LOCK_SESSION = (
     update(_SESSION_TABLE)
@@ -318,7 +343,7 @@ _LOCK_SESSION = (
             else_=_sessions.pinned_seq,
         ),
     )
-    .returning(*_SESSION_TABLE.columns)
+    .returning(*_SESSION_TABLE.columns, current_transaction_id())
 )
 
 PINNED_ROLES = frozenset({"system", "developer"})
@@ -353,11 +378,12 @@ _SET_LAST_SEQ = (
 
 async def _lock_session(
     db: AsyncSession, tenant: str, external_id: str, reserve: int, leading: int
-) -> Session | None:
+) -> tuple[Session, int | None] | None:
     """Lock the session row, touch `updated_at`, add `reserve` to `last_seq` (and `leading`
     to `pinned_seq` while the session holds nothing but its pinned prefix).
 
-    Returns the row as a `Session` outside the ORM session: the append only reads it.
+    Returns the row as a `Session` outside the ORM session (the append only reads it), with
+    the transaction's id.
     """
     result = await db.execute(
         _LOCK_SESSION,
@@ -372,7 +398,18 @@ async def _lock_session(
     row = result.first()
     if row is None:
         return None
-    return _stored(_SESSION_MANAGER, dict(zip(_SESSION_ATTRIBUTES, row, strict=True)))
+    *columns, transaction_id = row
+    session = _stored(_SESSION_MANAGER, dict(zip(_SESSION_ATTRIBUTES, columns, strict=True)))
+    return session, transaction_id
+
+
+async def transaction_status(db: AsyncSession, transaction_id: int) -> str | None:
+    """PostgreSQL's word on a transaction: "committed", "aborted", "in progress", or None
+    when it is too old to tell."""
+    status: str | None = await db.scalar(
+        select(func.txid_status(bindparam("p_xid", transaction_id, type_=BigInteger)))
+    )
+    return status
 
 
 def _insert_ignoring_conflicts(db: AsyncSession, tenant: str, external_id: str) -> Any:

@@ -14,9 +14,12 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
+from functools import partial
 
 from api import metrics, store
+from api.db.faults import describe_fault
 from api.db.models import SummaryJob, utcnow
+from api.db.transactions import cut_off, retrying
 from api.locks import SummarizerBusy
 from api.summarization import Summarizer, schedule_if_due
 from summarizer.retry import describe
@@ -38,6 +41,10 @@ POLL_SECONDS = 1.0
 
 BUSY_RETRY_SECONDS = 0.5
 """Delay before retrying a job whose session an inline compaction is summarizing."""
+
+CONNECTION_RETRY_SECONDS = 1.0
+"""Delay before retrying a job cut off by a lost database connection: a fresh connection
+will most likely do, so the job neither backs off nor counts as failed."""
 
 BACKOFF_BASE_SECONDS = 2.0
 """First retry delay of a failed job; doubles per attempt, with jitter."""
@@ -111,9 +118,9 @@ class Worker:
     async def _loop(self) -> None:
         while not self._stopping:
             try:
-                job = await self._claim()
-            except Exception:
-                logger.exception("could not claim a summarization job")
+                job = await retrying(self._claim, "claiming a summarization job")
+            except Exception as exc:
+                _log_failure("could not claim a summarization job", exc)
                 job = None
             if job is None:
                 self._wake.clear()
@@ -149,23 +156,47 @@ class Worker:
             await self._release(job, BUSY_RETRY_SECONDS, None)
             return
         except Exception as exc:
+            if cut_off(exc):
+                metrics.DATABASE_RETRIES.labels("background").inc()
+                logger.warning(
+                    "summarization job %s of session %s lost its database connection; "
+                    "retrying in %g s: %s",
+                    job.id,
+                    job.session_id,
+                    CONNECTION_RETRY_SECONDS,
+                    describe_fault(exc),
+                )
+                await self._release(job, CONNECTION_RETRY_SECONDS, describe_fault(exc))
+                return
             metrics.JOB_FAILURES.inc()
             logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
             await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
             return
+        await retrying(partial(self._finish, job, summary is not None, seen_seq), "finishing a job")
+
+    async def _finish(self, job: SummaryJob, summarized: bool, seen_seq: int | None) -> None:
         async with self._summarizer.writing() as db:
             await store.finish_job(db, job.id, attempt=job.attempts)
             session = await store.get_session_by_id(db, job.session_id)
             # Messages that arrived while the job ran found it queued and enqueued nothing:
             # look again. After a job that summarized nothing (the backlog was one tool call
             # and its results), only new messages warrant a look, or the job would spin.
-            if session is not None and (summary is not None or session.last_seq != seen_seq):
+            if session is not None and (summarized or session.last_seq != seen_seq):
                 await schedule_if_due(db, session, self._summarizer.settings)
 
     async def _release(self, job: SummaryJob, delay: float, error: str | None) -> None:
-        run_after = utcnow() + timedelta(seconds=delay)
-        async with self._summarizer.writing() as db:
-            await store.release_job(db, job.id, run_after, error, attempt=job.attempts)
+        """Put the job back to pending; a lost connection is retried, or the job would wait
+        for its lease to run out."""
+
+        async def release() -> None:
+            run_after = utcnow() + timedelta(seconds=delay)
+            async with self._summarizer.writing() as db:
+                await store.release_job(db, job.id, run_after, error, attempt=job.attempts)
+
+        try:
+            await retrying(release, f"releasing summarization job {job.id}")
+        except Exception as exc:
+            _log_failure(f"could not release summarization job {job.id}", exc)
 
     @asynccontextmanager
     async def _leased(self, job: SummaryJob) -> AsyncIterator[None]:
@@ -199,8 +230,8 @@ class Worker:
             try:
                 async with self._summarizer.writing() as db:
                     held = await store.renew_job_lease(db, job.id, job.attempts, JOB_LEASE)
-            except Exception:
-                logger.exception("could not renew the lease of summarization job %s", job.id)
+            except Exception as exc:
+                _log_failure(f"could not renew the lease of summarization job {job.id}", exc)
                 continue
             if not held:
                 logger.warning(
@@ -210,3 +241,12 @@ class Worker:
                     job.session_id,
                 )
                 return
+
+
+def _log_failure(what: str, exc: BaseException) -> None:
+    """A lost connection is a WARNING of one line (retried); anything else an ERROR with its
+    traceback."""
+    if cut_off(exc):
+        logger.warning("%s: %s", what, describe_fault(exc))
+    else:
+        logger.error("%s", what, exc_info=exc)

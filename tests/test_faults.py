@@ -8,7 +8,7 @@ connection); SIGTERM runs the real server (`python -m api`) as a subprocess.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
-from api.db.engine import ALIVE_BYPASS_SECONDS, create_engine
-from api.db.models import Message, Summary, SummaryJob, SummaryMessage
+from api.db.engine import create_engine
+from api.db.models import Message, Summary, SummaryJob
 from api.main import create_app
 from scripts.fake_llm import FakeLLM
 from scripts.load import LiveServer
@@ -237,156 +237,6 @@ async def admin_query(database_url: str, sql: str) -> list[Any]:
 async def kill_connections(database_url: str) -> int:
     """Terminate every other connection to the test database."""
     return len(await admin_query(database_url, KILL_CONNECTIONS))
-
-
-def pause_after(
-    original: Callable[..., Awaitable[Any]], reached: asyncio.Event, resume: asyncio.Event
-) -> Callable[..., Awaitable[Any]]:
-    """Wrap a store function: the first call signals `reached` and waits for `resume`."""
-    first = True
-
-    async def paused(*args: Any, **kwargs: Any) -> Any:
-        nonlocal first
-        result = await original(*args, **kwargs)
-        if first:
-            first = False
-            reached.set()
-            await resume.wait()
-        return result
-
-    return paused
-
-
-def pause_before(
-    original: Callable[..., Awaitable[Any]], reached: asyncio.Event, resume: asyncio.Event
-) -> Callable[..., Awaitable[Any]]:
-    first = True
-
-    async def paused(*args: Any, **kwargs: Any) -> Any:
-        nonlocal first
-        if first:
-            first = False
-            reached.set()
-            await resume.wait()
-        return await original(*args, **kwargs)
-
-    return paused
-
-
-async def kill_when_reached(
-    database_url: str, reached: asyncio.Event, resume: asyncio.Event
-) -> int:
-    await asyncio.wait_for(reached.wait(), WAIT_SECONDS)
-    killed = await kill_connections(database_url)
-    resume.set()
-    return killed
-
-
-@pytest.mark.postgresql_only
-async def test_killed_idle_connections_are_replaced_before_the_next_request(
-    client: httpx.AsyncClient,
-    database_url: str,
-    sessionmaker: async_sessionmaker[AsyncSession],
-) -> None:
-    await append(client, "idle", user("one"))
-    assert await kill_connections(database_url) >= 1
-    await asyncio.sleep(ALIVE_BYPASS_SECONDS)  # the pooled connections are idle from here on
-    assert (await client.get("/readyz")).status_code == 200
-    await append(client, "idle", user("two"))
-    assert [m["seq"] for m in (await client.get("/v1/sessions/idle/messages")).json()["messages"]]
-    await assert_nothing_lost(sessionmaker, "idle", 2)
-
-
-@pytest.mark.postgresql_only
-async def test_a_connection_killed_right_after_use_fails_at_most_one_request_cleanly(
-    client: httpx.AsyncClient,
-    database_url: str,
-    sessionmaker: async_sessionmaker[AsyncSession],
-) -> None:
-    """Inside the unpinged window, a dead connection costs one 503 at most, never a 500."""
-    await append(client, "hot", user("one"))
-    assert await kill_connections(database_url) >= 1
-    first = await client.post("/v1/sessions/hot/messages", json={"messages": [user("two")]})
-    assert first.status_code in (201, 503), first.text
-    await append(client, "hot", user("three"))
-    await assert_nothing_lost(sessionmaker, "hot", 3 if first.status_code == 201 else 2)
-
-
-@pytest.mark.postgresql_only
-async def test_a_connection_killed_mid_append_gets_503_and_stores_none_of_the_batch(
-    client: httpx.AsyncClient,
-    database_url: str,
-    sessionmaker: async_sessionmaker[AsyncSession],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    await append(client, "mid", user("kept"))
-    reached, resume = asyncio.Event(), asyncio.Event()
-    monkeypatch.setattr(
-        store, "append_messages", pause_after(store.append_messages, reached, resume)
-    )
-    batch = {"messages": [user(f"lost {i}") for i in range(5)]}
-    request = asyncio.create_task(client.post("/v1/sessions/mid/messages", json=batch))
-    assert await kill_when_reached(database_url, reached, resume) >= 1
-    answer = await request
-    assert answer.status_code == 503, answer.text
-    assert answer.json()["error"] == "ServiceUnavailable"
-    await assert_nothing_lost(sessionmaker, "mid", 1)
-    retried = await append(client, "mid", *batch["messages"])
-    assert [m["seq"] for m in retried["messages"]] == [2, 3, 4, 5, 6]
-    await assert_nothing_lost(sessionmaker, "mid", 6)
-
-
-@pytest.mark.postgresql_only
-async def test_a_connection_killed_while_a_summary_is_written_leaves_none_of_it(
-    client: httpx.AsyncClient,
-    database_url: str,
-    sessionmaker: async_sessionmaker[AsyncSession],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    await append(client, "write", *(user(f"question {i}") for i in range(6)))
-    reached, resume = asyncio.Event(), asyncio.Event()
-    # The summary row is inserted; its links are not, when the connection dies.
-    monkeypatch.setattr(
-        store, "_link_messages", pause_before(store._link_messages, reached, resume)
-    )
-    request = asyncio.create_task(
-        client.post("/v1/sessions/write/compact", json={"trigger": "manual", "keep_last_n": 0})
-    )
-    assert await kill_when_reached(database_url, reached, resume) >= 1
-    answer = await request
-    assert answer.status_code == 503, answer.text
-    assert await count(sessionmaker, Summary) == 0
-    assert await count(sessionmaker, SummaryMessage) == 0
-    retried = await client.post(
-        "/v1/sessions/write/compact", json={"trigger": "manual", "keep_last_n": 0}
-    )
-    assert retried.status_code == 200, retried.text
-    assert retried.json()["summary"]["message_count"] == 6
-    await assert_nothing_lost(sessionmaker, "write", 6)
-
-
-@pytest.mark.parametrize(
-    "settings_overrides",
-    [{"summary_message_limit": 6, "summary_workers": 1}],
-    indirect=True,
-)
-@pytest.mark.postgresql_only
-async def test_a_background_job_cut_by_a_killed_connection_is_retried(
-    client: httpx.AsyncClient,
-    database_url: str,
-    sessionmaker: async_sessionmaker[AsyncSession],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    reached, resume = asyncio.Event(), asyncio.Event()
-    monkeypatch.setattr(
-        store, "_link_messages", pause_before(store._link_messages, reached, resume)
-    )
-    await append(client, "job", *(user(f"question {i}") for i in range(6)))
-    assert await kill_when_reached(database_url, reached, resume) >= 1
-    history = await wait_for_summary(client, "job")  # the job is retried after its backoff
-    assert (history["summaries"][0]["first_seq"], history["summaries"][0]["last_seq"]) == (1, 4)
-    await assert_nothing_lost(sessionmaker, "job", 6)
-    assert await count(sessionmaker, SummaryJob) == 0
 
 
 async def test_an_unreachable_database_gets_503_and_readyz_says_so() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+from api.db.faults import mark_connection_faults
+from api.db.transactions import ReadSession
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long an SQLite writer waits for the write lock before failing; appends queue behind it."""
@@ -39,6 +43,7 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite":
         engine = create_async_engine(url, **kwargs)
+        mark_connection_faults(engine)
         _ping_idle_connections(engine)
         return engine
     if url.database and url.database != ":memory:":
@@ -58,7 +63,8 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
 
 
 def _ping_idle_connections(engine: AsyncEngine) -> None:
-    """Replace dead connections at checkout: a closed one always, an idle one after a ping.
+    """Replace dead connections at checkout: a closed one always, one the server spoke to
+    while it sat in the pool always, an idle one after a ping.
 
     Raising `DisconnectionError` in a checkout listener makes the pool discard the connection
     and hand out a fresh one instead.
@@ -72,6 +78,8 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
     def _check_alive(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         if record.driver_connection.is_closed():
             raise DisconnectionError("the connection was closed")
+        if _server_spoke(record.driver_connection):
+            raise DisconnectionError("the server spoke to the connection while it was idle")
         returned_at = record.info.get("returned_at")
         if returned_at is None or time.monotonic() - returned_at < ALIVE_BYPASS_SECONDS:
             return
@@ -79,6 +87,24 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
             dbapi_connection.ping()
         except Exception as exc:
             raise DisconnectionError("the connection failed its ping") from exc
+
+
+def _server_spoke(driver_connection: Any) -> bool:
+    """Whether a pooled connection has unread input: the server's "terminating connection"
+    message, or the end of the stream after it.
+
+    A server says nothing to an idle connection but that goodbye. asyncpg reads the message
+    and the end of the stream in two turns of the event loop, and a checkout between them
+    would get a connection that can no longer run anything ("another operation is in
+    progress"): `is_closed()` is not yet true, but the socket is readable.
+    """
+    transport = getattr(driver_connection, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -94,9 +120,9 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
     are built for it: messages never change once stored, so a summary landing between two
     statements of a load only leaves already-summarized messages in the tail, never a gap.
     A read request that waits on the LLM (`compact`, inline compaction) holds no open
-    transaction either.
+    transaction either. A statement cut by a lost connection runs once more (`ReadSession`).
     """
-    return create_sessionmaker(read_engine(engine))
+    return async_sessionmaker(read_engine(engine), class_=ReadSession, expire_on_commit=False)
 
 
 def read_engine(engine: AsyncEngine) -> AsyncEngine:

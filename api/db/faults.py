@@ -1,0 +1,88 @@
+"""Connection faults: which database errors mean the connection failed, not the statement.
+
+PostgreSQL connections die in production (failovers, poolers recycling, `idle_session_timeout`,
+an operator's `pg_terminate_backend`). Such an error says nothing about the statement: the
+same statement on a fresh connection would succeed. SQLAlchemy's asyncpg dialect only calls
+an error a disconnect once the socket is closed, which lags the server's "terminating
+connection" message; `mark_connection_faults` makes every such error a disconnect, so the
+pool throws the connection (and its stale siblings) away instead of handing it out again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+SHUTDOWN_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+"""admin_shutdown (pg_terminate_backend, smart shutdown), crash_shutdown, cannot_connect_now."""
+
+CONNECTION_SQLSTATE_CLASS = "08"
+"""SQLSTATE class 08, connection exception (08003: the connection does not exist, ...)."""
+
+ASYNCPG_CLOSED_PHRASES = ("connection is closed", "another operation is in progress")
+"""asyncpg `InterfaceError`s about the connection's state, not the statement."""
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def is_connection_fault(error: BaseException) -> bool:
+    """`error` (a driver error, or anything wrapping one) says the connection failed."""
+    for cause in _causes(error):
+        sqlstate = getattr(cause, "sqlstate", None)
+        if isinstance(sqlstate, str) and (
+            sqlstate.startswith(CONNECTION_SQLSTATE_CLASS) or sqlstate in SHUTDOWN_SQLSTATES
+        ):
+            return True
+        if isinstance(cause, ConnectionError):  # reset, refused, aborted, broken pipe
+            return True
+        if type(cause).__module__.startswith("asyncpg") and _asyncpg_state_error(cause):
+            return True
+    return False
+
+
+def _asyncpg_state_error(cause: BaseException) -> bool:
+    """A protocol-state error: the connection received the server's goodbye while idle and
+    cannot run anything any more ("cannot switch to state 12; another operation (2) ...")."""
+    from asyncpg.exceptions import InterfaceError, InternalClientError
+
+    if isinstance(cause, InternalClientError):
+        return True
+    return isinstance(cause, InterfaceError) and any(
+        phrase in str(cause) for phrase in ASYNCPG_CLOSED_PHRASES
+    )
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """An SQLAlchemy error raised because the connection died (or none could be made)."""
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated or exc.statement is None
+    return isinstance(exc, OSError)  # the driver could not even connect
+
+
+def mark_connection_faults(engine: AsyncEngine) -> None:
+    """Treat every connection fault as a disconnect: the connection is invalidated (with the
+    pool's other connections of the same age), and the error says `connection_invalidated`."""
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _connection_fault(context: Any) -> None:
+        if not context.is_disconnect and is_connection_fault(context.original_exception):
+            context.is_disconnect = True
+
+
+def describe_fault(exc: BaseException) -> str:
+    """One line naming the driver's error, without SQLAlchemy's SQL and link lines (and so
+    without any statement parameter)."""
+    cause = getattr(exc, "orig", None) or exc
+    first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return f"{type(cause).__name__}: {first_line}"

@@ -1,0 +1,139 @@
+"""Units of work, and what each does when the connection dies under it.
+
+- A read (`ReadSession`, autocommit) runs a statement cut by a lost connection once more on a
+  fresh connection: each statement stands alone, so the second run is the same as the first.
+- A write (`transaction`) commits when its block ends and rolls back on any error. A lost
+  connection before COMMIT was sent stored nothing, so its caller may run it again; one lost
+  while COMMIT was under way raises `CommitInterrupted`: whether it landed is for the caller
+  to find out (`api.service.append` asks the database by the transaction's id).
+- Background work runs its short transactions through `retrying`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import metrics
+from api.db.faults import connection_lost, describe_fault
+
+logger = logging.getLogger("precis.db")
+
+T = TypeVar("T")
+
+RETRY_PAUSE_SECONDS = 0.05
+"""Pause before a retry on a fresh connection: long enough for the pool to see the others
+die too (a failover takes them all), short enough that a client does not notice."""
+
+
+class CommitInterrupted(Exception):
+    """The connection died while COMMIT was under way: the transaction may or may not have
+    landed."""
+
+
+class ReadSession(AsyncSession):
+    """The session of a request that only reads: a statement cut by a lost connection runs
+    once more on a fresh connection.
+
+    The session is closed in between (the dead connection goes back to the pool, which
+    discards it); rows and objects already read stay usable.
+    """
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._once_more_if_cut(super().execute, *args, **kwargs)
+
+    async def scalar(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._once_more_if_cut(super().scalar, *args, **kwargs)
+
+    async def scalars(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._once_more_if_cut(super().scalars, *args, **kwargs)
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._once_more_if_cut(super().get, *args, **kwargs)
+
+    async def _once_more_if_cut(
+        self, statement: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            return await statement(*args, **kwargs)
+        except DBAPIError as exc:
+            if not connection_lost(exc):
+                raise
+            await self.close()
+            metrics.DATABASE_RETRIES.labels("read").inc()
+            logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
+            return await statement(*args, **kwargs)
+
+
+@asynccontextmanager
+async def transaction(
+    sessionmaker: async_sessionmaker[AsyncSession], write_lock: asyncio.Lock | None = None
+) -> AsyncIterator[AsyncSession]:
+    """One write transaction: commits when the block ends, rolls back on any error.
+
+    On SQLite the process's writers queue on `write_lock` first (one write lock per database:
+    a writer that finds it taken polls with growing sleeps, and under many concurrent
+    appends some would starve for seconds).
+    """
+    async with write_lock or nullcontext(), sessionmaker() as db:
+        try:
+            yield db
+        except BaseException:
+            with suppress(Exception):
+                await db.rollback()
+            raise
+        try:
+            await db.commit()
+        except DBAPIError as exc:
+            with suppress(Exception):
+                await db.rollback()
+            if connection_lost(exc):
+                raise CommitInterrupted(str(exc)) from exc
+            raise
+
+
+def cut_off(exc: BaseException) -> bool:
+    """The connection died under the work, before or during its COMMIT: nothing was wrong
+    with the work itself."""
+    return isinstance(exc, CommitInterrupted) or connection_lost(exc)
+
+
+@dataclass(frozen=True)
+class Database:
+    """The request side's units of work: write transactions, and autocommit reads."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+    read_sessionmaker: async_sessionmaker[AsyncSession]
+    write_lock: asyncio.Lock | None
+    """SQLite only: the process's writers take turns (see `transaction`)."""
+
+    def transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
+        return transaction(self.sessionmaker, self.write_lock)
+
+    def reading(self) -> AsyncSession:
+        return self.read_sessionmaker()
+
+
+async def retrying(operation: Callable[[], Awaitable[T]], what: str) -> T:
+    """Run `operation`, once more on a fresh connection if the connection died under it.
+
+    For background writes that are safe to repeat (a job's claim bookkeeping): the second
+    run of one that landed changes nothing.
+    """
+    try:
+        return await operation()
+    except Exception as exc:
+        if not cut_off(exc):
+            raise
+        metrics.DATABASE_RETRIES.labels("background").inc()
+        logger.warning("%s lost its database connection; retrying: %s", what, describe_fault(exc))
+        await asyncio.sleep(RETRY_PAUSE_SECONDS)
+        return await operation()

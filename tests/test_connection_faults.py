@@ -1,0 +1,421 @@
+"""Database connections that die: reads and appends answer normally, jobs drain, nothing is
+lost or stored twice.
+
+Connections are killed as an operator would (`pg_terminate_backend` from an admin
+connection), cut around their COMMIT by a loopback proxy (`tests/pg_proxy.py`), and
+cancelled while they wait on a lock. All of it is PostgreSQL's: SQLite has no connection to
+lose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from asyncpg.exceptions import AdminShutdownError, DataError, InternalClientError
+from prometheus_client import REGISTRY
+from sqlalchemy import select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import store
+from api.db.engine import ALIVE_BYPASS_SECONDS, create_engine
+from api.db.faults import is_connection_fault
+from api.db.models import Message, Summary, SummaryJob, SummaryMessage
+from api.main import create_app
+from api.worker import CONNECTION_RETRY_SECONDS
+from scripts.fake_llm import FakeLLM
+from tests.conftest import QUIET, make_settings
+from tests.helpers import WAIT_SECONDS, append, user, wait_for_summary
+from tests.pg_proxy import CommitCuttingProxy, commit_cutting_proxy
+from tests.test_faults import (
+    KILL_CONNECTIONS,
+    admin_query,
+    assert_nothing_lost,
+    count,
+    kill_connections,
+    llm_overrides,
+)
+
+pytestmark = pytest.mark.postgresql_only
+
+
+@pytest.fixture
+def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dict[str, Any]:
+    """The fake LLM summarizes (with quick retries); tests add their own settings."""
+    return {**llm_overrides(fake_llm), **getattr(request, "param", {})}
+
+
+def retries(kind: str) -> float:
+    """`precis_database_retries_total{kind}` so far (the registry is the process's)."""
+    return REGISTRY.get_sample_value("precis_database_retries_total", {"kind": kind}) or 0.0
+
+
+def pause_after(
+    original: Callable[..., Awaitable[Any]], reached: asyncio.Event, resume: asyncio.Event
+) -> Callable[..., Awaitable[Any]]:
+    """Wrap a store function: the first call signals `reached` and waits for `resume`."""
+    first = True
+
+    async def paused(*args: Any, **kwargs: Any) -> Any:
+        nonlocal first
+        result = await original(*args, **kwargs)
+        if first:
+            first = False
+            reached.set()
+            await resume.wait()
+        return result
+
+    return paused
+
+
+def pause_before(
+    original: Callable[..., Awaitable[Any]], reached: asyncio.Event, resume: asyncio.Event
+) -> Callable[..., Awaitable[Any]]:
+    first = True
+
+    async def paused(*args: Any, **kwargs: Any) -> Any:
+        nonlocal first
+        if first:
+            first = False
+            reached.set()
+            await resume.wait()
+        return await original(*args, **kwargs)
+
+    return paused
+
+
+async def kill_when_reached(
+    database_url: str, reached: asyncio.Event, resume: asyncio.Event
+) -> int:
+    await asyncio.wait_for(reached.wait(), WAIT_SECONDS)
+    killed = await kill_connections(database_url)
+    resume.set()
+    return killed
+
+
+async def message_seqs(sessionmaker: async_sessionmaker[AsyncSession], session: str) -> list[int]:
+    async with sessionmaker() as db:
+        pk = (await store.get_session(db, "default", session)).id
+        query = select(Message.seq).where(Message.session_id == pk).order_by(Message.seq)
+        return list(await db.scalars(query))
+
+
+# --- what counts as a connection fault --------------------------------------------------------
+
+
+def test_connection_faults_are_told_from_statement_errors() -> None:
+    busy = InternalClientError("cannot switch to state 12; another operation (2) is in progress")
+    assert is_connection_fault(busy)
+    assert is_connection_fault(AdminShutdownError("terminating connection"))
+    assert is_connection_fault(ConnectionResetError("reset by peer"))
+    assert not is_connection_fault(DataError("invalid input for query argument $1"))
+    assert not is_connection_fault(ValueError("no connection involved"))
+
+
+# --- reads ------------------------------------------------------------------------------------
+
+
+async def test_killed_idle_connections_are_replaced_before_the_next_request(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    await append(client, "idle", user("one"))
+    assert await kill_connections(database_url) >= 1
+    await asyncio.sleep(ALIVE_BYPASS_SECONDS)  # the pooled connections are idle from here on
+    assert (await client.get("/readyz")).status_code == 200
+    await append(client, "idle", user("two"))
+    assert [m["seq"] for m in (await client.get("/v1/sessions/idle/messages")).json()["messages"]]
+    await assert_nothing_lost(sessionmaker, "idle", 2)
+
+
+def kill_without_yielding(database_url: str) -> None:
+    """Terminate the app's connections from another process, and give the server time to say
+    goodbye to them, without letting the event loop run: the goodbye sits unread in the
+    pooled connections' sockets, as it does when a checkout comes first."""
+    url = make_url(database_url)
+    host, user_name, database = url.host or "127.0.0.1", url.username or "postgres", url.database
+    subprocess.run(
+        ["psql", "-h", host, "-U", user_name, "-d", str(database), "-qAt", "-c", KILL_CONNECTIONS],
+        check=True,
+        capture_output=True,
+    )
+    time.sleep(0.1)
+
+
+async def test_a_connection_the_server_said_goodbye_to_is_replaced_at_checkout(
+    client: httpx.AsyncClient, database_url: str, sid: str
+) -> None:
+    await append(client, sid, user("one"))
+    before = retries("read")
+    kill_without_yielding(database_url)
+    answer = await client.get(f"/v1/sessions/{sid}/history")
+    assert answer.status_code == 200, answer.text
+    assert retries("read") == before  # replaced before use: no statement failed
+
+
+async def test_every_read_answers_normally_right_after_every_connection_is_killed(
+    client: httpx.AsyncClient, database_url: str, sid: str
+) -> None:
+    await append(client, sid, *(user(f"question {i}") for i in range(4)))
+    compacted = await client.post(f"/v1/sessions/{sid}/compact", json={"keep_last_n": 1})
+    summary_id = compacted.json()["summary"]["id"]
+    reads = [
+        "/v1/sessions",
+        f"/v1/sessions/{sid}",
+        f"/v1/sessions/{sid}/messages",
+        f"/v1/sessions/{sid}/history",
+        f"/v1/sessions/{sid}/history?max_tokens=50",
+        f"/v1/sessions/{sid}/summaries",
+        f"/v1/summaries/{summary_id}",
+    ] * 3
+    await asyncio.gather(*(client.get(path) for path in reads))  # every pooled connection used
+    assert await kill_connections(database_url) >= 2
+    answers = await asyncio.gather(*(client.get(path) for path in reads))
+    assert [answer.status_code for answer in answers] == [200] * len(reads), [
+        answer.text for answer in answers if answer.status_code != 200
+    ]
+
+
+async def test_a_read_whose_connection_dies_between_its_statements_answers_normally(
+    client: httpx.AsyncClient,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    sid: str,
+) -> None:
+    await append(client, sid, user("one"), user("two"))
+    before = retries("read")
+    reached, resume = asyncio.Event(), asyncio.Event()
+    # the history load read its session row; the connection dies before its next statement
+    monkeypatch.setattr(store, "get_session", pause_after(store.get_session, reached, resume))
+    request = asyncio.create_task(client.get(f"/v1/sessions/{sid}/history"))
+    assert await kill_when_reached(database_url, reached, resume) >= 1
+    answer = await request
+    assert answer.status_code == 200, answer.text
+    assert [m["content"] for m in answer.json()["messages"]] == ["one", "two"]
+    assert retries("read") == before + 1
+
+
+# --- appends ----------------------------------------------------------------------------------
+
+
+async def test_an_append_right_after_every_connection_is_killed_is_stored_once(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    await asyncio.gather(*(append(client, f"hot-{i}", user("one")) for i in range(4)))
+    assert await kill_connections(database_url) >= 1
+    answers = await asyncio.gather(
+        *(
+            client.post(f"/v1/sessions/hot-{i}/messages", json={"messages": [user("two")]})
+            for i in range(4)
+        )
+    )
+    assert [answer.status_code for answer in answers] == [201] * 4, [a.text for a in answers]
+    for i in range(4):
+        await assert_nothing_lost(sessionmaker, f"hot-{i}", 2)
+
+
+async def test_an_append_whose_connection_dies_before_commit_is_stored_once(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await append(client, "mid", user("kept"))
+    before = retries("append")
+    reached, resume = asyncio.Event(), asyncio.Event()
+    monkeypatch.setattr(
+        store, "append_messages", pause_after(store.append_messages, reached, resume)
+    )
+    batch = {"messages": [user(f"batch {i}") for i in range(5)]}
+    request = asyncio.create_task(client.post("/v1/sessions/mid/messages", json=batch))
+    assert await kill_when_reached(database_url, reached, resume) >= 1
+    answer = await request
+    assert answer.status_code == 201, answer.text
+    assert [m["seq"] for m in answer.json()["messages"]] == [2, 3, 4, 5, 6]
+    assert retries("append") == before + 1
+    await assert_nothing_lost(sessionmaker, "mid", 6)
+
+
+@pytest.fixture
+async def proxy(database_url: str) -> AsyncIterator[CommitCuttingProxy]:
+    async with commit_cutting_proxy(database_url) as running:
+        yield running
+
+
+@pytest.fixture
+async def proxied(
+    engine: Any, database_url: str, proxy: CommitCuttingProxy
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an app whose every connection goes through `proxy`."""
+    app = create_app(make_settings(proxy.url(database_url), **QUIET))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
+    ):
+        yield http
+
+
+@pytest.mark.parametrize("client_ids", [False, True], ids=["plain", "with-client-ids"])
+async def test_an_append_whose_commit_answer_is_lost_is_stored_once_and_answered(
+    proxied: httpx.AsyncClient,
+    proxy: CommitCuttingProxy,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    client_ids: bool,
+) -> None:
+    """The server commits, the answer never reaches the service: it asks the database whether
+    the transaction landed, and answers with what was stored, never appending it twice."""
+    await append(proxied, "lost-answer", user("kept"))
+    before = retries("append")
+    batch = [user(f"batch {i}", **({"client_id": f"c{i}"} if client_ids else {})) for i in range(3)]
+    proxy.arm("cut_after_commit")
+    answer = await proxied.post("/v1/sessions/lost-answer/messages", json={"messages": batch})
+    assert proxy.cuts == 1
+    assert answer.status_code == 201, answer.text
+    assert [m["seq"] for m in answer.json()["messages"]] == [2, 3, 4]
+    assert retries("append") == before  # resolved, not appended again
+    assert await message_seqs(sessionmaker, "lost-answer") == [1, 2, 3, 4]
+    await append(proxied, "lost-answer", user("next"))
+    await assert_nothing_lost(sessionmaker, "lost-answer", 5)
+
+
+async def test_an_append_whose_commit_never_arrives_is_stored_once(
+    proxied: httpx.AsyncClient,
+    proxy: CommitCuttingProxy,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """The COMMIT is lost on the way: the server rolls back, the service appends once more."""
+    await append(proxied, "lost-commit", user("kept"))
+    before = retries("append")
+    proxy.arm("cut_before_commit")
+    batch = {"messages": [user(f"batch {i}") for i in range(3)]}
+    answer = await proxied.post("/v1/sessions/lost-commit/messages", json=batch)
+    assert proxy.cuts == 1
+    assert answer.status_code == 201, answer.text
+    assert [m["seq"] for m in answer.json()["messages"]] == [2, 3, 4]
+    assert retries("append") == before + 1
+    await assert_nothing_lost(sessionmaker, "lost-commit", 4)
+
+
+WAITING_ON_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND wait_event_type = 'Lock'"
+)
+
+
+async def until_waiting_on_a_lock(database_url: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if (await admin_query(database_url, WAITING_ON_A_LOCK))[0][0]:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no statement waited on the lock")
+
+
+async def test_an_append_cancelled_while_it_waits_on_a_lock_leaves_no_connection_busy(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """A request cancelled mid-statement (its client went away) must not hand a connection
+    still running that statement to the next request."""
+    await append(client, "locked", user("one"))
+    holder = create_engine(database_url)
+    try:
+        async with holder.connect() as lock:
+            await lock.execute(
+                text("SELECT 1 FROM sessions WHERE external_id = 'locked' FOR UPDATE")
+            )
+            cancelled = asyncio.create_task(
+                client.post("/v1/sessions/locked/messages", json={"messages": [user("never")]})
+            )
+            await until_waiting_on_a_lock(database_url)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            await lock.rollback()
+    finally:
+        await holder.dispose()
+    more = {"messages": [user("more")]}
+    answers = await asyncio.gather(
+        *(client.post("/v1/sessions/locked/messages", json=more) for _ in range(8)),
+        *(client.get("/v1/sessions/locked/history") for _ in range(8)),
+    )
+    assert {answer.status_code for answer in answers} <= {200, 201}, [a.text for a in answers]
+    await assert_nothing_lost(sessionmaker, "locked", 9)
+
+
+# --- summaries and background jobs ------------------------------------------------------------
+
+
+async def test_a_connection_killed_while_a_summary_is_written_leaves_none_of_it(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await append(client, "write", *(user(f"question {i}") for i in range(6)))
+    reached, resume = asyncio.Event(), asyncio.Event()
+    # The summary row is inserted; its links are not, when the connection dies.
+    monkeypatch.setattr(
+        store, "_link_messages", pause_before(store._link_messages, reached, resume)
+    )
+    request = asyncio.create_task(
+        client.post("/v1/sessions/write/compact", json={"trigger": "manual", "keep_last_n": 0})
+    )
+    assert await kill_when_reached(database_url, reached, resume) >= 1
+    answer = await request
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "1"
+    assert await count(sessionmaker, Summary) == 0
+    assert await count(sessionmaker, SummaryMessage) == 0
+    retried = await client.post(
+        "/v1/sessions/write/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["summary"]["message_count"] == 6
+    await assert_nothing_lost(sessionmaker, "write", 6)
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 6, "summary_workers": 1}],
+    indirect=True,
+)
+async def test_a_background_job_cut_by_a_killed_connection_is_retried_promptly(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Retried after CONNECTION_RETRY_SECONDS, not after a failure's backoff; logged as one
+    WARNING line, not counted as a failed job."""
+    caplog.set_level(logging.WARNING, logger="precis")
+    failures = REGISTRY.get_sample_value("precis_summary_job_failures_total") or 0.0
+    reached, resume = asyncio.Event(), asyncio.Event()
+    monkeypatch.setattr(
+        store, "_link_messages", pause_before(store._link_messages, reached, resume)
+    )
+    await append(client, "job", *(user(f"question {i}") for i in range(6)))
+    assert await kill_when_reached(database_url, reached, resume) >= 1
+    cut_at = time.monotonic()
+    history = await wait_for_summary(client, "job")
+    assert time.monotonic() - cut_at < CONNECTION_RETRY_SECONDS + 5
+    assert (history["summaries"][0]["first_seq"], history["summaries"][0]["last_seq"]) == (1, 4)
+    await assert_nothing_lost(sessionmaker, "job", 6)
+    assert await count(sessionmaker, SummaryJob) == 0
+    assert REGISTRY.get_sample_value("precis_summary_job_failures_total") == failures
+    worker_lines = [r for r in caplog.records if r.name == "precis.worker"]
+    assert any("lost its database connection" in r.getMessage() for r in worker_lines)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert all(r.exc_info is None for r in worker_lines)
