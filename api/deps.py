@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -11,12 +12,14 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.faults import connection_lost
+from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import CommitInterrupted, Database
 from api.errors import ServiceUnavailable
 from api.settings import Settings
 from api.summarization import Summarizer
 from api.worker import Worker
+
+logger = logging.getLogger("precis.db")
 
 
 async def read_transaction(request: Request) -> AsyncIterator[AsyncSession]:
@@ -43,30 +46,41 @@ def database_of(request: Request) -> Database:
 
 @contextmanager
 def database_faults_as_503() -> Iterator[None]:
-    """A database that failed (rather than a statement) becomes 503 with Retry-After."""
+    """A database that failed (rather than a statement) becomes 503 with Retry-After, logged
+    once at WARNING with its cause."""
     try:
         yield
-    except CommitInterrupted as exc:
-        raise ServiceUnavailable(
+    except Exception as exc:
+        unavailable = _as_503(exc)
+        if unavailable is None:
+            raise
+        logger.warning("answering 503 (%s): %s", unavailable.detail, describe_fault(exc))
+        raise unavailable from exc
+
+
+def _as_503(exc: Exception) -> ServiceUnavailable | None:
+    if isinstance(exc, CommitInterrupted):
+        return ServiceUnavailable(
             "the database connection was lost while committing; whether the change was "
             "stored is unknown: read it back, or retry"
-        ) from exc
-    except DBAPIError as exc:
-        if _unavailable(exc):
-            raise ServiceUnavailable("the database is unavailable; retry") from exc
-        raise
-    except PoolTimeout as exc:
-        raise ServiceUnavailable("no database connection was free in time; retry") from exc
-    except OSError as exc:  # the driver could not even connect (refused, unreachable)
-        raise ServiceUnavailable("the database is unreachable; retry") from exc
+        )
+    if isinstance(exc, PoolTimeout):
+        return ServiceUnavailable("no database connection was free in time; retry")
+    if isinstance(exc, OSError):  # the driver could not even connect (refused, unreachable)
+        return ServiceUnavailable("the database is unreachable; retry")
+    if _unavailable(exc):
+        return ServiceUnavailable("the database is unavailable; retry")
+    return None
 
 
-def _unavailable(exc: DBAPIError) -> bool:
+def _unavailable(exc: Exception) -> bool:
     """The database, not the statement, failed: a lost connection, or none could be made."""
-    return (
-        connection_lost(exc)
-        or isinstance(exc, (OperationalError, InterfaceError))
-        or exc.statement is None  # raised while connecting, before any statement ran
+    return connection_lost(exc) or (
+        isinstance(exc, DBAPIError)
+        and (
+            isinstance(exc, (OperationalError, InterfaceError))
+            or exc.statement is None  # raised while connecting, before any statement ran
+        )
     )
 
 

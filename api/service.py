@@ -11,14 +11,19 @@ from collections.abc import Sequence
 from contextlib import suppress
 from functools import partial
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import metrics, store
 from api.context import Item, assemble, openai_message, summary_message
-from api.db.faults import connection_lost
+from api.db.faults import connection_lost, describe_fault
 from api.db.models import Message, Session, Summary
-from api.db.transactions import CommitInterrupted, Database
+from api.db.transactions import (
+    RETRY_PAUSE_SECONDS,
+    CommitInterrupted,
+    Database,
+    cut_off,
+    retrying,
+)
 from api.errors import (
     BadRequest,
     PayloadTooLarge,
@@ -241,18 +246,21 @@ async def store_batch(
                 outcome = await store.append_messages(db, tenant, external_id, batch)
                 reason = await schedule_if_due(db, outcome.session, settings)
             return outcome, reason
-        except CommitInterrupted:
+        except CommitInterrupted as exc:
             assert outcome is not None
             landed = await committed(database, outcome.transaction_id)
             if landed:
                 return outcome, reason
             if landed is None or attempt == APPEND_ATTEMPTS:
                 raise
-        except (DBAPIError, OSError) as exc:
+            cause = f"during COMMIT, which did not land: {describe_fault(exc)}"
+        except Exception as exc:
             if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
                 raise
+            cause = describe_fault(exc)
         metrics.DATABASE_RETRIES.labels("append").inc()
-        logger.warning("an append lost its database connection; appending once more")
+        logger.warning("an append lost its database connection; appending once more: %s", cause)
+        await asyncio.sleep(RETRY_PAUSE_SECONDS)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
@@ -269,7 +277,7 @@ async def committed(database: Database, transaction_id: int | None) -> bool | No
         try:
             async with database.reading() as db:
                 status = await store.transaction_status(db, transaction_id)
-        except (DBAPIError, OSError) as exc:
+        except Exception as exc:
             if not connection_lost(exc):
                 raise
             status = "in progress"  # the database is not answering yet: ask again
@@ -312,17 +320,29 @@ async def history(
         await db.commit()
         with suppress(SummarizerBusy):
             try:
+                compaction = partial(
+                    summarizer.run,
+                    session.id,
+                    "proactive",
+                    "token_limit",
+                    wait_seconds=INLINE_WAIT_SECONDS,
+                    keep_pending_turn=True,
+                )
                 async with asyncio.timeout(summarizer.settings.summary_inline_deadline_seconds):
-                    summary = await summarizer.run(
-                        session.id,
-                        "proactive",
-                        "token_limit",
-                        wait_seconds=INLINE_WAIT_SECONDS,
-                        keep_pending_turn=True,
+                    summary = await retrying(compaction, "an inline compaction")
+            except Exception as exc:
+                if not isinstance(exc, TimeoutError) and not cut_off(exc):
+                    raise
+                # Past its deadline (the chat turn cannot wait), or cut off twice by a lost
+                # database connection: answer the truncated context, summarize in the background.
+                if not isinstance(exc, TimeoutError):
+                    logger.warning(
+                        "an inline compaction lost its database connection twice; answering "
+                        "the truncated context: %s",
+                        describe_fault(exc),
                     )
-            except TimeoutError:
-                # The chat turn cannot wait: answer the truncated context, summarize later.
-                await summarizer.schedule(session.id, "token_limit")
+                schedule = partial(summarizer.schedule, session.id, "token_limit")
+                await retrying(schedule, "scheduling a summarization")
                 return loaded.model_copy(update={"summarization_pending": True})
             if summary is not None:
                 # One compaction only: whatever it achieved, truncation does the rest.

@@ -2,6 +2,7 @@
 
     python -m scripts.load [--backends 16] [--turns 20] [--duration 60]
                            [--database sqlite|postgresql] [--message-limit 12]
+                           [--chaos [--chaos-kills 12] [--chaos-max-interval 3]]
 
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
 temporary folder, or a new PostgreSQL database on PRECIS_TEST_POSTGRES_URL's server, dropped
@@ -12,6 +13,11 @@ append the assistant's answer. It stops after `--turns` turns per backend or `--
 seconds, whichever comes first, waits (bounded) until no summarization job is left, not even
 one waiting to be retried, stops the server with SIGTERM, then runs `python -m scripts.verify`
 on every session.
+
+With `--chaos` (PostgreSQL on loopback only), every backend connection of the run's database
+is terminated (`pg_terminate_backend`, as an operator or a failover would) at random
+intervals while the backends play, `--chaos-kills` times at most: the run must pass all the
+same, the service answering every request and draining every job.
 
 Prints throughput, p50/p95/p99 per operation and the errors: HTTP errors, background
 summarization job failures (`precis_summary_job_failures_total` on /metrics at the end), and
@@ -48,6 +54,8 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +73,17 @@ MAX_EXCERPTS = 20
 
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 """Where `--database postgresql` creates its database (PRECIS_TEST_POSTGRES_URL overrides)."""
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+"""Where `--chaos` may terminate connections: a database of this machine's, never a shared one."""
+
+CHAOS_MIN_INTERVAL_SECONDS = 0.5
+"""Shortest pause between two rounds of `--chaos` terminations."""
+
+TERMINATE_OTHERS = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
 
 WORDS = tuple(
     [
@@ -246,12 +265,55 @@ def sentence(rng: random.Random, low: int, high: int) -> str:
 
 
 @dataclass(frozen=True)
+class Chaos:
+    """`--chaos`: terminate the database's connections `kills` times at random intervals."""
+
+    database_url: str
+    kills: int
+    max_interval: float
+
+
+@dataclass(frozen=True)
 class Plan:
     backends: int
     turns: int
     duration: float
     max_tokens: int
     seed: int
+    chaos: Chaos | None = None
+
+
+@dataclass
+class ChaosTally:
+    rounds: int = 0
+    terminated: int = 0
+
+
+async def terminate_connections(
+    chaos: Chaos, rng: random.Random, done: asyncio.Event
+) -> ChaosTally:
+    """Every CHAOS_MIN_INTERVAL_SECONDS..max_interval seconds, terminate every connection to
+    the run's database, until `kills` rounds are done or the backends are."""
+    from sqlalchemy import text
+
+    from api.db.engine import create_engine
+
+    tally = ChaosTally()
+    admin = create_engine(chaos.database_url, poolclass=NullPool)
+    try:
+        while tally.rounds < chaos.kills:
+            pause = rng.uniform(CHAOS_MIN_INTERVAL_SECONDS, chaos.max_interval)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), timeout=pause)
+            if done.is_set():
+                break
+            async with admin.connect() as connection:
+                killed = (await connection.execute(text(TERMINATE_OTHERS))).all()
+            tally.rounds += 1
+            tally.terminated += len(killed)
+    finally:
+        await admin.dispose()
+    return tally
 
 
 async def timed(stats: Stats, operation: str, request: Any, expected: int) -> httpx.Response | None:
@@ -313,6 +375,7 @@ async def chat_backend(
 
 JOB_FAILURES_METRIC = "precis_summary_job_failures_total"
 PENDING_JOBS_METRIC = "precis_pending_summary_jobs"
+DATABASE_RETRIES_METRIC = "precis_database_retries_total"
 
 
 def sample_total(metrics_text: str, sample_name: str) -> float:
@@ -370,6 +433,8 @@ class Outcome:
     llm_calls: float
     job_failures: float
     pending_jobs: float
+    database_retries: float = 0.0
+    chaos: ChaosTally | None = None
 
 
 async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
@@ -385,10 +450,20 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
         await http.post("/v1/sessions/load-warm-up/messages", json={"messages": [warm_up]})
         started = time.monotonic()
         deadline = started + plan.duration
+        backends_done = asyncio.Event()
+        chaos = (
+            asyncio.create_task(
+                terminate_connections(plan.chaos, random.Random(plan.seed), backends_done)
+            )
+            if plan.chaos is not None
+            else None
+        )
         turns = await asyncio.gather(
             *(chat_backend(http, sid, plan, deadline, stats) for sid in session_ids)
         )
         elapsed = time.monotonic() - started
+        backends_done.set()
+        chaos_tally = await chaos if chaos is not None else None
         drained = await drain(http, [*session_ids, "load-warm-up"], DRAIN_TIMEOUT_SECONDS)
         metrics = await read_metrics(http)
     metrics_text = metrics.text if metrics.status_code == 200 else ""
@@ -403,6 +478,8 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
         llm_calls=sample_total(metrics_text, "precis_llm_calls_total"),
         job_failures=sample_total(metrics_text, JOB_FAILURES_METRIC),
         pending_jobs=sample_total(metrics_text, PENDING_JOBS_METRIC),
+        database_retries=sample_total(metrics_text, DATABASE_RETRIES_METRIC),
+        chaos=chaos_tally,
     )
 
 
@@ -533,6 +610,12 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
         if outcome.metrics_status == 200
         else f"unknown (/metrics answered {outcome.metrics_status})"
     )
+    if outcome.chaos is not None:
+        lines.append(
+            f"  chaos: {outcome.chaos.rounds} rounds of terminations, "
+            f"{outcome.chaos.terminated} connections terminated; "
+            f"{outcome.database_retries:.0f} database retries on a fresh connection"
+        )
     lines.append(
         f"  errors: {len(stats.errors)} HTTP, {job_failures} summarization job failures, "
         f"server log: {log.tracebacks} tracebacks, {log.error_lines} ERROR lines"
@@ -587,9 +670,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="SUMMARY_WORKERS")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--server-log", type=Path, help="keep the server's log in this file")
+    parser.add_argument(
+        "--chaos",
+        action="store_true",
+        help="terminate the run database's connections at random intervals (PostgreSQL on "
+        "loopback only)",
+    )
+    parser.add_argument("--chaos-kills", type=int, default=12, help="rounds of terminations")
+    parser.add_argument(
+        "--chaos-max-interval",
+        type=float,
+        default=3.0,
+        help=f"longest pause between rounds, seconds (shortest: {CHAOS_MIN_INTERVAL_SECONDS})",
+    )
     args = parser.parse_args(argv)
     if args.backends < 1 or args.turns < 1 or args.duration <= 0:
         parser.error("--backends, --turns and --duration must be positive")
+    if args.chaos:
+        if args.database != "postgresql":
+            parser.error("--chaos terminates PostgreSQL connections: add --database postgresql")
+        if make_url(args.postgres_url).host not in LOOPBACK_HOSTS:
+            parser.error("--chaos only terminates connections of a database on loopback")
+        if args.chaos_kills < 1 or args.chaos_max_interval < CHAOS_MIN_INTERVAL_SECONDS:
+            parser.error(
+                f"--chaos-kills must be positive, --chaos-max-interval at least "
+                f"{CHAOS_MIN_INTERVAL_SECONDS}"
+            )
     return args
 
 
@@ -597,13 +703,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from scripts.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
-    plan = Plan(args.backends, args.turns, args.duration, args.max_tokens, args.seed)
     api_key = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="precis-load-") as folder:
         if args.database == "sqlite":
             database_url = f"sqlite+aiosqlite:///{Path(folder) / 'load.db'}"
         else:
             database_url = create_postgres_database(args.postgres_url)
+        chaos = (
+            Chaos(database_url, args.chaos_kills, args.chaos_max_interval) if args.chaos else None
+        )
+        plan = Plan(args.backends, args.turns, args.duration, args.max_tokens, args.seed, chaos)
         try:
             migrate(database_url)
             settings = {

@@ -10,7 +10,9 @@ lose.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,11 +24,12 @@ from asyncpg.exceptions import AdminShutdownError, DataError, InternalClientErro
 from prometheus_client import REGISTRY
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InvalidRequestError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
 from api.db.engine import ALIVE_BYPASS_SECONDS, create_engine
-from api.db.faults import is_connection_fault
+from api.db.faults import connection_lost, is_connection_fault
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.main import create_app
 from api.worker import CONNECTION_RETRY_SECONDS
@@ -117,6 +120,9 @@ def test_connection_faults_are_told_from_statement_errors() -> None:
     assert is_connection_fault(ConnectionResetError("reset by peer"))
     assert not is_connection_fault(DataError("invalid input for query argument $1"))
     assert not is_connection_fault(ValueError("no connection involved"))
+    # the pool's checkout found a stale connection, then a fresh one cut at once
+    assert connection_lost(InvalidRequestError("This connection is closed"))
+    assert not connection_lost(InvalidRequestError("A transaction is already begun"))
 
 
 # --- reads ------------------------------------------------------------------------------------
@@ -150,15 +156,22 @@ def kill_without_yielding(database_url: str) -> None:
     time.sleep(0.1)
 
 
-async def test_a_connection_the_server_said_goodbye_to_is_replaced_at_checkout(
-    client: httpx.AsyncClient, database_url: str, sid: str
+async def test_a_pooled_connection_the_server_said_goodbye_to_is_replaced_at_checkout(
+    database_url: str,
 ) -> None:
-    await append(client, sid, user("one"))
-    before = retries("read")
-    kill_without_yielding(database_url)
-    answer = await client.get(f"/v1/sessions/{sid}/history")
-    assert answer.status_code == 200, answer.text
-    assert retries("read") == before  # replaced before use: no statement failed
+    """The cause of "another operation is in progress": a connection killed while idle in the
+    pool, checked out before asyncpg noticed. The checkout finds the goodbye unread in its
+    socket and hands out a fresh connection instead."""
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))  # the pool now holds this connection
+        kill_without_yielding(database_url)
+        # engine.connect() checks out before the event loop runs again
+        async with engine.connect() as connection:
+            assert (await connection.execute(text("SELECT 1"))).scalar() == 1
+    finally:
+        await engine.dispose()
 
 
 async def test_every_read_answers_normally_right_after_every_connection_is_killed(
@@ -354,6 +367,67 @@ async def test_an_append_cancelled_while_it_waits_on_a_lock_leaves_no_connection
     await assert_nothing_lost(sessionmaker, "locked", 9)
 
 
+def kill_before_calls(
+    original: Callable[..., Awaitable[Any]], database_url: str, calls: int
+) -> Callable[..., Awaitable[Any]]:
+    """Wrap a store function: its first `calls` calls find their connection killed."""
+    seen = 0
+
+    async def killed_first(*args: Any, **kwargs: Any) -> Any:
+        nonlocal seen
+        seen += 1
+        if seen <= calls:
+            assert await kill_connections(database_url) >= 1
+        return await original(*args, **kwargs)
+
+    return killed_first
+
+
+HISTORY_BUDGET = 60
+"""A `max_tokens` the test sessions below exceed, so a history load compacts inline."""
+
+
+async def test_an_inline_compaction_cut_off_once_is_run_once_more(
+    client: httpx.AsyncClient,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    sid: str,
+) -> None:
+    await append(client, sid, *(user(f"question {i} " + "word " * 10) for i in range(6)))
+    before = retries("background")
+    monkeypatch.setattr(
+        store, "_link_messages", kill_before_calls(store._link_messages, database_url, 1)
+    )
+    answer = await client.get(f"/v1/sessions/{sid}/history?max_tokens={HISTORY_BUDGET}")
+    assert answer.status_code == 200, answer.text
+    history = answer.json()
+    assert [s["first_seq"] for s in history["summaries"]] == [1]
+    assert history["messages"][-1]["seq"] == 6  # the pending question stays verbatim
+    assert history["token_estimate"] <= HISTORY_BUDGET
+    assert retries("background") == before + 1
+
+
+async def test_an_inline_compaction_cut_off_twice_answers_the_truncated_context(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+    sid: str,
+) -> None:
+    await append(client, sid, *(user(f"question {i} " + "word " * 10) for i in range(6)))
+    monkeypatch.setattr(
+        store, "_link_messages", kill_before_calls(store._link_messages, database_url, 2)
+    )
+    answer = await client.get(f"/v1/sessions/{sid}/history?max_tokens={HISTORY_BUDGET}")
+    assert answer.status_code == 200, answer.text
+    history = answer.json()
+    assert history["summaries"] == []
+    assert history["token_estimate"] <= HISTORY_BUDGET
+    assert history["summarization_pending"] is True
+    assert await count(sessionmaker, SummaryJob) == 1  # the summary is left to a job
+    await assert_nothing_lost(sessionmaker, sid, 6)
+
+
 # --- summaries and background jobs ------------------------------------------------------------
 
 
@@ -419,3 +493,65 @@ async def test_a_background_job_cut_by_a_killed_connection_is_retried_promptly(
     assert any("lost its database connection" in r.getMessage() for r in worker_lines)
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert all(r.exc_info is None for r in worker_lines)
+
+
+async def terminate_every(database_url: str, seconds: float, done: asyncio.Event) -> int:
+    """Terminate every connection to the test database every `seconds` until `done`."""
+    rounds = 0
+    while not done.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout=seconds)
+        if not done.is_set():
+            await kill_connections(database_url)
+            rounds += 1
+    return rounds
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_message_limit": 8, "summary_workers": 1}],
+    indirect=True,
+)
+@pytest.mark.parametrize("window", [1500, 16000])
+async def test_every_fact_stays_in_the_context_while_connections_keep_dying(
+    client: httpx.AsyncClient,
+    database_url: str,
+    fake_llm: FakeLLM,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    window: int,
+) -> None:
+    """The perfect-recall model; background jobs, inline compactions and roll-ups, with every
+    connection terminated every 0.3 s: once idle, the context holds every fact planted."""
+    fake_llm.mode = "marker_echo"
+    fake_llm.context_window = window
+    session = f"chaos-recall-{window}"
+    settings = {"model_context_tokens": window, "target_tokens": 800, "summary_limit": 2}
+    created = await client.post("/v1/sessions", json={"id": session, "settings": settings})
+    assert created.status_code == 201, created.text
+    planted: set[str] = set()
+    done = asyncio.Event()
+    chaos = asyncio.create_task(terminate_every(database_url, 0.3, done))
+    try:
+        for batch in range(8):
+            messages = []
+            for index in range(6):
+                marker = f"MARKER-c{batch}i{index}"
+                planted.add(marker)
+                messages.append(user(f"{marker} " + "some detail " * 25))
+                messages.append({"role": "assistant", "content": "ok " * 20})
+            await append(client, session, *messages)
+            loaded = await client.get(f"/v1/sessions/{session}/history?max_tokens=1200")
+            assert loaded.status_code == 200, loaded.text
+    finally:
+        done.set()
+        rounds = await chaos
+    assert rounds >= 1
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while True:
+        history = (await client.get(f"/v1/sessions/{session}/history")).json()
+        if not history["summarization_pending"] or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert history["summaries"], "nothing was summarized"
+    assert planted <= set(re.findall(r"MARKER-c\d+i\d+", str(history["context"])))
+    await assert_nothing_lost(sessionmaker, session, 96)

@@ -1,8 +1,8 @@
-"""Faults lose nothing: the LLM down, slow or flaky; database connections killed; SIGTERM.
+"""Faults lose nothing: the LLM down, slow or flaky; an unreachable database; SIGTERM.
 
 LLM faults run on both databases through the loopback fake LLM (litellm's real HTTP path).
-Killed connections are a PostgreSQL matter (`pg_terminate_backend` from an admin
-connection); SIGTERM runs the real server (`python -m api`) as a subprocess.
+SIGTERM runs the real server (`python -m api`) as a subprocess. Database connections that
+die are `tests/test_connection_faults.py`'s.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ server's log, the verdict; and one small run of `scripts.load` end to end on eac
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,57 @@ def test_a_small_run_passes_and_scans_only_its_own_server_log(
     assert "server log: 0 tracebacks, 0 ERROR lines" in printed
     assert printed.rstrip().endswith("verify passed")
     assert "Application startup complete." in server_log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "complaint"),
+    [
+        (["--chaos"], "add --database postgresql"),
+        (
+            ["--chaos", "--database", "postgresql", "--postgres-url", "postgresql://db.example/x"],
+            "only terminates connections of a database on loopback",
+        ),
+        (["--chaos", "--database", "postgresql", "--chaos-kills", "0"], "must be positive"),
+    ],
+)
+def test_chaos_is_refused_where_it_could_harm_or_do_nothing(
+    arguments: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        load.parse_args(arguments)
+    assert complaint in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("database", ["postgresql"])
+def test_a_small_chaos_run_loses_nothing_and_answers_every_request(
+    database: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    status = load.main(
+        [
+            "--database",
+            database,
+            "--chaos",
+            "--chaos-kills",
+            "6",
+            "--chaos-max-interval",
+            "0.8",
+            "--backends",
+            "4",
+            "--turns",
+            "10",
+            "--duration",
+            "60",
+            "--message-limit",
+            "4",
+            "--keep-last-n",
+            "1",
+        ]
+    )
+    printed = capfd.readouterr().out
+    assert status == 0, printed
+    rounds = re.search(
+        r"chaos: (\d+) rounds of terminations, (\d+) connections terminated", printed
+    )
+    assert rounds is not None and int(rounds[1]) >= 1 and int(rounds[2]) >= 1, printed
+    assert "errors: 0 HTTP, 0 summarization job failures, " in printed
+    assert printed.rstrip().endswith("verify passed")

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InvalidRequestError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 SHUTDOWN_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
@@ -63,10 +63,17 @@ def _asyncpg_state_error(cause: BaseException) -> bool:
     )
 
 
+POOL_GAVE_UP = "This connection is closed"
+"""What SQLAlchemy's pool raises when the connections it tried at one checkout were all dead
+(a stale one, then a fresh one cut at once): no statement ran."""
+
+
 def connection_lost(exc: BaseException) -> bool:
     """An SQLAlchemy error raised because the connection died (or none could be made)."""
     if isinstance(exc, DBAPIError):
-        return exc.connection_invalidated or exc.statement is None
+        return exc.connection_invalidated or is_connection_fault(exc)
+    if isinstance(exc, InvalidRequestError):
+        return str(exc).startswith(POOL_GAVE_UP)
     return isinstance(exc, OSError)  # the driver could not even connect
 
 

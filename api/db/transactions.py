@@ -63,7 +63,7 @@ class ReadSession(AsyncSession):
     ) -> Any:
         try:
             return await statement(*args, **kwargs)
-        except DBAPIError as exc:
+        except Exception as exc:
             if not connection_lost(exc):
                 raise
             await self.close()
