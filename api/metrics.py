@@ -42,7 +42,7 @@ JOB_FAILURES = Counter("precis_summary_job_failures_total", "Background jobs tha
 DATABASE_RETRIES = Counter(
     "precis_database_retries_total",
     "Database work run again on a fresh connection after its connection died, by kind "
-    "(read: a statement of a read request; append: a whole append; background: a job's "
-    "bookkeeping or a whole job)",
+    "(read: a statement of a read request or the readiness probe; append: a whole append; "
+    "summarization: a job, its bookkeeping, an inline compaction)",
     ["kind"],
 )

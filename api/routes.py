@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import suppress
+from functools import partial
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response, status
@@ -12,11 +13,13 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api import metrics, service, store
 from api.auth import Tenant
+from api.db.faults import connection_lost
 from api.db.models import SCHEMA_REVISION
+from api.db.transactions import retrying
 from api.deps import (
     AppDatabase,
     AppSettings,
@@ -305,10 +308,9 @@ async def healthz() -> Health:
 @probes.get("/readyz", responses=responses(ServiceUnavailable))
 async def readyz(request: Request) -> Health:
     """Readiness: the database answers, and its schema is at the revision this build needs."""
+    probe = partial(_database_revision, request.app.state.engine)
     try:
-        async with request.app.state.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-            revision = await _schema_revision(connection)
+        revision = await retrying(probe, "the readiness probe", "read")
     except Exception as exc:
         raise ServiceUnavailable(f"the database is unreachable: {type(exc).__name__}") from exc
     if revision != SCHEMA_REVISION:
@@ -319,11 +321,20 @@ async def readyz(request: Request) -> Health:
     return Health(status="ok")
 
 
+async def _database_revision(engine: AsyncEngine) -> str | None:
+    """Reach the database; its Alembic revision."""
+    async with engine.connect() as connection:
+        await connection.execute(text("SELECT 1"))
+        return await _schema_revision(connection)
+
+
 async def _schema_revision(connection: AsyncConnection) -> str | None:
     """The database's Alembic revision; None on a database that was never migrated."""
     try:
         version = await connection.execute(text("SELECT version_num FROM alembic_version"))
-    except (OperationalError, ProgrammingError):  # no such table
+    except (OperationalError, ProgrammingError) as exc:  # no such table
+        if connection_lost(exc):
+            raise
         return None
     return version.scalar_one_or_none()
 

@@ -50,9 +50,9 @@ from api.summarization import Reason, Summarizer, schedule_if_due
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 
-APPEND_ATTEMPTS = 2
-"""Runs of an append's transaction at most: the second on a fresh connection after the first
-lost its connection without storing anything."""
+APPEND_ATTEMPTS = 3
+"""Runs of an append's transaction at most, each on a fresh connection after the previous one
+lost its connection without storing anything (a failover may cut two in a row)."""
 
 COMMIT_STATUS_WAIT_SECONDS = 5.0
 """How long an append whose COMMIT was cut off waits for the database to say whether it
@@ -234,10 +234,10 @@ async def store_batch(
 ) -> tuple[store.AppendOutcome, Reason | None]:
     """Append `batch` in one transaction, exactly once even when the connection dies.
 
-    Lost before COMMIT was sent, the transaction stored nothing: it runs once more on a fresh
+    Lost before COMMIT was sent, the transaction stored nothing: it runs again on a fresh
     connection. Lost while COMMIT was under way, the database is asked whether the
     transaction landed (by its id): if it did, its outcome is the answer; if it did not, it
-    runs once more; if the database cannot tell in time, `CommitInterrupted` goes up (503).
+    runs again; if the database cannot tell in time, `CommitInterrupted` goes up (503).
     """
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         outcome: store.AppendOutcome | None = None
@@ -251,16 +251,18 @@ async def store_batch(
             landed = await committed(database, outcome.transaction_id)
             if landed:
                 return outcome, reason
-            if landed is None or attempt == APPEND_ATTEMPTS:
+            if landed is None:
                 raise
+            if attempt == APPEND_ATTEMPTS:
+                raise exc.__cause__ or exc from None  # it did not land: nothing was stored
             cause = f"during COMMIT, which did not land: {describe_fault(exc)}"
         except Exception as exc:
             if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
                 raise
             cause = describe_fault(exc)
         metrics.DATABASE_RETRIES.labels("append").inc()
-        logger.warning("an append lost its database connection; appending once more: %s", cause)
-        await asyncio.sleep(RETRY_PAUSE_SECONDS)
+        logger.warning("an append lost its database connection; appending again: %s", cause)
+        await asyncio.sleep(RETRY_PAUSE_SECONDS * attempt)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
@@ -329,7 +331,7 @@ async def history(
                     keep_pending_turn=True,
                 )
                 async with asyncio.timeout(summarizer.settings.summary_inline_deadline_seconds):
-                    summary = await retrying(compaction, "an inline compaction")
+                    summary = await retrying(compaction, "an inline compaction", "summarization")
             except Exception as exc:
                 if not isinstance(exc, TimeoutError) and not cut_off(exc):
                     raise
@@ -342,7 +344,7 @@ async def history(
                         describe_fault(exc),
                     )
                 schedule = partial(summarizer.schedule, session.id, "token_limit")
-                await retrying(schedule, "scheduling a summarization")
+                await retrying(schedule, "scheduling a summarization", "summarization")
                 return loaded.model_copy(update={"summarization_pending": True})
             if summary is not None:
                 # One compaction only: whatever it achieved, truncation does the rest.

@@ -118,7 +118,7 @@ class Worker:
     async def _loop(self) -> None:
         while not self._stopping:
             try:
-                job = await retrying(self._claim, "claiming a summarization job")
+                job = await retrying(self._claim, "claiming a summarization job", "summarization")
             except Exception as exc:
                 _log_failure("could not claim a summarization job", exc)
                 job = None
@@ -157,7 +157,7 @@ class Worker:
             return
         except Exception as exc:
             if cut_off(exc):
-                metrics.DATABASE_RETRIES.labels("background").inc()
+                metrics.DATABASE_RETRIES.labels("summarization").inc()
                 logger.warning(
                     "summarization job %s of session %s lost its database connection; "
                     "retrying in %g s: %s",
@@ -172,7 +172,8 @@ class Worker:
             logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
             await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
             return
-        await retrying(partial(self._finish, job, summary is not None, seen_seq), "finishing a job")
+        finish = partial(self._finish, job, summary is not None, seen_seq)
+        await retrying(finish, f"finishing summarization job {job.id}", "summarization")
 
     async def _finish(self, job: SummaryJob, summarized: bool, seen_seq: int | None) -> None:
         async with self._summarizer.writing() as db:
@@ -194,7 +195,7 @@ class Worker:
                 await store.release_job(db, job.id, run_after, error, attempt=job.attempts)
 
         try:
-            await retrying(release, f"releasing summarization job {job.id}")
+            await retrying(release, f"releasing summarization job {job.id}", "summarization")
         except Exception as exc:
             _log_failure(f"could not release summarization job {job.id}", exc)
 

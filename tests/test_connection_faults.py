@@ -181,6 +181,7 @@ async def test_every_read_answers_normally_right_after_every_connection_is_kille
     compacted = await client.post(f"/v1/sessions/{sid}/compact", json={"keep_last_n": 1})
     summary_id = compacted.json()["summary"]["id"]
     reads = [
+        "/readyz",
         "/v1/sessions",
         f"/v1/sessions/{sid}",
         f"/v1/sessions/{sid}/messages",
@@ -394,7 +395,7 @@ async def test_an_inline_compaction_cut_off_once_is_run_once_more(
     sid: str,
 ) -> None:
     await append(client, sid, *(user(f"question {i} " + "word " * 10) for i in range(6)))
-    before = retries("background")
+    before = retries("summarization")
     monkeypatch.setattr(
         store, "_link_messages", kill_before_calls(store._link_messages, database_url, 1)
     )
@@ -404,7 +405,7 @@ async def test_an_inline_compaction_cut_off_once_is_run_once_more(
     assert [s["first_seq"] for s in history["summaries"]] == [1]
     assert history["messages"][-1]["seq"] == 6  # the pending question stays verbatim
     assert history["token_estimate"] <= HISTORY_BUDGET
-    assert retries("background") == before + 1
+    assert retries("summarization") == before + 1
 
 
 async def test_an_inline_compaction_cut_off_twice_answers_the_truncated_context(

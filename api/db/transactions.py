@@ -6,7 +6,8 @@
   connection before COMMIT was sent stored nothing, so its caller may run it again; one lost
   while COMMIT was under way raises `CommitInterrupted`: whether it landed is for the caller
   to find out (`api.service.append` asks the database by the transaction's id).
-- Background work runs its short transactions through `retrying`.
+- Summarization (jobs, their bookkeeping, inline compactions) and the readiness probe run
+  through `retrying`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -122,18 +123,21 @@ class Database:
         return self.read_sessionmaker()
 
 
-async def retrying(operation: Callable[[], Awaitable[T]], what: str) -> T:
+async def retrying(
+    operation: Callable[[], Awaitable[T]], what: str, kind: Literal["read", "summarization"]
+) -> T:
     """Run `operation`, once more on a fresh connection if the connection died under it.
 
-    For background writes that are safe to repeat (a job's claim bookkeeping): the second
-    run of one that landed changes nothing.
+    For work that is safe to repeat: a read, a job's bookkeeping (the second run of one that
+    landed changes nothing), a summarization (it summarizes what is still unsummarized).
+    `kind` labels `precis_database_retries_total`.
     """
     try:
         return await operation()
     except Exception as exc:
         if not cut_off(exc):
             raise
-        metrics.DATABASE_RETRIES.labels("background").inc()
+        metrics.DATABASE_RETRIES.labels(kind).inc()
         logger.warning("%s lost its database connection; retrying: %s", what, describe_fault(exc))
         await asyncio.sleep(RETRY_PAUSE_SECONDS)
         return await operation()
