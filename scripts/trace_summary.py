@@ -33,10 +33,11 @@ from typing import Any, TextIO
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import audit
+from api import store
 from api.db.engine import create_sessionmaker
 from api.db.models import Message, Session, Summary
 from api.settings import Settings
+from api.store import audit
 from scripts.cli import run_command
 from summarizer import METADATA_KEYS
 
@@ -195,7 +196,7 @@ Trace = SummaryTrace | SessionTrace | MessageTrace
 
 
 async def trace_summary(db: AsyncSession, summary_id: int) -> SummaryTrace:
-    summary = await audit.summary_by_id(db, summary_id)
+    summary = await store.get_summary_by_id(db, summary_id)
     if summary is None:
         raise NotFound(f"no summary with id {summary_id}")
     session = await _session_of(db, summary.session_id)
@@ -250,7 +251,7 @@ async def trace_message(db: AsyncSession, message_id: int) -> MessageTrace:
 
 
 async def _session_of(db: AsyncSession, session_id: int) -> Session:
-    session = await audit.session_by_id(db, session_id)
+    session = await store.get_session_by_id(db, session_id)
     assert session is not None, "a foreign key keeps every row's session"
     return session
 
@@ -548,7 +549,7 @@ async def collect(db: AsyncSession, options: Options) -> Trace:
 async def run(options: Options, out: TextIO, err: TextIO) -> int:
     """The command without the event loop: tests await it with their own streams."""
     try:
-        engine = audit.read_engine(options.database_url)
+        engine = audit.read_only_engine(options.database_url)
     except OSError as exc:
         err.write(f"{PROG}: {exc}\n")
         return 2

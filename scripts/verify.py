@@ -38,10 +38,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api import audit
+from api import store
 from api.db.engine import create_sessionmaker
 from api.db.models import Session, Summary
 from api.settings import Settings
+from api.store import audit
 from scripts.cli import run_command
 
 PROG = "verify"
@@ -296,7 +297,7 @@ async def check_chains(db: AsyncSession, summaries: Sequence[Summary]) -> list[V
     for summary in summaries:
         if summary.superseded_by is None:
             continue
-        parent = by_id.get(summary.superseded_by) or await audit.summary_by_id(
+        parent = by_id.get(summary.superseded_by) or await store.get_summary_by_id(
             db, summary.superseded_by
         )
         found.extend(chain_link_problems(summary, parent))
@@ -453,7 +454,7 @@ async def verify_session(
 ) -> SessionCheck | None:
     """Check one session in its own snapshot; None if it was deleted meanwhile."""
     async with sessionmaker() as db, db.begin():
-        session = await audit.session_by_id(db, session_id)
+        session = await store.get_session_by_id(db, session_id)
         return None if session is None else await check_session(db, session)
 
 
@@ -524,7 +525,7 @@ async def run(options: Options, out: TextIO, err: TextIO) -> int:
     """The command without the event loop: tests await it with their own streams."""
     shown_url = make_url(options.database_url).render_as_string(hide_password=True)
     try:
-        engine = audit.read_engine(options.database_url)
+        engine = audit.read_only_engine(options.database_url)
     except OSError as exc:
         err.write(f"{PROG}: {exc}\n")
         return 2

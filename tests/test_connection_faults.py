@@ -32,6 +32,7 @@ from api.db.engine import ALIVE_BYPASS_SECONDS, create_engine
 from api.db.faults import connection_lost, is_connection_fault
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.main import create_app
+from api.store import summaries as summary_store
 from api.worker import CONNECTION_RETRY_SECONDS
 from scripts.fake_llm import FakeLLM
 from tests.conftest import QUIET, make_settings
@@ -397,7 +398,9 @@ async def test_an_inline_compaction_cut_off_once_is_run_once_more(
     await append(client, sid, *(user(f"question {i} " + "word " * 10) for i in range(6)))
     before = retries("summarization")
     monkeypatch.setattr(
-        store, "_link_messages", kill_before_calls(store._link_messages, database_url, 1)
+        summary_store,
+        "_link_messages",
+        kill_before_calls(summary_store._link_messages, database_url, 1),
     )
     answer = await client.get(f"/v1/sessions/{sid}/history?max_tokens={HISTORY_BUDGET}")
     assert answer.status_code == 200, answer.text
@@ -417,7 +420,9 @@ async def test_an_inline_compaction_cut_off_twice_answers_the_truncated_context(
 ) -> None:
     await append(client, sid, *(user(f"question {i} " + "word " * 10) for i in range(6)))
     monkeypatch.setattr(
-        store, "_link_messages", kill_before_calls(store._link_messages, database_url, 2)
+        summary_store,
+        "_link_messages",
+        kill_before_calls(summary_store._link_messages, database_url, 2),
     )
     answer = await client.get(f"/v1/sessions/{sid}/history?max_tokens={HISTORY_BUDGET}")
     assert answer.status_code == 200, answer.text
@@ -442,7 +447,7 @@ async def test_a_connection_killed_while_a_summary_is_written_leaves_none_of_it(
     reached, resume = asyncio.Event(), asyncio.Event()
     # The summary row is inserted; its links are not, when the connection dies.
     monkeypatch.setattr(
-        store, "_link_messages", pause_before(store._link_messages, reached, resume)
+        summary_store, "_link_messages", pause_before(summary_store._link_messages, reached, resume)
     )
     request = asyncio.create_task(
         client.post("/v1/sessions/write/compact", json={"trigger": "manual", "keep_last_n": 0})
@@ -479,7 +484,7 @@ async def test_a_background_job_cut_by_a_killed_connection_is_retried_promptly(
     failures = REGISTRY.get_sample_value("precis_summary_job_failures_total") or 0.0
     reached, resume = asyncio.Event(), asyncio.Event()
     monkeypatch.setattr(
-        store, "_link_messages", pause_before(store._link_messages, reached, resume)
+        summary_store, "_link_messages", pause_before(summary_store._link_messages, reached, resume)
     )
     await append(client, "job", *(user(f"question {i}") for i in range(6)))
     assert await kill_when_reached(database_url, reached, resume) >= 1

@@ -13,9 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api import store, worker
+from api import worker
 from api.db.models import SummaryJob
 from api.main import create_app
+from api.store import summaries as summary_store
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import append, user, wait_for_summary
@@ -164,7 +165,7 @@ async def test_failed_job_is_retried_with_backoff_and_appends_go_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(worker, "BACKOFF_BASE_SECONDS", 0.2)
-    link_messages = store._link_messages
+    link_messages = summary_store._link_messages
     failures: list[int] = []
 
     async def fail_once(*args: Any) -> None:
@@ -173,7 +174,7 @@ async def test_failed_job_is_retried_with_backoff_and_appends_go_on(
             raise RuntimeError("injected database fault")
         await link_messages(*args)
 
-    monkeypatch.setattr(store, "_link_messages", fail_once)
+    monkeypatch.setattr(summary_store, "_link_messages", fail_once)
     await append(client, "retry", user("a"), user("b"), user("c"))
     for _ in range(100):
         async with sessionmaker() as db:

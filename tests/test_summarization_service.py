@@ -15,6 +15,7 @@ from api import store
 from api.db.models import Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
+from api.store import summaries as summary_store
 from api.summarization import Summarizer
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
@@ -216,7 +217,7 @@ async def test_failure_between_summary_insert_and_links_leaves_nothing(
     async def crash(*_args: Any) -> None:
         raise RuntimeError("injected crash after the summary insert")
 
-    monkeypatch.setattr(store, "_link_messages", crash)
+    monkeypatch.setattr(summary_store, "_link_messages", crash)
     with pytest.raises(RuntimeError, match="injected crash"):
         await summarizer.run(pk, "overflow_retry", "overflow_retry", keep_last_n=0)
     async with sessionmaker() as db:

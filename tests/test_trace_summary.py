@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import audit, store
+from api import store
 from api.db.models import Message, Summary
+from api.store import audit
 from scripts import trace_summary
 from scripts.scratch_db import REPO_ROOT
 

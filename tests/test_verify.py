@@ -14,9 +14,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import audit, store
+from api import store
 from api.db.engine import create_engine, create_sessionmaker
 from api.db.models import Message
+from api.store import audit
 from scripts import verify
 from tests.conftest import migrated_database
 from tests.test_trace_summary import CONVERSATION, Seeded, new_message, seed_session, trace
@@ -353,7 +354,7 @@ async def test_the_tools_leave_an_sqlite_file_and_its_journal_mode_unchanged(
 async def test_the_read_engine_refuses_writes(
     database_url: str, db: AsyncSession, seeded: Seeded
 ) -> None:
-    engine = audit.read_engine(database_url)
+    engine = audit.read_only_engine(database_url)
     try:
         async with engine.connect() as connection:
             with pytest.raises(DBAPIError):
@@ -368,7 +369,7 @@ async def test_the_read_engine_refuses_writes(
 async def test_the_read_engine_refuses_writes_outside_a_transaction_on_postgresql(
     database_url: str, db: AsyncSession, seeded: Seeded
 ) -> None:
-    engine = audit.read_engine(database_url)
+    engine = audit.read_only_engine(database_url)
     try:
         async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
             with pytest.raises(DBAPIError, match="read-only transaction"):

@@ -27,7 +27,7 @@ TENANTS_NAMED = 10
 """Tenants named when a session id is in several: enough to pick one, one line even with many."""
 
 
-def read_engine(database_url: str) -> AsyncEngine:
+def read_only_engine(database_url: str) -> AsyncEngine:
     """A read-only engine whose transactions each read one consistent snapshot.
 
     The tools run against live servers: without a snapshot, a message appended between two
@@ -85,16 +85,12 @@ class SessionLookupError(LookupError):
     """A session id given on the command line names no session, or more than one."""
 
 
-class SessionNotFound(SessionLookupError):
+class UnknownSession(SessionLookupError):
     """No session has the id (in the tenant, when one was given)."""
 
 
 class AmbiguousSession(SessionLookupError):
     """No tenant was given and several tenants have a session with the id."""
-
-
-async def session_by_id(db: AsyncSession, session_id: int) -> Session | None:
-    return await db.get(Session, session_id)
 
 
 async def session_by_external_id(db: AsyncSession, tenant: str, external_id: str) -> Session | None:
@@ -106,19 +102,19 @@ async def session_by_external_id(db: AsyncSession, tenant: str, external_id: str
 async def find_session(db: AsyncSession, external_id: str, tenant: str | None = None) -> Session:
     """The session with this external id in `tenant`, or, without one, in whichever tenant has it.
 
-    Raises SessionNotFound, or AmbiguousSession when no tenant was given and several have the
+    Raises UnknownSession, or AmbiguousSession when no tenant was given and several have the
     id. Searching every tenant scans `sessions` (its unique index leads with the tenant), which
     an operator's one-off lookup can afford.
     """
     if tenant is not None:
         session = await session_by_external_id(db, tenant, external_id)
         if session is None:
-            raise SessionNotFound(f"no session {external_id!r} in tenant {tenant!r}")
+            raise UnknownSession(f"no session {external_id!r} in tenant {tenant!r}")
         return session
     named = select(Session).where(Session.external_id == external_id)
     found = list(await db.scalars(named.order_by(Session.tenant).limit(TENANTS_NAMED + 1)))
     if not found:
-        raise SessionNotFound(f"no session {external_id!r} in any tenant")
+        raise UnknownSession(f"no session {external_id!r} in any tenant")
     if len(found) == 1:
         return found[0]
     total = len(found)
@@ -131,10 +127,6 @@ async def find_session(db: AsyncSession, external_id: str, tenant: str | None = 
         f"session {external_id!r} exists in {total} tenants ({tenants}{more}): "
         "pass --tenant to choose one"
     )
-
-
-async def summary_by_id(db: AsyncSession, summary_id: int) -> Summary | None:
-    return await db.get(Summary, summary_id)
 
 
 async def message_by_id(db: AsyncSession, message_id: int) -> Message | None:

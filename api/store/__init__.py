@@ -1,0 +1,94 @@
+"""All SQL of the service, one module per aggregate; functions take the caller's AsyncSession
+and never commit (the caller owns the transaction: see `api.db.transactions`).
+
+- `sessions`: create, read, update, delete; the row lock an append takes.
+- `messages`: the append, the listings, the history loader's tail.
+- `summaries`: live summaries, saving one with its links, the backlog a trigger reads.
+- `jobs`: background summarization jobs.
+- `rows`: what an append takes and the plain rows the hot reads return.
+- `audit`: the operator tools' read-only queries (a read-only engine of their own).
+
+The service calls them as `store.<function>`; the names below are that surface.
+"""
+
+from api.store.jobs import (
+    claim_job,
+    enqueue_job,
+    finish_job,
+    has_pending_job,
+    pending_job_count,
+    release_job,
+    renew_job_lease,
+)
+from api.store.messages import (
+    AppendOutcome,
+    append_messages,
+    list_messages,
+    messages_after,
+    messages_between,
+    tail_within_budget,
+)
+from api.store.rows import MessageRow, NewMessage, SummaryRow
+from api.store.sessions import (
+    create_session,
+    delete_session,
+    get_session,
+    get_session_by_id,
+    list_sessions,
+    transaction_status,
+    update_session,
+)
+from api.store.summaries import (
+    Backlog,
+    SummaryDraft,
+    all_live_summaries,
+    backlog,
+    get_summary,
+    get_summary_by_id,
+    list_summaries,
+    live_fallback_summaries,
+    live_summaries,
+    live_summary_counts,
+    save_summary,
+    summary_before,
+    summary_message_ids,
+)
+
+__all__ = [
+    "AppendOutcome",
+    "Backlog",
+    "MessageRow",
+    "NewMessage",
+    "SummaryDraft",
+    "SummaryRow",
+    "all_live_summaries",
+    "append_messages",
+    "backlog",
+    "claim_job",
+    "create_session",
+    "delete_session",
+    "enqueue_job",
+    "finish_job",
+    "get_session",
+    "get_session_by_id",
+    "get_summary",
+    "get_summary_by_id",
+    "has_pending_job",
+    "list_messages",
+    "list_sessions",
+    "list_summaries",
+    "live_fallback_summaries",
+    "live_summaries",
+    "live_summary_counts",
+    "messages_after",
+    "messages_between",
+    "pending_job_count",
+    "release_job",
+    "renew_job_lease",
+    "save_summary",
+    "summary_before",
+    "summary_message_ids",
+    "tail_within_budget",
+    "transaction_status",
+    "update_session",
+]

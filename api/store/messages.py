@@ -1,0 +1,312 @@
+"""Messages: the append, the listings and the history loader's tail.
+
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    Table,
+    bindparam,
+    insert,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
+
+from api.db.models import Message, Session, utcnow
+from api.errors import (
+    Conflict,
+)
+from api.store import sessions
+from api.store.rows import MESSAGE_MANAGER, MessageRow, NewMessage, stored
+
+CREATE_ATTEMPTS = 3
+"""Rounds of create-then-lock an append tries while concurrent DELETEs remove the session."""
+
+TAIL_PAGE_SIZE = 64
+"""Messages read per round trip when the loader walks back from the newest under a token budget."""
+
+
+_MESSAGE_TABLE = cast(Table, Message.__table__)
+_messages = _MESSAGE_TABLE.c
+_MESSAGE_ROW_COLUMNS = (
+    _messages.id,
+    _messages.seq,
+    _messages.role,
+    _messages.content,
+    _messages.content_parts,
+    _messages.name,
+    _messages.tool_calls,
+    _messages.tool_call_id,
+    _messages.metadata,
+    _messages.client_id,
+    _messages.token_count,
+    _messages.created_at,
+)
+
+# The loader's statements are built once: SQLAlchemy memoizes a statement's cache key on the
+# object, so reusing it skips the per-call traversal that a freshly built select() pays.
+_TAIL_PAGE = (
+    select(*_MESSAGE_ROW_COLUMNS)
+    .where(
+        _messages.session_id == bindparam("session_id"),
+        _messages.seq > bindparam("after_seq"),
+        _messages.seq < bindparam("before_seq"),
+    )
+    .order_by(_messages.seq.desc())
+    .limit(TAIL_PAGE_SIZE)
+)
+_ALL_AFTER = (
+    select(*_MESSAGE_ROW_COLUMNS)
+    .where(_messages.session_id == bindparam("session_id"), _messages.seq > bindparam("after_seq"))
+    .order_by(_messages.seq)
+)
+
+NO_UPPER_SEQ = 2**62
+"""An upper seq bound above every stored seq: the first page of the tail walk."""
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    session: Session
+    messages: list[Message]
+    inserted: int
+    transaction_id: int | None
+    """PostgreSQL's id of the appending transaction (None on SQLite): if the connection dies
+    during COMMIT, `transaction_status` tells whether the batch landed."""
+
+
+def _bind(name: str) -> Any:
+    return bindparam(f"p_{name}", type_=_messages[name].type)
+
+
+_INSERT_MESSAGES = (
+    insert(_MESSAGE_TABLE)
+    .values(
+        session_id=_bind("session_id"),
+        seq=_bind("seq"),
+        role=_bind("role"),
+        content=_bind("content"),
+        content_parts=_bind("content_parts"),
+        name=_bind("name"),
+        tool_calls=_bind("tool_calls"),
+        tool_call_id=_bind("tool_call_id"),
+        metadata=_bind("metadata"),
+        client_id=_bind("client_id"),
+        token_count=_bind("token_count"),
+        created_at=_bind("created_at"),
+    )
+    .returning(_messages.seq, _messages.id)
+)
+"""One Core INSERT for the whole batch (insertmanyvalues), returning the new ids by seq.
+
+Matching ids by seq instead of asking for `sort_by_parameter_order` keeps the statement a
+plain multi-row INSERT (no sentinel column, no sort on the server).
+"""
+
+
+def _message_row(session_id: int, seq: int, message: NewMessage, now: datetime) -> dict[str, Any]:
+    return {
+        "p_session_id": session_id,
+        "p_seq": seq,
+        "p_role": message.role,
+        "p_content": message.content,
+        "p_content_parts": message.content_parts,
+        "p_name": message.name,
+        "p_tool_calls": message.tool_calls,
+        "p_tool_call_id": message.tool_call_id,
+        "p_metadata": message.metadata,
+        "p_client_id": message.client_id,
+        "p_token_count": message.token_count,
+        "p_created_at": now,
+    }
+
+
+async def _insert_messages(
+    db: AsyncSession,
+    session_id: int,
+    first_seq: int,
+    batch: Sequence[NewMessage],
+    now: datetime,
+) -> list[Message]:
+    """Insert `batch` at seqs `first_seq...`; returns the stored messages (not in the session)."""
+    rows = [_message_row(session_id, first_seq + i, new, now) for i, new in enumerate(batch)]
+    id_of_seq: dict[int, int] = dict((await db.execute(_INSERT_MESSAGES, rows)).tuples().all())
+    return [
+        stored(
+            MESSAGE_MANAGER,
+            {
+                "id": id_of_seq[row["p_seq"]],
+                "session_id": session_id,
+                "seq": row["p_seq"],
+                "role": new.role,
+                "content": new.content,
+                "content_parts": new.content_parts,
+                "name": new.name,
+                "tool_calls": new.tool_calls,
+                "tool_call_id": new.tool_call_id,
+                "metadata_": new.metadata,
+                "client_id": new.client_id,
+                "token_count": new.token_count,
+                "created_at": now,
+            },
+        )
+        for row, new in zip(rows, batch, strict=True)
+    ]
+
+
+async def _messages_by_client_id(
+    db: AsyncSession, session_id: int, batch: Sequence[NewMessage]
+) -> dict[str, Message | None]:
+    client_ids = {message.client_id for message in batch if message.client_id is not None}
+    if not client_ids:
+        return {}
+    stored = await db.scalars(
+        select(Message).where(Message.session_id == session_id, Message.client_id.in_(client_ids))
+    )
+    return {message.client_id: message for message in stored if message.client_id is not None}
+
+
+async def append_messages(
+    db: AsyncSession, tenant: str, external_id: str, batch: Sequence[NewMessage]
+) -> AppendOutcome:
+    """Append a batch with contiguous seqs, creating the session if missing.
+
+    The first statement is an UPDATE of the session row: it takes the row lock on
+    PostgreSQL and the write lock on SQLite, so concurrent appends to one session queue
+    up while different sessions proceed in parallel. A message whose `client_id` is
+    already stored is not inserted again; the stored one is returned in its place.
+
+    Without client ids every message is new, so that UPDATE also reserves the seqs and
+    the append is two statements: lock-and-reserve, then one multi-row INSERT.
+    """
+    reserve = 0 if any(message.client_id is not None for message in batch) else len(batch)
+    leading = sessions.leading_pinned(batch) if reserve else 0
+    locked = await sessions.lock_session(db, tenant, external_id, reserve, leading)
+    for _attempt in range(CREATE_ATTEMPTS):
+        if locked is not None:
+            break
+        await sessions.create_if_missing(db, tenant, external_id)
+        # None again only if a concurrent DELETE removed the row just inserted or found.
+        locked = await sessions.lock_session(db, tenant, external_id, reserve, leading)
+    if locked is None:
+        raise Conflict("the session was deleted while this append ran; retry")
+    session, transaction_id = locked
+    now = utcnow()
+    if reserve:
+        first_seq = session.last_seq - reserve + 1
+        inserted = await _insert_messages(db, session.id, first_seq, batch, now)
+        return AppendOutcome(session, inserted, len(inserted), transaction_id)
+
+    known = await _messages_by_client_id(db, session.id, batch)
+    fresh: list[NewMessage] = []
+    placement: list[int | str] = []
+    for new in batch:
+        if new.client_id is not None and new.client_id in known:
+            placement.append(new.client_id)
+            continue
+        if new.client_id is not None:
+            known[new.client_id] = None
+        fresh.append(new)
+        placement.append(len(fresh) - 1)
+
+    inserted = []
+    if fresh:
+        inserted = await _insert_messages(db, session.id, session.last_seq + 1, fresh, now)
+        last_seq = session.last_seq + len(fresh)
+        pinned_seq = session.pinned_seq
+        if pinned_seq == session.last_seq:
+            pinned_seq += sessions.leading_pinned(fresh)
+        await sessions.set_last_seq(db, session.id, last_seq, pinned_seq)
+        # Committed values, not changes: the UPDATE above already wrote them.
+        set_committed_value(session, "last_seq", last_seq)
+        set_committed_value(session, "pinned_seq", pinned_seq)
+        for message in inserted:
+            if message.client_id is not None:
+                known[message.client_id] = message
+
+    ordered: list[Message] = []
+    for slot in placement:
+        if isinstance(slot, int):
+            ordered.append(inserted[slot])
+        else:
+            stored = known[slot]
+            assert stored is not None
+            ordered.append(stored)
+    return AppendOutcome(session, ordered, len(fresh), transaction_id)
+
+
+async def list_messages(
+    db: AsyncSession, session_id: int, after_seq: int, limit: int
+) -> list[Message]:
+    """Messages in ascending seq order: an index range scan on `(session_id, seq)`."""
+    return list(
+        await db.scalars(
+            select(Message)
+            .where(Message.session_id == session_id, Message.seq > after_seq)
+            .order_by(Message.seq)
+            .limit(limit)
+        )
+    )
+
+
+async def messages_between(
+    db: AsyncSession, session_id: int, first_seq: int, last_seq: int
+) -> list[Message]:
+    """The messages of seqs `first_seq..last_seq`, ascending."""
+    return list(
+        await db.scalars(
+            select(Message)
+            .where(Message.session_id == session_id, Message.seq.between(first_seq, last_seq))
+            .order_by(Message.seq)
+        )
+    )
+
+
+async def messages_after(db: AsyncSession, session_id: int, after_seq: int) -> list[Message]:
+    """Every message after `after_seq`, ascending."""
+    return await messages_between(db, session_id, after_seq + 1, NO_UPPER_SEQ)
+
+
+async def tail_within_budget(
+    db: AsyncSession, session_id: int, after_seq: int, token_budget: int | None
+) -> list[MessageRow]:
+    """The newest messages after `after_seq` whose stored token counts reach `token_budget`.
+
+    Walks back from the newest in pages, so the cost follows what is returned, not the
+    session's size. Keeps walking while the oldest loaded message is a tool result, so
+    a tool call is not cut off from its results at the window's edge. With no budget,
+    every message after `after_seq`, in one ascending range scan.
+    """
+    if token_budget is None:
+        result = await db.execute(_ALL_AFTER, {"session_id": session_id, "after_seq": after_seq})
+        return list(map(MessageRow._make, result.tuples()))
+    loaded: list[MessageRow] = []
+    total = 0
+    upper = NO_UPPER_SEQ
+    while True:
+        result = await db.execute(
+            _TAIL_PAGE,
+            {
+                "session_id": session_id,
+                "after_seq": after_seq,
+                "before_seq": upper,
+            },
+        )
+        page = list(map(MessageRow._make, result.tuples()))
+        for message in page:
+            loaded.append(message)
+            total += message.token_count
+            if total > token_budget and message.role != "tool":
+                loaded.reverse()
+                return loaded
+        if len(page) < TAIL_PAGE_SIZE:
+            loaded.reverse()
+            return loaded
+        upper = page[-1].seq

@@ -1,0 +1,250 @@
+"""Sessions: create, read, update, delete, and the row lock an append takes.
+
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy import (
+    BigInteger,
+    Table,
+    bindparam,
+    case,
+    delete,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import class_mapper
+from sqlalchemy.sql.functions import FunctionElement
+
+from api.db.models import Session, utcnow
+from api.errors import (
+    SessionExists,
+    SessionNotFound,
+)
+from api.store.rows import SESSION_MANAGER, NewMessage, stored
+
+_SESSION_TABLE = cast(Table, Session.__table__)
+_sessions = _SESSION_TABLE.c
+
+
+async def create_session(
+    db: AsyncSession,
+    tenant: str,
+    external_id: str,
+    metadata: dict[str, Any],
+    settings: dict[str, Any],
+) -> Session:
+    now = utcnow()
+    session = Session(
+        tenant=tenant,
+        external_id=external_id,
+        metadata_=metadata,
+        settings=settings,
+        last_seq=0,
+        created_at=now,
+        updated_at=now,
+    )
+    db.add(session)
+    try:
+        async with db.begin_nested():
+            await db.flush()
+    except IntegrityError as exc:
+        raise SessionExists(external_id) from exc
+    return session
+
+
+_SESSION_BY_EXTERNAL_ID = select(Session).where(
+    Session.tenant == bindparam("p_tenant"), Session.external_id == bindparam("p_external_id")
+)
+
+
+async def get_session(db: AsyncSession, tenant: str, external_id: str) -> Session:
+    session = await db.scalar(
+        _SESSION_BY_EXTERNAL_ID, {"p_tenant": tenant, "p_external_id": external_id}
+    )
+    if session is None:
+        raise SessionNotFound(external_id)
+    return session
+
+
+async def get_session_by_id(db: AsyncSession, session_id: int) -> Session | None:
+    return await db.get(Session, session_id)
+
+
+async def list_sessions(
+    db: AsyncSession, tenant: str, limit: int, before_id: int | None
+) -> list[Session]:
+    """Newest first (by internal id, which grows with creation), keyset-paginated."""
+    query = select(Session).where(Session.tenant == tenant)
+    if before_id is not None:
+        query = query.where(Session.id < before_id)
+    return list(await db.scalars(query.order_by(Session.id.desc()).limit(limit)))
+
+
+async def update_session(
+    db: AsyncSession, tenant: str, external_id: str, changes: dict[str, Any]
+) -> Session:
+    """Replace `metadata` and/or `settings` in one UPDATE (a concurrent DELETE makes it 404)."""
+    values = {key: changes[key] for key in ("metadata", "settings") if key in changes}
+    result = await db.execute(
+        update(_SESSION_TABLE)
+        .where(_sessions.tenant == tenant, _sessions.external_id == external_id)
+        .values(updated_at=utcnow(), **values)
+        .returning(*_SESSION_TABLE.columns)
+    )
+    row = result.first()
+    if row is None:
+        raise SessionNotFound(external_id)
+    return stored(SESSION_MANAGER, dict(zip(_SESSION_ATTRIBUTES, row, strict=True)))
+
+
+async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:
+    """Delete a session; its messages, summaries and links go with it (ON DELETE CASCADE)."""
+    result = await db.execute(
+        delete(Session)
+        .where(Session.tenant == tenant, Session.external_id == external_id)
+        .returning(Session.id)
+    )
+    if result.first() is None:
+        raise SessionNotFound(external_id)
+
+
+class current_transaction_id(FunctionElement[int]):
+    """The id of the transaction running the statement: `txid_current()` on PostgreSQL, NULL
+    on SQLite (whose COMMIT cannot be cut off halfway by a network)."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(current_transaction_id)
+def _no_transaction_id(_element: Any, _compiler: Any, **_kw: Any) -> str:
+    return "NULL"
+
+
+@compiles(current_transaction_id, "postgresql")
+def _txid_current(_element: Any, _compiler: Any, **_kw: Any) -> str:
+    return "txid_current()"
+
+
+_LOCK_SESSION = (
+    update(_SESSION_TABLE)
+    .where(
+        _sessions.tenant == bindparam("p_tenant"),
+        _sessions.external_id == bindparam("p_external_id"),
+    )
+    .values(
+        updated_at=bindparam("p_now", type_=_sessions.updated_at.type),
+        last_seq=_sessions.last_seq + bindparam("p_reserve", type_=_sessions.last_seq.type),
+        # the pinned prefix grows while every message so far belongs to it
+        pinned_seq=case(
+            (
+                _sessions.pinned_seq == _sessions.last_seq,
+                _sessions.last_seq + bindparam("p_leading", type_=_sessions.last_seq.type),
+            ),
+            else_=_sessions.pinned_seq,
+        ),
+    )
+    .returning(*_SESSION_TABLE.columns, current_transaction_id())
+)
+"""A Core UPDATE: the ORM-enabled one rebuilt its cache key and an ORM object on every append."""
+
+_SESSION_ATTRIBUTES = tuple(
+    class_mapper(Session).get_property_by_column(column).key for column in _SESSION_TABLE.columns
+)
+
+PINNED_ROLES = frozenset({"system", "developer"})
+"""Roles of the pinned prefix: the leading messages that are never summarized."""
+
+
+def leading_pinned(batch: Sequence[NewMessage]) -> int:
+    """How many messages at the start of `batch` have a pinned role."""
+    count = 0
+    for message in batch:
+        if message.role not in PINNED_ROLES:
+            break
+        count += 1
+    return count
+
+
+async def lock_session(
+    db: AsyncSession, tenant: str, external_id: str, reserve: int, leading: int
+) -> tuple[Session, int | None] | None:
+    """Lock the session row, touch `updated_at`, add `reserve` to `last_seq` (and `leading`
+    to `pinned_seq` while the session holds nothing but its pinned prefix).
+
+    Returns the row as a `Session` outside the ORM session (the append only reads it), with
+    the transaction's id.
+    """
+    result = await db.execute(
+        _LOCK_SESSION,
+        {
+            "p_tenant": tenant,
+            "p_external_id": external_id,
+            "p_now": utcnow(),
+            "p_reserve": reserve,
+            "p_leading": leading,
+        },
+    )
+    row = result.first()
+    if row is None:
+        return None
+    *columns, transaction_id = row
+    session = stored(SESSION_MANAGER, dict(zip(_SESSION_ATTRIBUTES, columns, strict=True)))
+    return session, transaction_id
+
+
+async def create_if_missing(db: AsyncSession, tenant: str, external_id: str) -> None:
+    """INSERT a new, empty session; nothing if a concurrent request created it first."""
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    now = utcnow()
+    await db.execute(
+        dialect.insert(Session)
+        .values(
+            tenant=tenant,
+            external_id=external_id,
+            metadata={},
+            settings={},
+            last_seq=0,
+            pinned_seq=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
+    )
+
+
+_SET_LAST_SEQ = (
+    update(_SESSION_TABLE)
+    .where(_sessions.id == bindparam("p_session_id"))
+    .values(
+        last_seq=bindparam("p_last_seq", type_=_sessions.last_seq.type),
+        pinned_seq=bindparam("p_pinned_seq", type_=_sessions.pinned_seq.type),
+    )
+)
+
+
+async def set_last_seq(db: AsyncSession, session_id: int, last_seq: int, pinned_seq: int) -> None:
+    """Record the seqs an append used, once it knows how many messages were new."""
+    await db.execute(
+        _SET_LAST_SEQ,
+        {"p_session_id": session_id, "p_last_seq": last_seq, "p_pinned_seq": pinned_seq},
+    )
+
+
+async def transaction_status(db: AsyncSession, transaction_id: int) -> str | None:
+    """PostgreSQL's word on a transaction: "committed", "aborted", "in progress", or None
+    when it is too old to tell."""
+    status: str | None = await db.scalar(
+        select(func.txid_status(bindparam("p_xid", transaction_id, type_=BigInteger)))
+    )
+    return status

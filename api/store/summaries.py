@@ -1,0 +1,319 @@
+"""Summaries: the live ones, saving one with its links, the backlog a trigger reads.
+
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import (
+    BigInteger,
+    Select,
+    Table,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.errors import (
+    SessionGone,
+    SummaryNotFound,
+    SummaryRangeConflict,
+)
+from api.store.rows import SummaryRow
+from summarizer.engine import FALLBACK_MODEL
+
+_SUMMARY_TABLE = cast(Table, Summary.__table__)
+_summaries = _SUMMARY_TABLE.c
+_messages = cast(Table, Message.__table__).c
+
+_LIVE_SUMMARIES = (
+    select(
+        _summaries.id,
+        _summaries.level,
+        _summaries.first_seq,
+        _summaries.last_seq,
+        _summaries.first_message_id,
+        _summaries.last_message_id,
+        _summaries.message_count,
+        _summaries.approx_tokens,
+        _summaries.summary_text,
+        _summaries.model,
+        _summaries.superseded_by,
+        _summaries.metadata,
+        _summaries.created_at,
+    )
+    .where(_summaries.session_id == bindparam("p_session_id"), _summaries.superseded_by.is_(None))
+    .order_by(_summaries.last_seq.desc())
+    .limit(bindparam("p_limit"))
+)
+
+
+async def live_summaries(db: AsyncSession, session_id: int, limit: int) -> list[SummaryRow]:
+    """The newest `limit` live summaries, oldest first (index on `(session_id, last_seq)`)."""
+    result = await db.execute(_LIVE_SUMMARIES, {"p_session_id": session_id, "p_limit": limit})
+    newest_first = list(map(SummaryRow._make, result.tuples()))
+    newest_first.reverse()
+    return newest_first
+
+
+async def live_summary_counts(db: AsyncSession, session_ids: Sequence[int]) -> dict[int, int]:
+    if not session_ids:
+        return {}
+    rows = await db.execute(
+        select(Summary.session_id, func.count())
+        .where(Summary.session_id.in_(session_ids), Summary.superseded_by.is_(None))
+        .group_by(Summary.session_id)
+    )
+    return {session_id: count for session_id, count in rows.tuples()}
+
+
+async def all_live_summaries(db: AsyncSession, session_id: int) -> list[Summary]:
+    """Every live summary of a session, oldest first."""
+    return list(
+        await db.scalars(
+            select(Summary)
+            .where(Summary.session_id == session_id, Summary.superseded_by.is_(None))
+            .order_by(Summary.last_seq)
+        )
+    )
+
+
+def _summaries_query(session_id: int, include_superseded: bool) -> Select[Summary]:
+    query = select(Summary).where(Summary.session_id == session_id)
+    if not include_superseded:
+        query = query.where(Summary.superseded_by.is_(None))
+    return query
+
+
+async def list_summaries(
+    db: AsyncSession,
+    session_id: int,
+    include_superseded: bool,
+    limit: int,
+    before_id: int | None,
+) -> list[Summary]:
+    """Summaries newest first, keyset-paginated by id."""
+    query = _summaries_query(session_id, include_superseded)
+    if before_id is not None:
+        query = query.where(Summary.id < before_id)
+    return list(await db.scalars(query.order_by(Summary.id.desc()).limit(limit)))
+
+
+async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> tuple[Summary, Session]:
+    row = (
+        await db.execute(
+            select(Summary, Session)
+            .join(Session, Session.id == Summary.session_id)
+            .where(Summary.id == summary_id, Session.tenant == tenant)
+        )
+    ).first()
+    if row is None:
+        raise SummaryNotFound(summary_id)
+    return row.tuple()
+
+
+async def get_summary_by_id(db: AsyncSession, summary_id: int) -> Summary | None:
+    return await db.get(Summary, summary_id)
+
+
+async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
+    rows = await db.scalars(
+        select(SummaryMessage.message_id)
+        .where(SummaryMessage.summary_id == summary_id)
+        .order_by(SummaryMessage.message_id)
+    )
+    return list(rows)
+
+
+async def summary_before(db: AsyncSession, session_id: int, first_seq: int) -> Summary | None:
+    """The live summary ending right before `first_seq`, if any."""
+    return await db.scalar(
+        select(Summary).where(
+            Summary.session_id == session_id,
+            Summary.superseded_by.is_(None),
+            Summary.last_seq == first_seq - 1,
+        )
+    )
+
+
+async def live_fallback_summaries(db: AsyncSession, limit: int) -> list[Summary]:
+    """Live summaries written without the model (any session), oldest first."""
+    return list(
+        await db.scalars(
+            select(Summary)
+            .where(Summary.model == FALLBACK_MODEL, Summary.superseded_by.is_(None))
+            .order_by(Summary.id)
+            .limit(limit)
+        )
+    )
+
+
+@dataclass(frozen=True)
+class SummaryDraft:
+    """A summary to persist over the seq range `first_seq..last_seq` of one session.
+
+    A roll-up names the live summaries it absorbs in `absorbs`; its range is their union.
+    """
+
+    first_seq: int
+    last_seq: int
+    summary_text: str
+    summary_prompt: str
+    model: str
+    temperature: float
+    target_summary_tokens: int
+    keep_last_n: int
+    approx_tokens: int
+    metadata: dict[str, Any]
+    level: int = 0
+    absorbs: tuple[int, ...] = ()
+
+
+async def _check_range(
+    db: AsyncSession, session_id: int, draft: SummaryDraft, pinned_seq: int
+) -> None:
+    live = await all_live_summaries(db, session_id)
+    if not draft.absorbs:
+        # a session's first summary starts at 1, or after its pinned prefix
+        expected = {live[-1].last_seq + 1} if live else {1, pinned_seq + 1}
+        if draft.first_seq not in expected:
+            raise SummaryRangeConflict(
+                f"summary must start at seq {' or '.join(map(str, sorted(expected)))}, "
+                f"not {draft.first_seq}"
+            )
+        return
+    absorbed = [summary for summary in live if summary.id in draft.absorbs]
+    if len(absorbed) != len(draft.absorbs):
+        raise SummaryRangeConflict("a summary to absorb is no longer live")
+    start = live.index(absorbed[0])
+    if live[start : start + len(absorbed)] != absorbed:
+        raise SummaryRangeConflict("a roll-up absorbs consecutive live summaries, in order")
+    if (draft.first_seq, draft.last_seq) != (absorbed[0].first_seq, absorbed[-1].last_seq):
+        raise SummaryRangeConflict("a roll-up covers exactly the summaries it absorbs")
+
+
+async def _link_messages(
+    db: AsyncSession, summary_id: int, session_id: int, first_seq: int, last_seq: int
+) -> None:
+    """Link the summary to every message of its range (roll-ups included), in one statement."""
+    await db.execute(
+        insert(SummaryMessage).from_select(
+            ["summary_id", "message_id"],
+            select(literal(summary_id, BigInteger), Message.id).where(
+                Message.session_id == session_id, Message.seq.between(first_seq, last_seq)
+            ),
+        )
+    )
+
+
+async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -> Summary:
+    """Write a summary, its links and any superseding update, under the session's lock.
+
+    The range is checked inside the transaction against the live summaries, so a
+    duplicate or overlapping summary cannot land even when two writers race.
+    """
+    locked = (
+        await db.execute(
+            update(Session)
+            .where(Session.id == session_id)
+            .values(last_seq=Session.last_seq)
+            .returning(Session.last_seq, Session.pinned_seq)
+        )
+    ).first()
+    if locked is None:
+        raise SessionGone("the session no longer exists")
+    last_seq, pinned_seq = locked
+    if draft.last_seq < draft.first_seq or draft.last_seq > last_seq or draft.first_seq < 1:
+        raise SummaryRangeConflict(f"seq range {draft.first_seq}..{draft.last_seq} is not stored")
+    await _check_range(db, session_id, draft, pinned_seq)
+
+    stats = (
+        await db.execute(
+            select(
+                func.min(Message.id),
+                func.max(Message.id),
+                func.count(),
+                func.min(Message.created_at),
+                func.max(Message.created_at),
+            ).where(
+                Message.session_id == session_id,
+                Message.seq.between(draft.first_seq, draft.last_seq),
+            )
+        )
+    ).one()
+    first_id, last_id, count, first_at, last_at = stats
+    summary = Summary(
+        session_id=session_id,
+        summary_text=draft.summary_text,
+        summary_prompt=draft.summary_prompt,
+        model=draft.model,
+        temperature=draft.temperature,
+        target_summary_tokens=draft.target_summary_tokens,
+        keep_last_n=draft.keep_last_n,
+        message_count=count,
+        approx_tokens=draft.approx_tokens,
+        first_message_id=first_id,
+        last_message_id=last_id,
+        first_seq=draft.first_seq,
+        last_seq=draft.last_seq,
+        first_message_at=first_at,
+        last_message_at=last_at,
+        level=draft.level,
+        metadata_=draft.metadata,
+        created_at=utcnow(),
+    )
+    db.add(summary)
+    await db.flush()
+    await _link_messages(db, summary.id, session_id, draft.first_seq, draft.last_seq)
+    if draft.absorbs:
+        await db.execute(
+            update(Summary).where(Summary.id.in_(draft.absorbs)).values(superseded_by=summary.id)
+        )
+    return summary
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What lies after the newest live summary: the input of the proactive trigger."""
+
+    after_seq: int
+    message_count: int
+    token_count: int
+
+
+_summarized_seq = (
+    select(func.coalesce(func.max(Summary.last_seq), 0))
+    .where(Summary.session_id == bindparam("p_session_id"), Summary.superseded_by.is_(None))
+    .scalar_subquery()
+)
+_BACKLOG = select(
+    _summarized_seq,
+    select(func.coalesce(func.sum(_messages.token_count), 0))
+    .where(
+        _messages.session_id == bindparam("p_session_id"),
+        _messages.seq > _summarized_seq,
+        _messages.seq > bindparam("p_floor"),
+    )
+    .scalar_subquery(),
+)
+"""The newest live summary's last seq and the tokens after it, in one round trip."""
+
+
+async def backlog(db: AsyncSession, session_id: int, last_seq: int, floor: int) -> Backlog:
+    """Count and tokens of the messages after the newest live summary and after `floor`
+    (the pinned prefix), in an index range scan."""
+    row = (await db.execute(_BACKLOG, {"p_session_id": session_id, "p_floor": floor})).one()
+    after_seq, tokens = row
+    after_seq = max(int(after_seq or 0), floor)
+    return Backlog(
+        after_seq=after_seq, message_count=last_seq - after_seq, token_count=int(tokens or 0)
+    )
