@@ -12,11 +12,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.compaction import Compactor
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import CommitInterrupted, Database
 from api.errors import ServiceUnavailable
 from api.settings import Settings
-from api.summarization import Summarizer
 from api.worker import Worker
 
 logger = logging.getLogger("precis.db")
@@ -84,9 +84,9 @@ def _unavailable(exc: Exception) -> bool:
     )
 
 
-async def summarizer_of(request: Request) -> Summarizer:
-    summarizer: Summarizer = request.app.state.summarizer
-    return summarizer
+async def compactor_of(request: Request) -> Compactor:
+    compactor: Compactor = request.app.state.compactor
+    return compactor
 
 
 async def worker_of(request: Request) -> Worker:
@@ -103,5 +103,5 @@ ReadDb = Annotated[AsyncSession, Depends(read_transaction, scope="function")]
 WriteDb = Annotated[AsyncSession, Depends(write_transaction, scope="function")]
 AppDatabase = Annotated[Database, Depends(database_of)]
 AppSettings = Annotated[Settings, Depends(settings_of)]
-AppSummarizer = Annotated[Summarizer, Depends(summarizer_of)]
+AppCompactor = Annotated[Compactor, Depends(compactor_of)]
 AppWorker = Annotated[Worker, Depends(worker_of)]

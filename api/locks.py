@@ -23,7 +23,7 @@ ADVISORY_POLL_SECONDS = 0.05
 """How often a waiter retries the advisory lock: short, since summarizations take seconds."""
 
 
-class SummarizerBusy(Exception):
+class CompactionBusy(Exception):
     """Another summarization of the session holds the lock."""
 
 
@@ -57,7 +57,7 @@ class SessionLocks:
         try:
             await asyncio.wait_for(lock.acquire(), timeout=max(wait_seconds, 0.001))
         except TimeoutError as exc:
-            raise SummarizerBusy(f"session {session_id} is being summarized") from exc
+            raise CompactionBusy(f"session {session_id} is being summarized") from exc
         try:
             async with self._slot(session_id, deadline), self._advisory(session_id, deadline):
                 yield
@@ -73,7 +73,7 @@ class SessionLocks:
             remaining = max(deadline - time.monotonic(), 0.001)
             await asyncio.wait_for(self._slots.acquire(), timeout=remaining)
         except TimeoutError as exc:
-            raise SummarizerBusy(
+            raise CompactionBusy(
                 f"session {session_id} waits: every summarization slot is in use"
             ) from exc
         try:
@@ -110,7 +110,7 @@ class SessionLocks:
             if acquired:
                 return
             if time.monotonic() >= deadline:
-                raise SummarizerBusy(f"session {session_id} is being summarized elsewhere")
+                raise CompactionBusy(f"session {session_id} is being summarized elsewhere")
             await asyncio.sleep(ADVISORY_POLL_SECONDS)
 
 

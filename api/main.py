@@ -15,6 +15,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import KeyGate
+from api.compaction import Compactor
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.db.transactions import Database
 from api.errors import PrecisError, ValidationFailed
@@ -22,7 +23,6 @@ from api.limits import BodySizeLimit
 from api.locks import SessionLocks
 from api.routes import probes, router
 from api.settings import Settings, get_settings
-from api.summarization import Summarizer
 from api.worker import Worker
 from summarizer.llm import load_litellm
 from summarizer.local import LOCAL_MODEL
@@ -58,17 +58,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         background = create_engine(resolved.database_url, pool_size=2 * running, max_overflow=0)
         background_sessionmaker = create_sessionmaker(background)
         write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
-        summarizer = Summarizer(
+        compactor = Compactor(
             resolved,
             background_sessionmaker,
             SessionLocks(background, max_running=running),
             write_lock,
         )
-        worker = Worker(summarizer, resolved.summary_workers)
+        worker = Worker(compactor, resolved.summary_workers)
         app.state.engine = engine
         app.state.sessionmaker = sessionmaker
         app.state.database = Database(sessionmaker, create_read_sessionmaker(engine), write_lock)
-        app.state.summarizer = summarizer
+        app.state.compactor = compactor
         app.state.worker = worker
         if resolved.summary_workers:
             worker.start()

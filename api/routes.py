@@ -21,9 +21,9 @@ from api.db.faults import connection_lost
 from api.db.models import SCHEMA_REVISION
 from api.db.transactions import retrying
 from api.deps import (
+    AppCompactor,
     AppDatabase,
     AppSettings,
-    AppSummarizer,
     AppWorker,
     ReadDb,
     WriteDb,
@@ -243,7 +243,7 @@ async def history(
     session_id: SessionPath,
     db: ReadDb,
     tenant: Tenant,
-    summarizer: AppSummarizer,
+    compactor: AppCompactor,
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
     max_tokens: Annotated[int | None, Query(ge=1, le=MAX_HISTORY_TOKENS)] = None,
     context_format: Annotated[
@@ -255,7 +255,7 @@ async def history(
     ] = "openai",
 ) -> History:
     with metrics.HISTORY_SECONDS.time():
-        return await service.history(db, summarizer, tenant, session_id, summary_limit, max_tokens)
+        return await service.history(db, compactor, tenant, session_id, summary_limit, max_tokens)
 
 
 @router.post(
@@ -268,10 +268,10 @@ async def compact(
     session_id: SessionPath,
     db: ReadDb,
     tenant: Tenant,
-    summarizer: AppSummarizer,
+    compactor: AppCompactor,
     body: CompactRequest | None = None,
 ) -> CompactResponse:
-    return await service.compact(db, summarizer, tenant, session_id, body or CompactRequest())
+    return await service.compact(db, compactor, tenant, session_id, body or CompactRequest())
 
 
 @router.get(

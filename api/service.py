@@ -14,6 +14,7 @@ from functools import partial
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import metrics, store
+from api.compaction import Compactor, Reason, schedule_if_due
 from api.context import Item, assemble, openai_message, summary_message
 from api.db.faults import connection_lost, describe_fault
 from api.db.models import Message, Session, Summary
@@ -30,7 +31,7 @@ from api.errors import (
     SummarizationInProgress,
     SummarizationTimeout,
 )
-from api.locks import SummarizerBusy
+from api.locks import CompactionBusy
 from api.schemas import (
     AppendResponse,
     CompactRequest,
@@ -46,7 +47,6 @@ from api.schemas import (
     SummaryOut,
 )
 from api.settings import Settings
-from api.summarization import Reason, Summarizer, schedule_if_due
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 
@@ -302,7 +302,7 @@ async def list_messages(
 
 async def history(
     db: AsyncSession,
-    summarizer: Summarizer,
+    compactor: Compactor,
     tenant: str,
     external_id: str,
     summary_limit: int | None,
@@ -310,8 +310,8 @@ async def history(
 ) -> History:
     """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate."""
     session = await store.get_session(db, tenant, external_id)
-    policy = summarizer.settings.policy(session.settings)
-    loaded = await load_history(db, summarizer, session, summary_limit, max_tokens)
+    policy = compactor.settings.policy(session.settings)
+    loaded = await load_history(db, compactor, session, summary_limit, max_tokens)
     if (
         max_tokens is not None
         and loaded.truncated_messages > 0
@@ -320,17 +320,17 @@ async def history(
     ):
         # Give the connection back to the pool while the LLM works.
         await db.commit()
-        with suppress(SummarizerBusy):
+        with suppress(CompactionBusy):
             try:
                 compaction = partial(
-                    summarizer.run,
+                    compactor.run,
                     session.id,
                     "proactive",
                     "token_limit",
                     wait_seconds=INLINE_WAIT_SECONDS,
                     keep_pending_turn=True,
                 )
-                async with asyncio.timeout(summarizer.settings.summary_inline_deadline_seconds):
+                async with asyncio.timeout(compactor.settings.summary_inline_deadline_seconds):
                     summary = await retrying(compaction, "an inline compaction", "summarization")
             except Exception as exc:
                 if not isinstance(exc, TimeoutError) and not cut_off(exc):
@@ -343,24 +343,24 @@ async def history(
                         "the truncated context: %s",
                         describe_fault(exc),
                     )
-                schedule = partial(summarizer.schedule, session.id, "token_limit")
+                schedule = partial(compactor.schedule, session.id, "token_limit")
                 await retrying(schedule, "scheduling a summarization", "summarization")
                 return loaded.model_copy(update={"summarization_pending": True})
             if summary is not None:
                 # One compaction only: whatever it achieved, truncation does the rest.
-                loaded = await load_history(db, summarizer, session, summary_limit, max_tokens)
+                loaded = await load_history(db, compactor, session, summary_limit, max_tokens)
     return loaded
 
 
 async def load_history(
     db: AsyncSession,
-    summarizer: Summarizer,
+    compactor: Compactor,
     session: Session,
     summary_limit: int | None,
     max_tokens: int | None,
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`."""
-    policy = summarizer.settings.policy(session.settings)
+    policy = compactor.settings.policy(session.settings)
     summaries = await store.live_summaries(db, session.id, summary_limit or policy.summary_limit)
     # The pinned prefix is shown unless a loaded summary covers it (pinning was off when the
     # session's first summary was made).
@@ -388,14 +388,14 @@ async def load_history(
         context=context.messages,
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,
-        summarization_pending=summarizer.locks.is_held(session.id)
+        summarization_pending=compactor.locks.is_held(session.id)
         or await store.has_pending_job(db, session.id),
     )
 
 
 async def compact(
     db: AsyncSession,
-    summarizer: Summarizer,
+    compactor: Compactor,
     tenant: str,
     external_id: str,
     body: CompactRequest,
@@ -404,10 +404,10 @@ async def compact(
     session = await store.get_session(db, tenant, external_id)
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
     await db.commit()  # give the connection back to the pool while the LLM works
-    deadline = summarizer.settings.summary_compact_deadline_seconds
+    deadline = compactor.settings.summary_compact_deadline_seconds
     try:
         async with asyncio.timeout(deadline):
-            summary = await summarizer.run(
+            summary = await compactor.run(
                 session.id,
                 body.trigger,
                 body.trigger,
@@ -415,7 +415,7 @@ async def compact(
                 wait_seconds=COMPACT_WAIT_SECONDS,
                 keep_pending_turn=body.trigger == "overflow_retry",
             )
-    except SummarizerBusy as exc:
+    except CompactionBusy as exc:
         raise SummarizationInProgress(
             "a summarization of this session is still running; retry shortly"
         ) from exc
@@ -425,7 +425,7 @@ async def compact(
             "(SUMMARY_COMPACT_DEADLINE_SECONDS); nothing was stored, retry later"
         ) from exc
     session = await store.get_session(db, tenant, external_id)  # 404 if deleted meanwhile
-    loaded = await load_history(db, summarizer, session, None, None)
+    loaded = await load_history(db, compactor, session, None, None)
     return CompactResponse(
         summary=summary_out(summary, session.external_id) if summary is not None else None,
         history=loaded,

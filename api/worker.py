@@ -17,11 +17,11 @@ from datetime import timedelta
 from functools import partial
 
 from api import metrics, store
+from api.compaction import Compactor, schedule_if_due
 from api.db.faults import describe_fault
 from api.db.models import SummaryJob, utcnow
 from api.db.transactions import cut_off, retrying
-from api.locks import SummarizerBusy
-from api.summarization import Summarizer, schedule_if_due
+from api.locks import CompactionBusy
 from summarizer.retry import describe
 
 logger = logging.getLogger("precis.worker")
@@ -62,8 +62,8 @@ def backoff(attempts: int) -> float:
 
 
 class Worker:
-    def __init__(self, summarizer: Summarizer, concurrency: int) -> None:
-        self._summarizer = summarizer
+    def __init__(self, compactor: Compactor, concurrency: int) -> None:
+        self._compactor = compactor
         self._concurrency = concurrency
         self._wake = asyncio.Event()
         self._stopping = False
@@ -103,14 +103,14 @@ class Worker:
         A round stops at the first fallback the model still cannot replace: while it is down,
         one attempt per interval is all it costs.
         """
-        interval = self._summarizer.settings.summary_repair_interval_seconds
+        interval = self._compactor.settings.summary_repair_interval_seconds
         while not self._stopping:
             await asyncio.sleep(interval)
             try:
-                async with self._summarizer.sessionmaker() as db:
+                async with self._compactor.sessionmaker() as db:
                     fallbacks = await store.live_fallback_summaries(db, REPAIRS_PER_ROUND)
                 for fallback in fallbacks:
-                    if await self._summarizer.repair(fallback.id) is None:
+                    if await self._compactor.repair(fallback.id) is None:
                         break
             except Exception as exc:
                 logger.warning("repairing fallback summaries failed: %s", describe(exc))
@@ -139,20 +139,20 @@ class Worker:
                 self._summarizing.discard(summarizing)
 
     async def _claim(self) -> SummaryJob | None:
-        async with self._summarizer.writing() as db:
+        async with self._compactor.writing() as db:
             return await store.claim_job(db, JOB_LEASE)
 
     async def _run(self, job: SummaryJob) -> None:
         try:
-            async with self._summarizer.sessionmaker() as db:
+            async with self._compactor.sessionmaker() as db:
                 before = await store.get_session_by_id(db, job.session_id)
             seen_seq = before.last_seq if before is not None else None
             async with self._leased(job):
-                summary = await self._summarizer.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
+                summary = await self._compactor.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
         except asyncio.CancelledError:
             await self._release(job, 0.0, "worker stopped")
             raise
-        except SummarizerBusy:
+        except CompactionBusy:
             await self._release(job, BUSY_RETRY_SECONDS, None)
             return
         except Exception as exc:
@@ -176,14 +176,14 @@ class Worker:
         await retrying(finish, f"finishing summarization job {job.id}", "summarization")
 
     async def _finish(self, job: SummaryJob, summarized: bool, seen_seq: int | None) -> None:
-        async with self._summarizer.writing() as db:
+        async with self._compactor.writing() as db:
             await store.finish_job(db, job.id, attempt=job.attempts)
             session = await store.get_session_by_id(db, job.session_id)
             # Messages that arrived while the job ran found it queued and enqueued nothing:
             # look again. After a job that summarized nothing (the backlog was one tool call
             # and its results), only new messages warrant a look, or the job would spin.
             if session is not None and (summarized or session.last_seq != seen_seq):
-                await schedule_if_due(db, session, self._summarizer.settings)
+                await schedule_if_due(db, session, self._compactor.settings)
 
     async def _release(self, job: SummaryJob, delay: float, error: str | None) -> None:
         """Put the job back to pending; a lost connection is retried, or the job would wait
@@ -191,7 +191,7 @@ class Worker:
 
         async def release() -> None:
             run_after = utcnow() + timedelta(seconds=delay)
-            async with self._summarizer.writing() as db:
+            async with self._compactor.writing() as db:
                 await store.release_job(db, job.id, run_after, error, attempt=job.attempts)
 
         try:
@@ -229,7 +229,7 @@ class Worker:
             if done.is_set():
                 return
             try:
-                async with self._summarizer.writing() as db:
+                async with self._compactor.writing() as db:
                     held = await store.renew_job_lease(db, job.id, job.attempts, JOB_LEASE)
             except Exception as exc:
                 _log_failure(f"could not renew the lease of summarization job {job.id}", exc)

@@ -32,6 +32,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import service, store
+from api.compaction import Compactor
 from api.db.engine import (
     create_engine,
     create_read_sessionmaker,
@@ -41,7 +42,6 @@ from api.db.engine import (
 from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
-from api.summarization import Summarizer
 from scripts.bench_baselines import (
     AgentsPeer,
     LangchainPeer,
@@ -549,7 +549,7 @@ class Bench:
                 await conn.execute(text("ANALYZE"))
                 await conn.commit()
         settings = Settings(_env_file=None, database_url=url, summary_workers=0)
-        summarizer = Summarizer(settings, precis.sessionmaker, SessionLocks(precis.engine))
+        compactor = Compactor(settings, precis.sessionmaker, SessionLocks(precis.engine))
         for variant in VARIANTS:
             print(f"[{backend}] load: {VARIANTS[variant]}", flush=True)
             if variant == "summaries":
@@ -562,7 +562,7 @@ class Bench:
                 peers_of_size = peer_sessions[size] if variant == "summaries" else {}
                 for name, fn in (
                     await self.load_contestants(
-                        variant, built[size], precis, summarizer, raw, http, peers_of_size
+                        variant, built[size], precis, compactor, raw, http, peers_of_size
                     )
                 ).items():
                     contestants[f"{size}/{name}"] = fn
@@ -592,7 +592,7 @@ class Bench:
         variant: str,
         built: Built,
         precis: PrecisStore,
-        summarizer: Summarizer,
+        compactor: Compactor,
         raw: Raw,
         http: httpx.AsyncClient,
         peer_sessions: dict[str, Any],
@@ -603,7 +603,7 @@ class Bench:
 
         async def service_load(_i: int) -> None:
             async with precis.read_sessionmaker() as db:
-                await service.history(db, summarizer, TENANT, built.external_id, None, max_tokens)
+                await service.history(db, compactor, TENANT, built.external_id, None, max_tokens)
 
         query = {} if max_tokens is None else {"max_tokens": str(max_tokens)}
         path = f"/v1/sessions/{built.external_id}/history"

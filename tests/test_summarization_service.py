@@ -12,11 +12,11 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import store
+from api.compaction import Compactor
 from api.db.models import Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
 from api.store import summaries as summary_store
-from api.summarization import Summarizer
 from scripts.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import (
@@ -210,7 +210,7 @@ async def test_failure_between_summary_insert_and_links_leaves_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await append(client, "crash", *(user(f"m{i}") for i in range(8)))
-    summarizer = Summarizer(make_settings(database_url), sessionmaker, SessionLocks(engine))
+    compactor = Compactor(make_settings(database_url), sessionmaker, SessionLocks(engine))
     async with sessionmaker() as db:
         pk = await session_pk(db, "crash")
 
@@ -219,7 +219,7 @@ async def test_failure_between_summary_insert_and_links_leaves_nothing(
 
     monkeypatch.setattr(summary_store, "_link_messages", crash)
     with pytest.raises(RuntimeError, match="injected crash"):
-        await summarizer.run(pk, "overflow_retry", "overflow_retry", keep_last_n=0)
+        await compactor.run(pk, "overflow_retry", "overflow_retry", keep_last_n=0)
     async with sessionmaker() as db:
         assert await db.scalar(select(func.count()).select_from(Summary)) == 0
         assert await db.scalar(select(func.count()).select_from(SummaryMessage)) == 0

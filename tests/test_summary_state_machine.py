@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from api import store
+from api.compaction import Compactor
 from api.db.engine import create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.schemas import MessageIn
 from api.service import new_message
-from api.summarization import Summarizer
 from tests.conftest import make_settings
 from tests.invariants import invariant_violations
 
@@ -45,7 +45,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             self.engine = create_engine(database_url)
             self.sessionmaker = create_sessionmaker(self.engine)
             app_settings = make_settings(database_url, summary_limit=2, summary_workers=0)
-            self.summarizer = Summarizer(app_settings, self.sessionmaker, SessionLocks(self.engine))
+            self.compactor = Compactor(app_settings, self.sessionmaker, SessionLocks(self.engine))
             self.external_id = f"sm-{uuid.uuid4().hex[:10]}"
             self.session_id: int | None = None
             self.count = 0
@@ -77,7 +77,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
         def compact(self, trigger: str, keep: int) -> None:
             if self.session_id is None:
                 return
-            self.run(self.summarizer.run(self.session_id, trigger, trigger, keep))  # type: ignore[arg-type]
+            self.run(self.compactor.run(self.session_id, trigger, trigger, keep))  # type: ignore[arg-type]
 
         @invariant()
         def no_message_lost_and_live_summaries_contiguous(self) -> None:

@@ -1,4 +1,5 @@
-"""Summarization use cases: summarize a session's backlog, roll up old summaries, decide triggers.
+"""Compaction, the service's side of summarization: a `Compactor` summarizes a session's backlog,
+rolls up old summaries, repairs fallbacks, and decides when a proactive summary is due.
 
 The engine runs outside any transaction; each summary, its links and any superseding update
 are then written in one short transaction under the session's summarizer lock.
@@ -20,7 +21,7 @@ from api import metrics, store
 from api.context import openai_message
 from api.db.models import Session, Summary
 from api.errors import SessionGone, SummaryRangeConflict
-from api.locks import SessionLocks, SummarizerBusy
+from api.locks import CompactionBusy, SessionLocks
 from api.settings import Settings, SummaryPolicy
 from summarizer import EngineSettings, SummaryResult, merge_summaries, summarize
 from summarizer.engine import FALLBACK_MODEL
@@ -80,8 +81,9 @@ def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> Reason | 
 
 
 @dataclass
-class Summarizer:
-    """Makes and stores summaries for sessions; shared by the worker and the inline paths."""
+class Compactor:
+    """Makes and stores summaries for sessions (with the engine of `summarizer/`); shared by
+    the worker and the inline paths."""
 
     settings: Settings
     sessionmaker: async_sessionmaker[AsyncSession]
@@ -103,7 +105,7 @@ class Summarizer:
         With `keep_pending_turn` (an inline compaction before the backend's LLM call), a
         newest message from the user is the question being answered: it is never summarized.
 
-        Raises `SummarizerBusy` when another summarization holds the session longer than
+        Raises `CompactionBusy` when another summarization holds the session longer than
         `wait_seconds`. Returns the new summary, or None when nothing was left to summarize,
         the session included: a session deleted meanwhile is normal use, not a failure.
         """
@@ -261,7 +263,7 @@ class Summarizer:
                     absorbs=(fallback.id,),
                 )
                 repaired = await self._save(session_id, draft)
-        except (SummarizerBusy, SessionGone, SummaryRangeConflict):
+        except (CompactionBusy, SessionGone, SummaryRangeConflict):
             return None
         metrics.REPAIRED_SUMMARIES.inc()
         logger.info("fallback summary %s repaired as summary %s", fallback.id, repaired.id)
