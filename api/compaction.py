@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import metrics, store
 from api.context import openai_message
 from api.db.models import Session, Summary
+from api.db.transactions import transaction
 from api.errors import SessionGone, SummaryRangeConflict
 from api.locks import CompactionBusy, SessionLocks
 from api.settings import Settings, SummaryPolicy
@@ -269,11 +269,10 @@ class Compactor:
         logger.info("fallback summary %s repaired as summary %s", fallback.id, repaired.id)
         return repaired
 
-    @asynccontextmanager
-    async def writing(self) -> AsyncIterator[AsyncSession]:
-        """A short write transaction of the background side, queued with the SQLite writers."""
-        async with self.write_lock or nullcontext(), self.sessionmaker() as db, db.begin():
-            yield db
+    def writing(self) -> AbstractAsyncContextManager[AsyncSession]:
+        """A short write transaction of its own (never the request's), queued with the SQLite
+        writers; it commits when its block ends."""
+        return transaction(self.sessionmaker, self.write_lock)
 
     async def _save(self, session_id: int, draft: store.SummaryDraft) -> Summary:
         async with self.writing() as db:

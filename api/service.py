@@ -318,8 +318,7 @@ async def history(
         and policy.dynamic_summary_enabled
         and policy.retry_on_context_overflow
     ):
-        # Give the connection back to the pool while the LLM works.
-        await db.commit()
+        await db.close()  # the read hands its connection back while the LLM works
         with suppress(CompactionBusy):
             try:
                 compaction = partial(
@@ -403,7 +402,7 @@ async def compact(
     """Summarize now, inline; waits (bounded) for a running summarization of the session."""
     session = await store.get_session(db, tenant, external_id)
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
-    await db.commit()  # give the connection back to the pool while the LLM works
+    await db.close()  # the read hands its connection back while the LLM works
     deadline = compactor.settings.summary_compact_deadline_seconds
     try:
         async with asyncio.timeout(deadline):

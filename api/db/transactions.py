@@ -1,5 +1,10 @@
 """Units of work, and what each does when the connection dies under it.
 
+Who commits: `transaction` below, and nothing else. A request's own reads and writes run in
+the scope its dependency opens (`api.deps`); an append opens its own, to run it again when its
+connection dies (`api.service.store_batch`); summarization writes in short scopes of its own
+(`Compactor.writing`), never in the request's. Store functions never commit.
+
 - A read (`ReadSession`, autocommit) runs a statement cut by a lost connection once more on a
   fresh connection: each statement stands alone, so the second run is the same as the first.
 - A write (`transaction`) commits when its block ends and rolls back on any error. A lost
