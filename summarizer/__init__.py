@@ -1,6 +1,6 @@
 """Precis summarization engine: pure, no database and no HTTP."""
 
-from summarizer.client import Completion, LLMClient
+from summarizer.client import Completion, CompletionRequest, LLMClient, MergeTask, SummaryTask
 from summarizer.cuts import legal_cuts, summarizable_count
 from summarizer.engine import (
     METADATA_KEYS,
@@ -28,6 +28,7 @@ __all__ = [
     "METADATA_KEYS",
     "PROMPT_VERSION",
     "Completion",
+    "CompletionRequest",
     "ContextWindowError",
     "DegenerateAnswerError",
     "EngineSettings",
@@ -37,8 +38,10 @@ __all__ = [
     "LLMUnavailableError",
     "LocalSummarizer",
     "MergeResult",
+    "MergeTask",
     "SummarizerError",
     "SummaryResult",
+    "SummaryTask",
     "TransientLLMError",
     "build_client",
     "legal_cuts",

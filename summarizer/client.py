@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from summarizer.transcript import TranscriptEntry
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -15,6 +17,38 @@ class Completion:
     output_tokens: int
 
 
+@dataclass(frozen=True)
+class SummaryTask:
+    """Summarize the messages of `transcript`, continuing `previous_summary` when given."""
+
+    transcript: tuple[TranscriptEntry, ...]
+    """The entries as the prompt shows them (cut ones as cut)."""
+    previous_summary: str | None = None
+
+
+@dataclass(frozen=True)
+class MergeTask:
+    """Merge summaries of consecutive parts of one chat, oldest first, into one."""
+
+    summaries: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One model call: the rendered prompt, and what it asks for as data.
+
+    A chat model answers `messages`, which state the task and the target in words. The
+    offline model reads `task` and `target_tokens` instead, never the prompt's text.
+    """
+
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    """The answer's hard cap (a little above the target, to end a sentence)."""
+    target_tokens: int
+    """The answer length the prompt asks for."""
+    task: SummaryTask | MergeTask
+
+
 class LLMClient(Protocol):
     """A chat model the engine can ask for one completion.
 
@@ -23,6 +57,6 @@ class LLMClient(Protocol):
     `TransientLLMError` for what a retry may fix, `LLMRequestError` for the rest.
     """
 
-    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Completion:
-        """Answer `messages` in at most `max_tokens` tokens."""
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Answer `request` in at most `request.max_tokens` tokens."""
         ...

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from summarizer.client import LLMClient
+from summarizer.client import CompletionRequest, LLMClient, MergeTask, SummaryTask
 from summarizer.cuts import balanced_cut, legal_cuts, summarizable_count
 from summarizer.echo import drop_repeated_lines
 from summarizer.errors import ContextWindowError, DegenerateAnswerError, LLMError
@@ -36,7 +36,15 @@ from summarizer.prompts import (
 from summarizer.retry import CallStats, RetryPolicy, complete_with_retry, describe
 from summarizer.text import OFFLOAD_CHARS, clip_middle, clip_tokens, text_chars
 from summarizer.tokens import count_message, count_messages, count_text
-from summarizer.transcript import TranscriptOptions, entry_tokens, join, render
+from summarizer.transcript import (
+    TranscriptEntry,
+    TranscriptOptions,
+    entry_tokens,
+    head_lines,
+    join,
+    shown_entries,
+    transcript_entries,
+)
 
 ALGORITHM = "bisect_v1"
 """Name of this algorithm in every summary's metadata."""
@@ -269,6 +277,14 @@ class _Run:
     def merge_overhead(self) -> int:
         return count_messages(merge_request("", "", self.merge_target))
 
+    def merge_call(self, first: str, second: str) -> CompletionRequest:
+        return CompletionRequest(
+            messages=merge_request(first, second, self.merge_target),
+            max_tokens=self.merge_cap,
+            target_tokens=self.merge_target,
+            task=MergeTask((first, second)),
+        )
+
     # window knowledge ---------------------------------------------------------------------
 
     def budget(self, cap: int) -> int | None:
@@ -304,30 +320,27 @@ class _Run:
 
     # calls --------------------------------------------------------------------------------
 
-    async def ask(
-        self, request: list[dict[str, Any]], cap: int, estimate: int, material: str | None
-    ) -> str:
+    async def ask(self, request: CompletionRequest, estimate: int, material: str | None) -> str:
         """One answer (retried); a prompt larger than any known to fit probes the window alone.
 
         An answer echoing `material` (what the model was asked to summarize, never the
         summaries it was given for reference) counts as a failed attempt.
         """
         if self.window_exact or estimate <= self.fits_up_to:
-            return await self._complete(request, cap, material)
+            return await self._complete(request, material)
         async with self.probe:
-            if self.oversized(estimate, cap):
+            if self.oversized(estimate, request.max_tokens):
                 raise _Oversized
             if not self.window_exact and estimate > self.fits_up_to:
-                text = await self._complete(request, cap, material)
+                text = await self._complete(request, material)
                 self.fits_up_to = max(self.fits_up_to, estimate)
                 return text
-        return await self._complete(request, cap, material)
+        return await self._complete(request, material)
 
-    async def _complete(self, request: list[dict[str, Any]], cap: int, material: str | None) -> str:
+    async def _complete(self, request: CompletionRequest, material: str | None) -> str:
         completion = await complete_with_retry(
             self.client,
             request,
-            max_tokens=cap,
             echo_source=material if self.echo_checked else None,
             policy=self.settings.retry_policy,
             stats=self.stats,
@@ -395,9 +408,8 @@ class _Run:
                 estimate = self.estimate(
                     self.merge_overhead + count_text(pair[0]) + count_text(pair[1])
                 )
-            request = merge_request(pair[0], pair[1], self.merge_target)
             try:
-                text = await self.ask(request, self.merge_cap, estimate, None)
+                text = await self.ask(self.merge_call(pair[0], pair[1]), estimate, None)
             except _Oversized:
                 continue
             except ContextWindowError as error:
@@ -434,7 +446,9 @@ class _Summarization(_Run):
     """One `summarize()` run over prepared messages."""
 
     seqs: list[int] = field(default_factory=list)
-    entries: list[str] = field(default_factory=list)
+    entries: list[TranscriptEntry] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    """The transcript line of each entry."""
     leaves: list[tuple[int, int]] = field(default_factory=list)
     prefix: list[int] = field(default_factory=list)
     source_prefix: list[int] = field(default_factory=list)
@@ -457,8 +471,9 @@ class _Summarization(_Run):
         self.seqs = [_seq(message) for message in messages]
         if any(later <= earlier for earlier, later in zip(self.seqs, self.seqs[1:], strict=False)):
             raise ValueError("messages must be in ascending seq order")
-        self.entries = render(messages, options)
-        self.prefix = [0, *accumulate(entry_tokens(entry) for entry in self.entries)]
+        self.entries = transcript_entries(messages, options)
+        self.lines = [entry.render() for entry in self.entries]
+        self.prefix = [0, *accumulate(entry_tokens(line) for line in self.lines)]
         self.source_prefix = [0, *accumulate(count_message(message) for message in messages)]
         self.cuts = legal_cuts(messages)
 
@@ -480,6 +495,17 @@ class _Summarization(_Run):
             return None
         return math.floor(budget / self.scale) - self.overhead(previous)
 
+    def summary_call(
+        self, transcript: str, entries: Sequence[TranscriptEntry], previous: str | None
+    ) -> CompletionRequest:
+        """The request to summarize `transcript`, whose entries (as shown) are `entries`."""
+        return CompletionRequest(
+            messages=summary_request(transcript, self.leaf_target, previous),
+            max_tokens=self.summary_cap,
+            target_tokens=self.leaf_target,
+            task=SummaryTask(tuple(entries), previous),
+        )
+
     def leaf_estimate(self, start: int, end: int, previous: str | None) -> int:
         return self.estimate(self.overhead(previous) + self.prefix[end] - self.prefix[start])
 
@@ -495,10 +521,10 @@ class _Summarization(_Run):
         estimate = self.leaf_estimate(start, end, previous)
         if self.oversized(estimate, self.summary_cap):
             return await self.split(start, end, depth, previous, None)
-        transcript = join(self.entries[start:end])
-        request = summary_request(transcript, self.leaf_target, previous)
+        transcript = join(self.lines[start:end])
+        request = self.summary_call(transcript, self.entries[start:end], previous)
         try:
-            text = await self.ask(request, self.summary_cap, estimate, transcript)
+            text = await self.ask(request, estimate, transcript)
         except _Oversized:
             return await self.split(start, end, depth, previous, None)
         except ContextWindowError as error:
@@ -557,11 +583,11 @@ class _Summarization(_Run):
             room -= self.overhead(kept_previous)
             if room < MIN_PROMPT_ROOM:
                 break
-            transcript = self.fit(start, end, room)
+            transcript, shown = self.fit(start, end, room)
             estimate = self.estimate(self.overhead(kept_previous) + count_text(transcript))
-            request = summary_request(transcript, self.leaf_target, kept_previous)
+            request = self.summary_call(transcript, shown, kept_previous)
             try:
-                text = await self.ask(request, self.summary_cap, estimate, transcript)
+                text = await self.ask(request, estimate, transcript)
             except _Oversized:
                 continue
             except ContextWindowError as error:
@@ -577,12 +603,12 @@ class _Summarization(_Run):
             self.no_room()
         return self.fallback_leaf(start, end, previous)
 
-    def fit(self, start: int, end: int, room: int) -> str:
-        """The transcript of `entries[start:end]` in at most `room` tokens."""
+    def fit(self, start: int, end: int, room: int) -> tuple[str, list[TranscriptEntry]]:
+        """The transcript of `entries[start:end]` in at most `room` tokens, and its entries."""
         indices = list(range(start, end))
         sizes = [self.prefix[i + 1] - self.prefix[i] for i in indices]
         if sum(sizes) <= room:
-            return join(self.entries[start:end])
+            return join(self.lines[start:end]), self.entries[start:end]
         omitted = head = 0
         if len(indices) * MIN_LINE_TOKENS > room:
             # too many messages to clip them all: keep the first and the last ones
@@ -593,27 +619,32 @@ class _Summarization(_Run):
             room -= entry_tokens(OMITTED.format(count=omitted))
         for _ in range(TRUNCATION_ATTEMPTS):
             cap = _water_level(sizes, room)
-            lines = [
-                self.entries[i] if size <= cap else clip_middle(self.entries[i], max(1, cap - 1))
+            shown: list[tuple[TranscriptEntry | None, str]] = [
+                (
+                    self.entries[i],
+                    self.lines[i] if size <= cap else clip_middle(self.lines[i], max(1, cap - 1)),
+                )
                 for i, size in zip(indices, sizes, strict=True)
             ]
             if omitted:
-                lines.insert(head, OMITTED.format(count=omitted))
+                shown.insert(head, (None, OMITTED.format(count=omitted)))
+            lines = [line for _, line in shown]
             transcript = join(lines)
             excess = count_text(transcript) - room
             if excess <= 0:
-                return transcript
+                return transcript, shown_entries(shown)
             room -= excess
-        return clip_tokens(transcript, room)
+        clipped = clip_tokens(transcript, room)
+        entries = [entry for entry, _ in shown]
+        return clipped, shown_entries(list(zip(entries, head_lines(lines, clipped), strict=False)))
 
     def fallback_leaf(self, start: int, end: int, previous: str | None) -> str:
         """The deterministic summary of a chunk; `fallback_reason` was set by the caller."""
         assert self.fallback_reason is not None
         self.leaves.append((start, end))
-        transcript = join(self.entries[start:end])
         source_tokens = self.source_tokens(start, end)
         limit = min(self.leaf_target, source_tokens)
-        text = fallback_summary(transcript, limit, self.fallback_reason, previous)
+        text = fallback_summary(self.entries[start:end], limit, self.fallback_reason, previous)
         return self.finish(text, source_tokens, self.summary_cap)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from summarizer.local import merge_texts, summarize_transcript
 from summarizer.tokens import count_text
+from summarizer.transcript import TranscriptEntry
 
 FALLBACK_PREFIX = "[Fallback summary: "
 """Start of the note heading every fallback summary that has room for it."""
@@ -41,11 +42,11 @@ def _noted(write: Callable[[int], str], max_tokens: int, reason: str) -> str:
 
 
 def fallback_summary(
-    transcript: str, max_tokens: int, reason: str, previous: str | None = None
+    entries: Sequence[TranscriptEntry], max_tokens: int, reason: str, previous: str | None = None
 ) -> str:
-    """A summary of a rendered transcript written without the model."""
+    """A summary of transcript entries written without the model."""
     return _noted(
-        lambda budget: summarize_transcript(transcript, budget, previous), max_tokens, reason
+        lambda budget: summarize_transcript(entries, budget, previous), max_tokens, reason
     )
 
 

@@ -15,7 +15,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from summarizer.client import Completion
+from summarizer.client import Completion, CompletionRequest
 from summarizer.errors import ContextWindowError, LLMError, LLMRequestError, TransientLLMError
 from summarizer.tokens import count_messages, count_text
 
@@ -121,15 +121,15 @@ class LiteLLMClient:
         self.temperature = temperature
         self.timeout_seconds = timeout_seconds
 
-    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Completion:
-        """One chat completion; litellm's exceptions come out as `summarizer.errors`."""
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """One chat completion of `request.messages`; errors come out as `summarizer.errors`."""
         litellm = await load_litellm()
         try:
             async with asyncio.timeout(self.timeout_seconds + TIMEOUT_GRACE_SECONDS):
                 response = await litellm.acompletion(
                     model=self.model,
-                    messages=messages,
-                    max_tokens=max_tokens,
+                    messages=request.messages,
+                    max_tokens=request.max_tokens,
                     temperature=self.temperature,
                     api_base=self.api_base,
                     api_key=self.api_key,
@@ -143,6 +143,8 @@ class LiteLLMClient:
         usage = getattr(response, "usage", None)
         return Completion(
             text=text,
-            input_tokens=int(getattr(usage, "prompt_tokens", 0) or count_messages(messages)),
+            input_tokens=int(
+                getattr(usage, "prompt_tokens", 0) or count_messages(request.messages)
+            ),
             output_tokens=int(getattr(usage, "completion_tokens", 0) or count_text(text)),
         )

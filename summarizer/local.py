@@ -1,10 +1,10 @@
 """The offline `local` model: a deterministic extractive summarizer behind `LLMClient`.
 
-It reads the same prompts a real model gets (the transcript, the previous summary or
-the two summaries to merge, and the stated token target) and answers with the
-sentences that matter most, grouped and in order: user requests first, then
-decisions, then facts carrying numbers, names, paths, commands or identifiers, then
-the tools used, then the rest while the target allows. No network, no randomness:
+It reads a request's task, never its prompt text: the transcript's entries and the
+previous summary, or the summaries to merge, and the token target. It answers with the
+sentences that matter most, grouped and in order: user requests first, then decisions,
+then facts carrying numbers, names, paths, commands or identifiers, then the tools
+used, then the rest while the target allows. No network, no randomness:
 the same input always gives the same summary. It is the quality level without an API
 key; any litellm model string replaces it.
 """
@@ -18,13 +18,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
 
-from summarizer.client import Completion
-from summarizer.prompts import PREVIOUS_TAG, SUMMARY_TAG, TRANSCRIPT_TAG, sections, stated_target
+from summarizer.client import Completion, CompletionRequest, MergeTask
 from summarizer.text import OFFLOAD_CHARS, clip_tokens, text_chars
 from summarizer.tokens import count_messages, count_text
-from summarizer.transcript import CALL_PREFIX, HEADER, PREVIEW_CUT
+from summarizer.transcript import TranscriptEntry
 
 LOCAL_MODEL = "local"
 """The model name that selects this summarizer."""
@@ -96,17 +94,6 @@ _FEATURES = (
 
 
 @dataclass(frozen=True)
-class Entry:
-    """One message as the transcript shows it."""
-
-    seq: int
-    role: str
-    label: str
-    text: str
-    tools: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class _Unit:
     kind: Kind
     score: int
@@ -130,28 +117,6 @@ class _Counts:
             f"Messages #{self.first}–#{self.last}: {self.total} ({self.user} user, "
             f"{self.assistant} assistant, {self.tool} tool)."
         )
-
-
-def parse_transcript(transcript: str) -> list[Entry]:
-    """The entries of a transcript rendered by `summarizer.transcript`."""
-    headers = list(HEADER.finditer(transcript))
-    entries: list[Entry] = []
-    for index, header in enumerate(headers):
-        end = headers[index + 1].start() if index + 1 < len(headers) else len(transcript)
-        body_lines: list[str] = []
-        tools: list[str] = []
-        for line in transcript[header.end() : end].split("\n"):
-            if line.startswith(CALL_PREFIX):
-                tools.append(line[len(CALL_PREFIX) :].split("(", 1)[0].strip())
-            else:
-                body_lines.append(line)
-        role = header.group(2)
-        label = (header.group(3) or "").strip()
-        if role == "tool" and label:
-            tools.append(label)
-        text = "\n".join(body_lines).replace(PREVIEW_CUT, "").strip()
-        entries.append(Entry(int(header.group(1)), role, label, text, tuple(tools)))
-    return entries
 
 
 def _score(text: str) -> int:
@@ -184,7 +149,7 @@ def _classify(text: str, *, is_request: bool) -> tuple[Kind, int]:
     return (Kind.FACT if score else Kind.OTHER), score
 
 
-def _entry_units(entries: Sequence[Entry]) -> list[_Unit]:
+def _entry_units(entries: Sequence[TranscriptEntry]) -> list[_Unit]:
     units: list[_Unit] = []
     for entry in entries:
         sentences = list(_sentences(entry.text))
@@ -210,7 +175,7 @@ def _entry_units(entries: Sequence[Entry]) -> list[_Unit]:
     return units
 
 
-def _counts(entries: Sequence[Entry]) -> _Counts | None:
+def _counts(entries: Sequence[TranscriptEntry]) -> _Counts | None:
     if not entries:
         return None
     roles = Counter(entry.role for entry in entries)
@@ -224,11 +189,11 @@ def _counts(entries: Sequence[Entry]) -> _Counts | None:
     )
 
 
-def _tool_counts(entries: Sequence[Entry]) -> Counter[str]:
+def _tool_counts(entries: Sequence[TranscriptEntry]) -> Counter[str]:
     counts: Counter[str] = Counter()
     for entry in entries:
         if entry.role == "assistant":
-            counts.update(entry.tools)
+            counts.update(entry.tool_names)
     return counts
 
 
@@ -319,23 +284,25 @@ def _section(kind: Kind, units: list[_Unit]) -> list[str]:
     return [_HEADINGS[kind]] + [_bullet(unit) for unit in sorted(units, key=lambda u: u.order)]
 
 
-def _verbatim(entries: Sequence[Entry]) -> str:
+def _verbatim(entries: Sequence[TranscriptEntry]) -> str:
     lines: list[str] = []
     for entry in entries:
         who = f"{entry.role} {entry.label}" if entry.label else entry.role
-        tools = f" → {', '.join(entry.tools)}" if entry.role == "assistant" and entry.tools else ""
+        names = entry.tool_names if entry.role == "assistant" else ()
+        tools = f" → {', '.join(names)}" if names else ""
         text = " ".join(entry.text.split())
         lines.append(f"{who}: {text}{tools}" if text else f"{who}:{tools}")
     return "\n".join(lines)
 
 
-def summarize_transcript(transcript: str, target_tokens: int, previous: str | None = None) -> str:
-    """An extractive summary of a rendered transcript in at most `target_tokens` tokens.
+def summarize_transcript(
+    entries: Sequence[TranscriptEntry], target_tokens: int, previous: str | None = None
+) -> str:
+    """An extractive summary of transcript entries in at most `target_tokens` tokens.
 
     When the whole exchange, written compactly, is no longer than the extract, the
     compact form is the answer: nothing is lost and nothing grows.
     """
-    entries = parse_transcript(transcript)
     extract, _ = _compose(
         _entry_units(entries), _counts(entries), _tool_counts(entries), target_tokens, previous
     )
@@ -348,6 +315,11 @@ def summarize_transcript(transcript: str, target_tokens: int, previous: str | No
 
 
 def _parse_summary(text: str, offset: int) -> tuple[list[_Unit], _Counts | None, Counter[str]]:
+    """The units, message counts and tool counts of a summary to merge.
+
+    Summaries reach a merge as text (a stored one has no other form): this reads back the
+    format `_compose` writes, and takes any other line as plain sentences.
+    """
     units: list[_Unit] = []
     counts: _Counts | None = None
     tools: Counter[str] = Counter()
@@ -409,39 +381,25 @@ def merge_texts(texts: Sequence[str], target_tokens: int) -> str:
     return extract
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(part.get("text") or "") for part in content)
-    return str(content or "")
-
-
 class LocalSummarizer:
-    """The `local` model as an `LLMClient`: answers summary and merge prompts offline."""
+    """The `local` model as an `LLMClient`: carries out summary and merge tasks offline."""
 
-    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Completion:
-        """Summarize or merge what `messages` ask for, within the stated target.
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Summarize or merge what `request.task` asks for, within its target.
 
         The work is CPU-bound (seconds on a large transcript): over `OFFLOAD_CHARS` it runs in
         a worker thread, so the caller's event loop keeps serving meanwhile.
         """
-        if text_chars(messages) > OFFLOAD_CHARS:
-            return await asyncio.to_thread(self._complete, messages, max_tokens)
-        return self._complete(messages, max_tokens)
+        if text_chars(request.messages) > OFFLOAD_CHARS:
+            return await asyncio.to_thread(self._complete, request)
+        return self._complete(request)
 
     @staticmethod
-    def _complete(messages: list[dict[str, Any]], max_tokens: int) -> Completion:
-        system = _text(messages[0].get("content")) if messages else ""
-        request = _text(messages[-1].get("content")) if messages else ""
-        target = min(max_tokens, stated_target(system) or max_tokens)
-        summaries = sections(request, SUMMARY_TAG)
-        if summaries:
-            text = merge_texts(summaries, target)
+    def _complete(request: CompletionRequest) -> Completion:
+        target = min(request.max_tokens, request.target_tokens)
+        task = request.task
+        if isinstance(task, MergeTask):
+            text = merge_texts(task.summaries, target)
         else:
-            transcripts = sections(request, TRANSCRIPT_TAG)
-            previous = sections(request, PREVIOUS_TAG)
-            text = summarize_transcript(
-                transcripts[0] if transcripts else request,
-                target,
-                previous[0] if previous else None,
-            )
-        return Completion(text, count_messages(messages), count_text(text))
+            text = summarize_transcript(task.transcript, target, task.previous_summary)
+        return Completion(text, count_messages(request.messages), count_text(text))

@@ -4,12 +4,11 @@
 the version, so a prompt edited without a new version fails the tests.
 
 The user message wraps its material in tags (`<transcript>`, `<previous_summary>`,
-`<summary>`), which the models are told about and the local model parses back.
+`<summary>`), which the models are told about. The offline model reads none of this text:
+the engine hands it the same material as data (`summarizer.client.CompletionRequest`).
 """
 
 from __future__ import annotations
-
-import re
 
 PROMPT_VERSION = "2026-11.1"
 """Version of the prompt texts below; stored in every summary's metadata."""
@@ -47,8 +46,6 @@ TRANSCRIPT_TAG = "transcript"
 PREVIOUS_TAG = "previous_summary"
 SUMMARY_TAG = "summary"
 
-_TARGET = re.compile(r"at most (\d+) tokens")
-
 
 def _wrap(tag: str, body: str) -> str:
     return f"<{tag}>\n{body}\n</{tag}>"
@@ -79,15 +76,3 @@ def merge_request(first: str, second: str, target_tokens: int) -> list[dict[str,
             "content": _wrap(SUMMARY_TAG, first) + "\n\n" + _wrap(SUMMARY_TAG, second),
         },
     ]
-
-
-def sections(text: str, tag: str) -> list[str]:
-    """The bodies of every `<tag>` section of a request, in order."""
-    pattern = re.compile(rf"<{tag}>\n(.*?)\n</{tag}>(?=\n\n<|\Z)", re.S)
-    return pattern.findall(text)
-
-
-def stated_target(system_prompt: str) -> int | None:
-    """The token target a system prompt states, if any."""
-    found = _TARGET.search(system_prompt)
-    return int(found.group(1)) if found else None

@@ -12,7 +12,6 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from tenacity import (
     AsyncRetrying,
@@ -23,7 +22,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from summarizer.client import Completion, LLMClient
+from summarizer.client import Completion, CompletionRequest, LLMClient
 from summarizer.echo import is_echo
 from summarizer.errors import (
     ContextWindowError,
@@ -120,9 +119,8 @@ class _Backoff:
 
 async def complete_with_retry(
     client: LLMClient,
-    messages: list[dict[str, Any]],
+    request: CompletionRequest,
     *,
-    max_tokens: int,
     echo_source: str | None,
     policy: RetryPolicy,
     stats: CallStats,
@@ -151,7 +149,7 @@ async def complete_with_retry(
                 async with limiter:
                     stats.calls += 1
                     try:
-                        completion = await client.complete(messages, max_tokens=max_tokens)
+                        completion = await client.complete(request)
                         check_answer(completion.text, echo_source)
                     except LLMError as error:
                         stats.failed += 1

@@ -64,7 +64,7 @@ def clip_chars(text: str, max_chars: int, marker: str = ELLIPSIS) -> str:
     return text[: safe_boundary(text, keep)] + marker
 
 
-def _utf8_safe(text: str) -> str:
+def utf8_safe(text: str) -> str:
     """`text` with lone surrogates replaced, so it encodes as UTF-8 like tiktoken sees it."""
     try:
         text.encode("utf-8")
@@ -89,7 +89,7 @@ def _tail(text: str, tokens: list[int], count: int) -> str:
 
 def clip_tokens(text: str, max_tokens: int, marker: str = ELLIPSIS) -> str:
     """`text` cut to at most `max_tokens` tokens (marker included), keeping the head."""
-    text = _utf8_safe(text)
+    text = utf8_safe(text)
     tokens = encoding().encode_ordinary(text)
     if len(tokens) <= max_tokens:
         return text
@@ -107,7 +107,7 @@ def clip_tokens(text: str, max_tokens: int, marker: str = ELLIPSIS) -> str:
 
 def clip_middle(text: str, max_tokens: int, marker: str = MIDDLE_MARKER) -> str:
     """`text` cut to at most `max_tokens` tokens by removing its middle, head and tail kept."""
-    text = _utf8_safe(text)
+    text = utf8_safe(text)
     tokens = encoding().encode_ordinary(text)
     if len(tokens) <= max_tokens:
         return text

@@ -11,7 +11,7 @@ from scripts.fake_llm import FakeLLM
 from summarizer import DegenerateAnswerError, EngineSettings, merge_summaries, summarize
 from summarizer.echo import ECHO_COPIED_SHARE, copied_share, echo_tokens
 from summarizer.fallback import FALLBACK_PREFIX
-from summarizer.prompts import TRANSCRIPT_TAG, sections, summary_request
+from summarizer.prompts import TRANSCRIPT_TAG, summary_request
 from summarizer.retry import check_answer
 from summarizer.transcript import TranscriptOptions, join, render
 from tests.summarizer.builders import sharegpt
@@ -80,8 +80,9 @@ def request_text(messages: list[dict[str, Any]]) -> str:
 
 
 def transcript_of(source: str) -> str:
-    [transcript] = sections(source, TRANSCRIPT_TAG)
-    return transcript
+    """The transcript a summary request's user message wraps, as a model reading it sees it."""
+    opening, closing = f"<{TRANSCRIPT_TAG}>\n", f"\n</{TRANSCRIPT_TAG}>"
+    return source.split(opening, 1)[1].rsplit(closing, 1)[0]
 
 
 def test_a_real_summary_quoting_names_and_code_is_not_an_echo() -> None:

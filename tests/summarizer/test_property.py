@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from summarizer import Completion, EngineSettings, summarize
+from summarizer import Completion, CompletionRequest, EngineSettings, summarize
 from summarizer.cuts import summarizable_count
 from summarizer.errors import ContextWindowError
 from summarizer.tokens import count_messages
@@ -26,9 +26,9 @@ class WindowedModel:
     def __init__(self, window: int) -> None:
         self.window = window
 
-    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int) -> Completion:
-        prompt = count_messages(messages) + 3
-        if prompt + max_tokens > self.window:
+    async def complete(self, request: CompletionRequest) -> Completion:
+        prompt = count_messages(request.messages) + 3
+        if prompt + request.max_tokens > self.window:
             raise ContextWindowError("too long", window_tokens=self.window, prompt_tokens=prompt)
         return Completion("a short summary of the part", prompt, 6)
 
