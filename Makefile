@@ -41,10 +41,10 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 bench-summarizer: $(STAMP)
-	$(BIN)/python -m scripts.bench_summarizer
+	$(BIN)/python -m scripts.bench.summarizer
 
 bench-fidelity: $(STAMP)
-	$(BIN)/python -m scripts.bench_fidelity
+	$(BIN)/python -m scripts.bench.fidelity
 
 demo: $(STAMP)
 	$(BIN)/python -m scripts.demo --base-url http://$(HOST):$(PORT)
@@ -53,7 +53,7 @@ verify: $(STAMP)
 	$(BIN)/python -m scripts.verify
 
 load: $(STAMP)
-	$(BIN)/python -m scripts.load $(LOAD_ARGS)
+	$(BIN)/python -m scripts.bench.load $(LOAD_ARGS)
 
 # The peers are installed into their own virtualenv, never into the product's dependencies.
 $(BENCH_STAMP): pyproject.toml
@@ -63,4 +63,4 @@ $(BENCH_STAMP): pyproject.toml
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BENCH_VENV)/bin/python -m scripts.bench
+	$(BENCH_VENV)/bin/python -m scripts.bench.run

@@ -27,8 +27,8 @@ from api.db.engine import create_engine, create_sessionmaker
 from api.db.models import Base
 from api.main import create_app
 from api.settings import Settings
-from scripts import scratch_db
-from scripts.fake_llm import FakeLLM, running_fake_llm
+from scripts.bench import scratch_db
+from scripts.bench.fake_llm import FakeLLM, running_fake_llm
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from api import store
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 
 WAIT_SECONDS = 30.0
 """Longest wait for background summarization before a test fails."""

@@ -33,7 +33,7 @@ from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.main import create_app
 from api.store import summaries as summary_store
 from api.worker import CONNECTION_RETRY_SECONDS
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import QUIET, make_settings
 from tests.helpers import WAIT_SECONDS, append, user, wait_for_summary
 from tests.pg_proxy import CommitCuttingProxy, commit_cutting_proxy

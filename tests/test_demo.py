@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.main import create_app
 from scripts import demo, trace_summary, verify
-from scripts.scratch_db import REPO_ROOT
+from scripts.bench.scratch_db import REPO_ROOT
 from tests.conftest import make_settings
 
 API_KEY = "demo-key"

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
 from api.main import create_app
-from scripts.load import LiveServer
+from scripts.bench.load import LiveServer
 from tests.conftest import migrated_database
 
 FUZZ_EXAMPLES = int(os.environ.get("PRECIS_FUZZ_EXAMPLES", "30"))

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from api.main import create_app
 from api.schemas import MAX_JSON_DEPTH
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 
 KEY_A = "sekret-A-6f1d9c"

@@ -12,8 +12,8 @@ from prometheus_client import REGISTRY, generate_latest
 
 from api import metrics
 from api.__main__ import LOG_FORMAT
-from scripts import load
-from scripts.load import LogFindings, Outcome, Stats
+from scripts.bench import load
+from scripts.bench.load import LogFindings, Outcome, Stats
 
 WORKER_FAILURE = """\
 INFO:     127.0.0.1:40000 - "POST /v1/sessions/load-000/messages HTTP/1.1" 201 Created

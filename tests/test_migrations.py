@@ -17,7 +17,7 @@ from api import store
 from api.db.engine import create_engine
 from api.db.models import SCHEMA_REVISION, Base, Message, Session
 from api.main import create_app
-from scripts.scratch_db import alembic_config
+from scripts.bench.scratch_db import alembic_config
 from tests.conftest import make_settings, run_alembic
 
 DESIGN_TABLES = {"sessions", "messages", "session_summaries", "session_summary_messages"}

@@ -24,7 +24,7 @@ from api import service, store
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_until
 from tests.invariants import invariant_violations

@@ -17,7 +17,7 @@ from api import worker
 from api.db.models import SummaryJob
 from api.main import create_app
 from api.store import summaries as summary_store
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import append, user, wait_for_summary
 

@@ -18,7 +18,7 @@ from api import store
 from api.db.models import Message, Summary
 from api.store import audit
 from scripts import trace_summary
-from scripts.scratch_db import REPO_ROOT
+from scripts.bench.scratch_db import REPO_ROOT
 
 LONG_LINE = "word " * 200
 

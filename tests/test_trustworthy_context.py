@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import store
 from api.context import TRUNCATION_MARKER
 from api.db.models import Summary, SummaryJob, SummaryMessage
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from tests.helpers import Gate, append, assistant, gated, user
 from tests.invariants import invariant_violations
 from tests.test_verify import run_verify

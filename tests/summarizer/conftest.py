@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from summarizer import EngineSettings
 
 FAST_RETRIES: dict[str, Any] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scripts.fake_llm import MARKER_PATTERN, FakeLLM
+from scripts.bench.fake_llm import MARKER_PATTERN, FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from summarizer.engine import resolve_window
 from summarizer.text import MIDDLE_MARKER

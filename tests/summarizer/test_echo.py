@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from summarizer import DegenerateAnswerError, EngineSettings, merge_summaries, summarize
 from summarizer.echo import ECHO_COPIED_SHARE, copied_share, echo_tokens
 from summarizer.fallback import FALLBACK_PREFIX

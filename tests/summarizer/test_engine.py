@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from summarizer.prompts import CONTINUE_PROMPT, PREVIOUS_TAG, PROMPT_VERSION, SUMMARY_PROMPT
 from summarizer.transcript import PREVIEW_CUT

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from scripts.fake_llm import FakeLLM
+from scripts.bench.fake_llm import FakeLLM
 from summarizer import EngineSettings, summarize
 from summarizer.fallback import FALLBACK_PREFIX
 from tests.summarizer.builders import chat

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scripts.fake_llm import MARKER_PATTERN, FakeLLM
+from scripts.bench.fake_llm import MARKER_PATTERN, FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from tests.summarizer.builders import filler
 

@@ -1,13 +1,13 @@
 """Load test: concurrent simulated chat backends against a real server on loopback.
 
-    python -m scripts.load [--backends 16] [--turns 20] [--duration 60]
+    python -m scripts.bench.load [--backends 16] [--turns 20] [--duration 60]
                            [--database sqlite|postgresql] [--message-limit 12]
                            [--chaos [--chaos-kills 12] [--chaos-max-interval 3]]
 
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
 temporary folder, or a new PostgreSQL database on PRECIS_TEST_POSTGRES_URL's server, dropped
 at the end), an API key, and proactive summarization on with a small message limit, against
-the loopback fake OpenAI-compatible LLM of `scripts/fake_llm.py` (litellm's real HTTP path).
+the loopback fake OpenAI-compatible LLM of `scripts/bench/fake_llm.py` (litellm's real HTTP path).
 Each backend plays turns: append the user's message, load the history under `max_tokens`,
 append the assistant's answer. It stops after `--turns` turns per backend or `--duration`
 seconds, whichever comes first, waits (bounded) until no summarization job is left, not even
@@ -31,8 +31,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python scripts/load.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as `python scripts/bench/load.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse
 import asyncio
@@ -57,7 +57,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 START_TIMEOUT_SECONDS = 60.0
 """How long a server subprocess may take to answer /healthz (imports, then the lifespan)."""
@@ -629,19 +629,19 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
 
 
 def create_postgres_database(admin_url: str) -> str:
-    from scripts import scratch_db
+    from scripts.bench import scratch_db
 
     return asyncio.run(scratch_db.create_postgres_database(admin_url, "precis_load"))
 
 
 def drop_postgres_database(admin_url: str, url: str) -> None:
-    from scripts import scratch_db
+    from scripts.bench import scratch_db
 
     asyncio.run(scratch_db.drop_postgres_database(admin_url, url))
 
 
 def migrate(database_url: str) -> None:
-    from scripts import scratch_db
+    from scripts.bench import scratch_db
 
     scratch_db.migrate(database_url)
 
@@ -651,7 +651,7 @@ def migrate(database_url: str) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.load",
+        prog="python -m scripts.bench.load",
         description="Concurrent chat backends against a real server on loopback.",
     )
     parser.add_argument("--backends", type=int, default=16, help="concurrent chat backends")
@@ -701,7 +701,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from scripts.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
+    from scripts.bench.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
     api_key = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="precis-load-") as folder:

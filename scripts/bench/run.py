@@ -1,4 +1,4 @@
-"""The performance benchmark of issue 6: `make bench`, or `python -m scripts.bench`.
+"""The performance benchmark of issue 6: `make bench`, or `python -m scripts.bench.run`.
 
 Measures Precis on PostgreSQL and SQLite against the raw drivers (asyncpg, sqlite3 in WAL
 mode) and against the libraries users would pick instead (OpenAI Agents SDK SQLAlchemySession,
@@ -42,7 +42,7 @@ from api.db.engine import (
 from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
-from scripts.bench_baselines import (
+from scripts.bench.baselines import (
     AgentsPeer,
     LangchainPeer,
     PeerMissing,
@@ -51,7 +51,7 @@ from scripts.bench_baselines import (
     RawSqlite,
     Row,
 )
-from scripts.bench_lib import (
+from scripts.bench.lib import (
     REPO_ROOT,
     TENANT,
     Payloads,
@@ -66,7 +66,7 @@ from scripts.bench_lib import (
     sqlite_path,
     timed,
 )
-from scripts.scratch_db import create_postgres_database, drop_postgres_database, migrate
+from scripts.bench.scratch_db import create_postgres_database, drop_postgres_database, migrate
 from summarizer.tokens import count_message, encoding
 
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
@@ -717,11 +717,11 @@ class Bench:
 
     async def memory(self, backend: str, url: str, built: dict[int, Built], variant: str) -> None:
         """Peak RSS of the loads on the largest session against the smallest, each in a clean
-        process (`scripts/bench_rss.py`), so imports and earlier work do not hide the loads."""
+        process (`scripts/bench/rss.py`), so imports and earlier work do not hide the loads."""
         small, large = min(built), max(built)
         peaks: dict[int, dict[str, Any]] = {}
         for size in (small, large):
-            command = [sys.executable, "-m", "scripts.bench_rss", url, built[size].external_id]
+            command = [sys.executable, "-m", "scripts.bench.rss", url, built[size].external_id]
             command += ["--warmup", built[small].external_id]
             if variant == "tail":
                 command += ["--max-tokens", str(built[size].budget)]

@@ -1,6 +1,6 @@
 """Benchmark the summarization engine against the fake OpenAI-compatible server on loopback.
 
-    python -m scripts.bench_summarizer [--latency 0.02] [--sizes 10000 100000 1000000]
+    python -m scripts.bench.summarizer [--latency 0.02] [--sizes 10000 100000 1000000]
 
 For inputs of 10k, 100k and 1M tokens (real ShareGPT text from `tests/fixtures`, with a
 tool exchange every few turns) and windows of 4k, 16k and 128k, known up front or not,
@@ -8,7 +8,7 @@ it runs `summarize()` through litellm's real HTTP path and prints a markdown tab
 calls, failed calls, bisect depth, leaves, the lower bound `ceil(input / usable window)`
 leaves plus the merges they imply, and wall time with concurrent halves against
 sequential ones. The server adds `--latency` seconds to every answer, so the concurrency
-comparison means something. It uses the loopback fake LLM of `scripts/fake_llm.py`.
+comparison means something. It uses the loopback fake LLM of `scripts/bench/fake_llm.py`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from summarizer.prompts import summary_request
 from summarizer.tokens import count_message, count_messages
 
 if TYPE_CHECKING:
-    from scripts.fake_llm import FakeLLM
+    from scripts.bench.fake_llm import FakeLLM
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sharegpt_multilang.jsonl"
+FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sharegpt_multilang.jsonl"
 SIZES = (10_000, 100_000, 1_000_000)
 WINDOWS = (4_096, 16_384, 131_072)
 BISECT_MAX_DEPTH = 12
@@ -144,7 +144,7 @@ def _reset(server: FakeLLM, window: int, latency: float) -> None:
 
 
 async def bench(sizes: Sequence[int], latency: float, all_sequential: bool) -> list[Row]:
-    from scripts.fake_llm import FakeLLM
+    from scripts.bench.fake_llm import FakeLLM
 
     server = FakeLLM().start()
     rows: list[Row] = []

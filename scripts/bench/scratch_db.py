@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 
 from api.db.engine import create_engine
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def alembic_config(database_url: str) -> Config:

@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark: payloads, timing statistics, scratch databases, a server.
 
-Used by `scripts/bench.py`; nothing here runs at import.
+Used by `scripts/bench/run.py`; nothing here runs at import.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from sqlalchemy.engine import make_url
 
 from summarizer.tokens import count_message, count_text
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DATA_FILE = Path(__file__).resolve().parent / "bench_data" / "chat_messages.jsonl"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_FILE = Path(__file__).resolve().parent / "data" / "chat_messages.jsonl"
 
 TENANT = "default"
 """The development-mode tenant, so sessions built at the store layer are visible over HTTP."""

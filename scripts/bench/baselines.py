@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from scripts.bench_lib import RoundFn, concurrent, sequential
+from scripts.bench.lib import RoundFn, concurrent, sequential
 
 RAW_TABLE = "bench_raw_messages"
 
