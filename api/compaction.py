@@ -12,28 +12,29 @@ import logging
 import time
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import metrics, store
-from api.context import openai_message
-from api.db.models import Session, Summary
 from api.db.transactions import transaction
 from api.errors import SessionGone, SummaryRangeConflict
 from api.locks import CompactionBusy, SessionLocks
 from api.settings import Settings, SummaryPolicy
-from summarizer import EngineSettings, SummaryResult, merge_summaries, summarize
+from summarizer import SummaryResult, merge_summaries, summarize
 from summarizer.engine import FALLBACK_MODEL
+from summarizer.triggers import ProactiveReason, Reason, Trigger
 
 logger = logging.getLogger("precis.summarization")
 
-Trigger = Literal["proactive", "overflow_retry", "manual"]
-Reason = Literal["message_limit", "token_limit", "overflow_retry", "manual", "rollup"]
+
+def engine_input(messages: list[store.MessageRow]) -> list[dict[str, Any]]:
+    """Stored messages as the engine takes them: OpenAI shape, with their seqs."""
+    return [{**message.openai(), "seq": message.seq} for message in messages]
 
 
 def inherit_fallback(
-    absorbed: list[Summary], model: str, metadata: dict[str, Any]
+    absorbed: list[store.SummaryRow], model: str, metadata: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """A roll-up of a fallback summary lacks what the fallback lost: it is a fallback too,
     so the repair re-makes it from the source messages."""
@@ -43,7 +44,7 @@ def inherit_fallback(
     return FALLBACK_MODEL, {
         **metadata,
         "fallback": True,
-        "fallback_reason": fallback.metadata_.get("fallback_reason", "llm_unavailable"),
+        "fallback_reason": fallback.metadata.get("fallback_reason", "llm_unavailable"),
         "fallback_detail": f"absorbs fallback summary {fallback.id}",
     }
 
@@ -56,20 +57,20 @@ def summary_draft(result: SummaryResult, policy: SummaryPolicy, keep: int) -> st
         summary_text=result.summary_text,
         summary_prompt=result.prompt,
         model=result.model,
-        temperature=policy.temperature,
-        target_summary_tokens=policy.target_tokens,
+        temperature=policy.engine.temperature,
+        target_summary_tokens=policy.engine.target_tokens,
         keep_last_n=keep,
         approx_tokens=result.summary_tokens,
         metadata=result.metadata,
     )
 
 
-def pinned_floor(session: Session, policy: SummaryPolicy) -> int:
+def pinned_floor(session: store.SessionRow, policy: SummaryPolicy) -> int:
     """Where a session's first summary may start after: its pinned prefix, when pinned."""
     return session.pinned_seq if policy.pin_system else 0
 
 
-def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> Reason | None:
+def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> ProactiveReason | None:
     """Why the backlog after the newest live summary must be summarized now, if it must."""
     if not policy.dynamic_summary_enabled or backlog.message_count <= policy.keep_last_n:
         return None
@@ -99,7 +100,7 @@ class Compactor:
         keep_last_n: int | None = None,
         wait_seconds: float = 0.0,
         keep_pending_turn: bool = False,
-    ) -> Summary | None:
+    ) -> store.SummaryRow | None:
         """Summarize what follows the newest live summary, then roll up if over the limit.
 
         With `keep_pending_turn` (an inline compaction before the backend's LLM call), a
@@ -111,13 +112,27 @@ class Compactor:
         """
         async with self.locks.hold(session_id, wait_seconds):
             started = time.perf_counter()
+            async with self.sessionmaker() as db:
+                session = await store.get_session_by_id(db, session_id)
+                live = await store.live_summaries(db, session_id)
+                messages: list[store.MessageRow] = []
+                if session is not None:
+                    policy = self.settings.policy(session.settings)
+                    # the first summary starts after the pinned prefix, never summarized
+                    after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
+                    messages = await store.messages_in_range(db, session_id, after_seq)
+            if session is None:
+                return None
+            keep = policy.keep_last_n if keep_last_n is None else keep_last_n
+            if keep_pending_turn and messages and messages[-1].role == "user":
+                keep = max(keep, 1)
             try:
-                summary = await self._summarize_backlog(
-                    session_id, trigger, reason, keep_last_n, keep_pending_turn
+                summary = await self._summarize(
+                    session_id, policy, messages, live, trigger, reason, keep
                 )
                 if summary is not None:
                     metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-                rolled_up = await self._roll_up(session_id, trigger)
+                rolled_up = await self._roll_up(session_id, policy, trigger)
             except SessionGone:
                 return None
             if summary is not None and rolled_up:
@@ -126,32 +141,21 @@ class Compactor:
                     summary = await store.get_summary_by_id(db, summary.id) or summary
             return summary
 
-    async def _summarize_backlog(
+    async def _summarize(
         self,
         session_id: int,
+        policy: SummaryPolicy,
+        messages: list[store.MessageRow],
+        live: list[store.SummaryRow],
         trigger: Trigger,
         reason: Reason,
-        keep_last_n: int | None,
-        keep_pending_turn: bool,
-    ) -> Summary | None:
-        async with self.sessionmaker() as db:
-            session = await store.get_session_by_id(db, session_id)
-            if session is None:
-                return None
-            policy = self.settings.policy(session.settings)
-            live = await store.live_summaries(db, session_id, 1)
-            # the first summary starts after the pinned prefix, which is then never summarized
-            after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
-            messages = await store.messages_after(db, session_id, after_seq)
-        keep = policy.keep_last_n if keep_last_n is None else keep_last_n
-        if keep_pending_turn and messages and messages[-1].role == "user":
-            keep = max(keep, 1)
-        engine_settings = self.engine_settings(
-            policy, keep_last_n=keep, previous_summary=live[-1].summary_text if live else None
-        )
+        keep: int,
+    ) -> store.SummaryRow | None:
+        """Summarize `messages` (those after the newest live summary) but the last `keep`."""
+        previous = live[-1].summary_text if live else None
         result = await summarize(
-            [{**openai_message(message), "seq": message.seq} for message in messages],
-            engine_settings,
+            engine_input(messages),
+            replace(policy.engine, keep_last_n=keep, previous_summary=previous),
             trigger=trigger,
             trigger_reason=reason,
         )
@@ -164,7 +168,7 @@ class Compactor:
         metrics.SUMMARIES.labels(trigger, reason).inc()
         return summary
 
-    async def _roll_up(self, session_id: int, trigger: Trigger) -> bool:
+    async def _roll_up(self, session_id: int, policy: SummaryPolicy, trigger: Trigger) -> bool:
         """Merge the oldest live summaries into one of the next level while over the limit.
 
         Returns whether any roll-up was stored.
@@ -172,17 +176,13 @@ class Compactor:
         rolled_up = False
         while True:
             async with self.sessionmaker() as db:
-                session = await store.get_session_by_id(db, session_id)
-                if session is None:
-                    return rolled_up
-                policy = self.settings.policy(session.settings)
-                live = await store.all_live_summaries(db, session_id)
+                live = await store.live_summaries(db, session_id)
             if len(live) <= policy.summary_limit:
                 return rolled_up
             absorbed = live[: max(2, len(live) - policy.summary_limit + 1)]
             merged = await merge_summaries(
                 [summary.summary_text for summary in absorbed],
-                self.engine_settings(policy, keep_last_n=0),
+                policy.engine,
                 trigger=trigger,
                 trigger_reason="rollup",
             )
@@ -197,8 +197,8 @@ class Compactor:
                 summary_text=merged.summary_text,
                 summary_prompt=merged.prompt,
                 model=model,
-                temperature=policy.temperature,
-                target_summary_tokens=policy.merge_target_tokens,
+                temperature=policy.engine.temperature,
+                target_summary_tokens=policy.engine.merge_target_tokens,
                 keep_last_n=0,
                 approx_tokens=merged.summary_tokens,
                 metadata=metadata,
@@ -209,12 +209,12 @@ class Compactor:
             metrics.SUMMARIES.labels(trigger, "rollup").inc()
             rolled_up = True
 
-    async def schedule(self, session_id: int, reason: Reason) -> None:
+    async def schedule(self, session_id: int, reason: ProactiveReason) -> None:
         """Leave the session's summarization to a background job (durably queued now)."""
         async with self.writing() as db:
             await store.enqueue_job(db, session_id, "proactive", reason)
 
-    async def repair(self, fallback_id: int) -> Summary | None:
+    async def repair(self, fallback_id: int) -> store.SummaryRow | None:
         """Re-make a live fallback summary from its source messages with the model.
 
         The repair covers the same seqs and supersedes the fallback one level above it (so
@@ -233,19 +233,20 @@ class Compactor:
                     session = await store.get_session_by_id(db, session_id)
                     if session is None:
                         return None
-                    policy = self.settings.policy(session.settings)
                     before = await store.summary_before(db, session_id, fallback.first_seq)
-                    messages = await store.messages_between(
-                        db, session_id, fallback.first_seq, fallback.last_seq
+                    messages = await store.messages_in_range(
+                        db, session_id, fallback.first_seq - 1, fallback.last_seq
                     )
-                engine_settings = self.engine_settings(
-                    policy, keep_last_n=0, previous_summary=before.summary_text if before else None
-                )
+                policy = self.settings.policy(session.settings)
                 result = await summarize(
-                    [{**openai_message(message), "seq": message.seq} for message in messages],
-                    engine_settings,
-                    trigger=fallback.metadata_.get("trigger", "proactive"),
-                    trigger_reason=fallback.metadata_.get("trigger_reason", "manual"),
+                    engine_input(messages),
+                    replace(
+                        policy.engine,
+                        keep_last_n=0,
+                        previous_summary=before.summary_text if before else None,
+                    ),
+                    trigger=fallback.metadata.get("trigger", "proactive"),
+                    trigger_reason=fallback.metadata.get("trigger_reason", "manual"),
                 )
                 if result is not None:
                     self._count_llm(result.metadata)
@@ -274,35 +275,9 @@ class Compactor:
         writers; it commits when its block ends."""
         return transaction(self.sessionmaker, self.write_lock)
 
-    async def _save(self, session_id: int, draft: store.SummaryDraft) -> Summary:
+    async def _save(self, session_id: int, draft: store.SummaryDraft) -> store.SummaryRow:
         async with self.writing() as db:
             return await store.save_summary(db, session_id, draft)
-
-    def engine_settings(
-        self, policy: SummaryPolicy, keep_last_n: int, previous_summary: str | None = None
-    ) -> EngineSettings:
-        api_key = self.settings.summary_api_key
-        return EngineSettings(
-            target_tokens=policy.target_tokens,
-            merge_target_tokens=policy.merge_target_tokens,
-            model=policy.model,
-            api_base=self.settings.summary_api_base,
-            api_key=api_key.get_secret_value() if api_key else None,
-            temperature=policy.temperature,
-            model_context_tokens=policy.model_context_tokens,
-            bisect_enabled=policy.bisect_enabled,
-            bisect_max_depth=policy.bisect_max_depth,
-            bisect_min_messages=policy.bisect_min_messages,
-            keep_last_n=keep_last_n,
-            previous_summary=previous_summary,
-            timeout_seconds=self.settings.summary_llm_timeout_seconds,
-            max_attempts=self.settings.summary_llm_max_attempts,
-            backoff_initial_seconds=self.settings.summary_llm_backoff_seconds,
-            max_retry_seconds=self.settings.summary_llm_max_retry_seconds,
-            max_concurrency=self.settings.summary_llm_concurrency,
-            tool_result_preview_chars=self.settings.summary_tool_result_preview_chars,
-            tool_args_preview_chars=self.settings.summary_tool_args_preview_chars,
-        )
 
     @staticmethod
     def _count_llm(metadata: dict[str, Any]) -> None:
@@ -313,9 +288,10 @@ class Compactor:
             metrics.FALLBACK_SUMMARIES.labels(metadata["fallback_reason"]).inc()
 
 
-async def schedule_if_due(db: AsyncSession, session: Session, settings: Settings) -> Reason | None:
+async def schedule_if_due(
+    db: AsyncSession, session: store.SessionRow, policy: SummaryPolicy
+) -> ProactiveReason | None:
     """Enqueue proactive summarization when the backlog reaches a limit; returns the reason."""
-    policy = settings.policy(session.settings)
     if not policy.dynamic_summary_enabled:
         return None
     floor = pinned_floor(session, policy)

@@ -5,44 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 from summarizer.tokens import count_message
 
 TRUNCATION_MARKER = "[Earlier messages truncated to manage context length]"
 MISSING_TOOL_RESULT = "[No result was recorded for this tool call]"
-
-
-class StoredMessage(Protocol):
-    """What the context needs of a stored message (an ORM `Message` or a loader row)."""
-
-    @property
-    def role(self) -> str: ...
-    @property
-    def content(self) -> str | None: ...
-    @property
-    def content_parts(self) -> list[Any] | None: ...
-    @property
-    def name(self) -> str | None: ...
-    @property
-    def tool_calls(self) -> list[Any] | None: ...
-    @property
-    def tool_call_id(self) -> str | None: ...
-
-
-def openai_message(message: StoredMessage) -> dict[str, Any]:
-    """A stored message in OpenAI chat shape."""
-    out: dict[str, Any] = {
-        "role": message.role,
-        "content": message.content if message.content_parts is None else message.content_parts,
-    }
-    if message.name is not None:
-        out["name"] = message.name
-    if message.tool_calls is not None:
-        out["tool_calls"] = message.tool_calls
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    return out
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from api import metrics, service, store
+from api import appending, metrics, service, store
 from api.auth import Tenant
 from api.db.faults import connection_lost
 from api.db.models import SCHEMA_REVISION
@@ -218,7 +218,7 @@ async def append_messages(
         where = f"messages[{index}].metadata"
         check_metadata_size(message.metadata, where, settings.max_metadata_bytes)
     with metrics.APPEND_SECONDS.time(), database_faults_as_503():
-        answer = await service.append(database, settings, tenant, session_id, body.messages)
+        answer = await appending.append(database, settings, tenant, session_id, body.messages)
     if answer.summarization.scheduled:
         background.add_task(worker.wake)  # runs after the commit, so the job is visible
     return answer

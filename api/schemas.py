@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.settings import JSON_INTEGER, SummaryOverrides
+from summarizer.triggers import CompactTrigger, ProactiveReason
+
+if TYPE_CHECKING:
+    from api.store.rows import MessageRow, SessionRow, SummaryRow
 
 SESSION_ID_PATTERN = r"^([A-Za-z0-9._:-]{3,128}|[A-Za-z0-9_:-][A-Za-z0-9._:-]?|\.[A-Za-z0-9_:-])$"
 """1-128 characters of `[A-Za-z0-9._:-]`, except `.` and `..`: clients and proxies resolve
@@ -184,10 +188,14 @@ class MessageOut(BaseModel):
     token_count: int
     created_at: datetime
 
+    @classmethod
+    def from_row(cls, row: MessageRow) -> MessageOut:
+        return cls.model_validate({**row._asdict(), "content": row.body})
+
 
 class SummarizationStatus(BaseModel):
     scheduled: bool
-    reason: Literal["message_limit", "token_limit"] | None = None
+    reason: ProactiveReason | None = None
 
 
 class AppendResponse(BaseModel):
@@ -235,6 +243,18 @@ class SessionOut(BaseModel):
     created_at: datetime
     updated_at: datetime
 
+    @classmethod
+    def from_row(cls, row: SessionRow, summary_count: int) -> SessionOut:
+        """Every seq holds a message, so the session's `last_seq` is its message count."""
+        return cls.model_validate(
+            {
+                **row._asdict(),
+                "id": row.external_id,
+                "message_count": row.last_seq,
+                "summary_count": summary_count,
+            }
+        )
+
 
 class SessionList(BaseModel):
     sessions: list[SessionOut]
@@ -256,6 +276,10 @@ class SummaryOut(BaseModel):
     superseded_by: int | None
     metadata: dict[str, Any]
     created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: SummaryRow, session_external_id: str, **extra: Any) -> Self:
+        return cls.model_validate({**row._asdict(), "session_id": session_external_id, **extra})
 
 
 class SummaryDetail(SummaryOut):
@@ -285,7 +309,7 @@ class CompactRequest(BaseModel):
     """`overflow_retry` summarizes everything (keep_last_n 0); `manual` keeps the newest."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    trigger: Literal["overflow_retry", "manual"] = "manual"
+    trigger: CompactTrigger = "manual"
     keep_last_n: Annotated[int, Field(ge=0, le=1_000_000), *JSON_INTEGER] | None = None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from summarizer.engine import EngineSettings
 from summarizer.local import LOCAL_MODEL
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"
@@ -73,30 +75,47 @@ class SummaryOverrides(BaseModel):
     pin_system: bool | None = None
 
 
-class SummaryPolicy(BaseModel):
-    """The summary settings in force for one session: server defaults overlaid by its overrides."""
-
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class SummaryPolicy:
+    """The summary settings in force for one session: server defaults overlaid by its overrides,
+    resolved once per request or job (`Settings.policy`)."""
 
     dynamic_summary_enabled: bool
     message_limit: int
     max_context_tokens: int
     keep_last_n: int
-    target_tokens: int
-    merge_target_tokens: int
-    bisect_enabled: bool
-    bisect_max_depth: int
-    bisect_min_messages: int
     retry_on_context_overflow: bool
     summary_limit: int
-    model: str
-    model_context_tokens: int | None
-    temperature: float
     pin_system: bool
+    engine: EngineSettings
+    """What the engine takes; a run sets its own `keep_last_n` and `previous_summary`."""
+
+
+SESSION_KEYS: dict[str, str] = {
+    "dynamic_summary_enabled": "dynamic_summary_enabled",
+    "message_limit": "summary_message_limit",
+    "max_context_tokens": "summary_max_context_tokens",
+    "keep_last_n": "summary_keep_last_n",
+    "target_tokens": "summary_target_tokens",
+    "merge_target_tokens": "summary_merge_target_tokens",
+    "bisect_enabled": "summary_bisect_enabled",
+    "bisect_max_depth": "summary_bisect_max_depth",
+    "bisect_min_messages": "summary_bisect_min_messages",
+    "retry_on_context_overflow": "summary_retry_on_context_overflow",
+    "summary_limit": "summary_limit",
+    "model": "summary_model",
+    "model_context_tokens": "summary_model_context_tokens",
+    "temperature": "summary_temperature",
+    "pin_system": "summary_pin_system",
+}
+"""Each per-session key (`SummaryOverrides`) and the server setting it overrides."""
+
+_ENGINE_KEYS = frozenset(field.name for field in fields(EngineSettings)) - {"keep_last_n"}
+"""Per-session keys the engine reads; its `keep_last_n` is each run's own."""
 
 
 class Settings(BaseSettings):
-    """Server-wide settings; names as in DESIGN.md section 4."""
+    """Server-wide settings; names as in docs/design.md section 4."""
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
 
@@ -172,32 +191,31 @@ class Settings(BaseSettings):
         return value or None
 
     def policy(self, overrides: SummaryOverrides | dict[str, Any] | None = None) -> SummaryPolicy:
-        """The effective summary settings for a session with these overrides."""
+        """The summary settings in force for a session with these overrides."""
         if isinstance(overrides, dict):
             overrides = SummaryOverrides.model_validate(overrides)
-        base = SummaryPolicy(
-            dynamic_summary_enabled=self.dynamic_summary_enabled,
-            message_limit=self.summary_message_limit,
-            max_context_tokens=self.summary_max_context_tokens,
-            keep_last_n=self.summary_keep_last_n,
-            target_tokens=self.summary_target_tokens,
-            merge_target_tokens=self.summary_merge_target_tokens,
-            bisect_enabled=self.summary_bisect_enabled,
-            bisect_max_depth=self.summary_bisect_max_depth,
-            bisect_min_messages=self.summary_bisect_min_messages,
-            retry_on_context_overflow=self.summary_retry_on_context_overflow,
-            summary_limit=self.summary_limit,
-            model=self.summary_model,
-            model_context_tokens=self.summary_model_context_tokens,
-            temperature=self.summary_temperature,
-            pin_system=self.summary_pin_system,
+        values = {key: getattr(self, name) for key, name in SESSION_KEYS.items()}
+        if overrides is not None:
+            values.update(overrides.model_dump(exclude_none=True))
+        if values["model"] not in self.allowed_models():
+            values["model"] = self.summary_model
+        engine = {key: values.pop(key) for key in _ENGINE_KEYS & values.keys()}
+        return SummaryPolicy(engine=replace(self.engine_defaults(), **engine), **values)
+
+    def engine_defaults(self) -> EngineSettings:
+        """The engine's server-only settings (API, retries, previews) and its defaults."""
+        api_key = self.summary_api_key
+        return EngineSettings(
+            api_base=self.summary_api_base,
+            api_key=api_key.get_secret_value() if api_key else None,
+            timeout_seconds=self.summary_llm_timeout_seconds,
+            max_attempts=self.summary_llm_max_attempts,
+            backoff_initial_seconds=self.summary_llm_backoff_seconds,
+            max_retry_seconds=self.summary_llm_max_retry_seconds,
+            max_concurrency=self.summary_llm_concurrency,
+            tool_result_preview_chars=self.summary_tool_result_preview_chars,
+            tool_args_preview_chars=self.summary_tool_args_preview_chars,
         )
-        if overrides is None:
-            return base
-        update = overrides.model_dump(exclude_none=True)
-        if update.get("model") not in (None, *self.allowed_models()):
-            del update["model"]
-        return base.model_copy(update=update)
 
     def allowed_models(self) -> frozenset[str]:
         """The models a session may choose: SUMMARY_MODEL, `local` and SUMMARY_ALLOWED_MODELS."""

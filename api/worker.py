@@ -19,7 +19,7 @@ from functools import partial
 from api import metrics, store
 from api.compaction import Compactor, schedule_if_due
 from api.db.faults import describe_fault
-from api.db.models import SummaryJob, utcnow
+from api.db.models import utcnow
 from api.db.transactions import cut_off, retrying
 from api.locks import CompactionBusy
 from summarizer.retry import describe
@@ -138,17 +138,17 @@ class Worker:
             finally:
                 self._summarizing.discard(summarizing)
 
-    async def _claim(self) -> SummaryJob | None:
+    async def _claim(self) -> store.JobRow | None:
         async with self._compactor.writing() as db:
             return await store.claim_job(db, JOB_LEASE)
 
-    async def _run(self, job: SummaryJob) -> None:
+    async def _run(self, job: store.JobRow) -> None:
         try:
             async with self._compactor.sessionmaker() as db:
                 before = await store.get_session_by_id(db, job.session_id)
             seen_seq = before.last_seq if before is not None else None
             async with self._leased(job):
-                summary = await self._compactor.run(job.session_id, job.trigger, job.reason)  # type: ignore[arg-type]
+                summary = await self._compactor.run(job.session_id, job.trigger, job.reason)
         except asyncio.CancelledError:
             await self._release(job, 0.0, "worker stopped")
             raise
@@ -175,7 +175,7 @@ class Worker:
         finish = partial(self._finish, job, summary is not None, seen_seq)
         await retrying(finish, f"finishing summarization job {job.id}", "summarization")
 
-    async def _finish(self, job: SummaryJob, summarized: bool, seen_seq: int | None) -> None:
+    async def _finish(self, job: store.JobRow, summarized: bool, seen_seq: int | None) -> None:
         async with self._compactor.writing() as db:
             await store.finish_job(db, job.id, attempt=job.attempts)
             session = await store.get_session_by_id(db, job.session_id)
@@ -183,9 +183,10 @@ class Worker:
             # look again. After a job that summarized nothing (the backlog was one tool call
             # and its results), only new messages warrant a look, or the job would spin.
             if session is not None and (summarized or session.last_seq != seen_seq):
-                await schedule_if_due(db, session, self._compactor.settings)
+                policy = self._compactor.settings.policy(session.settings)
+                await schedule_if_due(db, session, policy)
 
-    async def _release(self, job: SummaryJob, delay: float, error: str | None) -> None:
+    async def _release(self, job: store.JobRow, delay: float, error: str | None) -> None:
         """Put the job back to pending; a lost connection is retried, or the job would wait
         for its lease to run out."""
 
@@ -200,7 +201,7 @@ class Worker:
             _log_failure(f"could not release summarization job {job.id}", exc)
 
     @asynccontextmanager
-    async def _leased(self, job: SummaryJob) -> AsyncIterator[None]:
+    async def _leased(self, job: store.JobRow) -> AsyncIterator[None]:
         """Renew the job's lease while the block runs; stop when it ends, however it ends.
 
         The heartbeat is not cancelled but told to stop and awaited, so a renewal under way
@@ -214,7 +215,7 @@ class Worker:
             done.set()
             await asyncio.gather(heartbeat, return_exceptions=True)
 
-    async def _heartbeat(self, job: SummaryJob, done: asyncio.Event) -> None:
+    async def _heartbeat(self, job: store.JobRow, done: asyncio.Event) -> None:
         """Every lease/HEARTBEATS_PER_LEASE, extend the lease in a short transaction of its own.
 
         A failed renewal is logged and retried at the next period; a claim found lost (the

@@ -35,9 +35,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.db.engine import create_sessionmaker
-from api.db.models import Message, Session, Summary
 from api.settings import Settings
 from api.store import audit
+from api.store.rows import MessageRow, SessionRow, SummaryRow
 from scripts.cli import run_command
 from summarizer import METADATA_KEYS
 
@@ -47,7 +47,7 @@ DEFAULT_WIDTH = 120
 """Line width when stdout is not a terminal: one-line contents are clipped to fit it."""
 
 METADATA_ORDER = METADATA_KEYS
-"""Summary metadata keys in the order DESIGN.md lists them; other keys follow, sorted."""
+"""Summary metadata keys in the order docs/design.md lists them; other keys follow, sorted."""
 
 
 class NotFound(Exception):
@@ -167,29 +167,29 @@ class Node:
     `children` and `messages` are None where this view does not expand them.
     """
 
-    summary: Summary
+    summary: SummaryRow
     children: list[Node] | None
-    messages: list[Message] | None
+    messages: list[MessageRow] | None
 
 
 @dataclass
 class SummaryTrace:
-    session: Session
+    session: SessionRow
     root: Node
 
 
 @dataclass
 class SessionTrace:
-    session: Session
+    session: SessionRow
     roots: list[Node]
     summary_count: int
 
 
 @dataclass
 class MessageTrace:
-    session: Session
-    message: Message
-    summaries: list[Summary]
+    session: SessionRow
+    message: MessageRow
+    summaries: list[SummaryRow]
 
 
 Trace = SummaryTrace | SessionTrace | MessageTrace
@@ -203,7 +203,7 @@ async def trace_summary(db: AsyncSession, summary_id: int) -> SummaryTrace:
     return SummaryTrace(session=session, root=await _expand(db, summary, set()))
 
 
-async def _expand(db: AsyncSession, summary: Summary, seen: set[int]) -> Node:
+async def _expand(db: AsyncSession, summary: SummaryRow, seen: set[int]) -> Node:
     """The summary down to its messages; `seen` stops a corrupted, cyclic chain."""
     seen.add(summary.id)
     absorbed = [s for s in await audit.absorbed_summaries(db, summary.id) if s.id not in seen]
@@ -222,16 +222,16 @@ async def trace_session(db: AsyncSession, external_id: str, tenant: str | None) 
     )
 
 
-def summary_forest(summaries: Sequence[Summary]) -> list[Node]:
+def summary_forest(summaries: Sequence[SummaryRow]) -> list[Node]:
     """Live summaries with the trees they absorbed; orphans and cycles show up as roots too."""
     by_id = {summary.id: summary for summary in summaries}
-    children: dict[int, list[Summary]] = {}
+    children: dict[int, list[SummaryRow]] = {}
     for summary in summaries:
         if summary.superseded_by is not None and summary.superseded_by in by_id:
             children.setdefault(summary.superseded_by, []).append(summary)
     placed: set[int] = set()
 
-    def build(summary: Summary) -> Node:
+    def build(summary: SummaryRow) -> Node:
         placed.add(summary.id)
         kids = [build(kid) for kid in children.get(summary.id, []) if kid.id not in placed]
         return Node(summary, children=kids, messages=None)
@@ -250,7 +250,7 @@ async def trace_message(db: AsyncSession, message_id: int) -> MessageTrace:
     return MessageTrace(session=session, message=message, summaries=summaries)
 
 
-async def _session_of(db: AsyncSession, session_id: int) -> Session:
+async def _session_of(db: AsyncSession, session_id: int) -> SessionRow:
     session = await store.get_session_by_id(db, session_id)
     assert session is not None, "a foreign key keeps every row's session"
     return session
@@ -259,7 +259,7 @@ async def _session_of(db: AsyncSession, session_id: int) -> Session:
 # --- JSON -----------------------------------------------------------------------------------
 
 
-def session_json(session: Session) -> dict[str, Any]:
+def session_json(session: SessionRow) -> dict[str, Any]:
     return {
         "id": session.external_id,
         "tenant": session.tenant,
@@ -268,20 +268,20 @@ def session_json(session: Session) -> dict[str, Any]:
     }
 
 
-def message_json(message: Message) -> dict[str, Any]:
+def message_json(message: MessageRow) -> dict[str, Any]:
     return {
         "id": message.id,
         "seq": message.seq,
         "role": message.role,
         "created_at": timestamp(message.created_at).isoformat(),
-        "content": message.content if message.content_parts is None else message.content_parts,
+        "content": message.body,
         "tool_calls": message.tool_calls,
         "tool_call_id": message.tool_call_id,
     }
 
 
 def summary_json(
-    summary: Summary,
+    summary: SummaryRow,
     children: list[dict[str, Any]] | None = None,
     messages: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def summary_json(
         "superseded_by": summary.superseded_by,
         "model": summary.model,
         "created_at": timestamp(summary.created_at).isoformat(),
-        "metadata": summary.metadata_,
+        "metadata": summary.metadata,
         "summary_text": summary.summary_text,
         "children": children,
         "messages": messages,
@@ -359,11 +359,11 @@ def wrapped(label: str, text: str, margin: str, width: int) -> list[str]:
     return lines or [margin + label]
 
 
-def status(summary: Summary) -> str:
+def status(summary: SummaryRow) -> str:
     return "live" if summary.superseded_by is None else f"superseded by {summary.superseded_by}"
 
 
-def summary_heading(summary: Summary) -> str:
+def summary_heading(summary: SummaryRow) -> str:
     seqs = f"{summary.first_seq}..{summary.last_seq}"
     return (
         f"Summary {summary.id} · level {summary.level} · seqs {seqs}"
@@ -371,12 +371,12 @@ def summary_heading(summary: Summary) -> str:
     )
 
 
-def message_text(message: Message) -> str:
-    content = message.content if message.content_parts is None else message.content_parts
+def message_text(message: MessageRow) -> str:
+    content = message.body
     return describe_content(content, message.tool_calls, message.tool_call_id)
 
 
-def message_rows(messages: Sequence[Message]) -> list[list[str]]:
+def message_rows(messages: Sequence[MessageRow]) -> list[list[str]]:
     return [
         [str(m.seq), str(m.id), m.role, short_time(m.created_at), message_text(m)] for m in messages
     ]
@@ -391,7 +391,7 @@ def render_node(node: Node, depth: int, width: int, full: bool) -> list[str]:
     lines = [
         margin + summary_heading(summary),
         f"{margin}  model {summary.model} · created {short_time(summary.created_at)} UTC",
-        *wrapped("metadata: ", metadata_line(summary.metadata_), margin + "  ", width),
+        *wrapped("metadata: ", metadata_line(summary.metadata), margin + "  ", width),
         f"{margin}  text:",
         *(f"{margin}    {line}".rstrip() for line in summary.summary_text.splitlines()),
     ]
@@ -425,8 +425,8 @@ SUMMARY_HEADERS = (
 )
 
 
-def summary_row(summary: Summary, indent: str = "") -> list[str]:
-    metadata = summary.metadata_ or {}
+def summary_row(summary: SummaryRow, indent: str = "") -> list[str]:
+    metadata = summary.metadata or {}
     return [
         f"{indent}{summary.id}",
         str(summary.level),
@@ -450,7 +450,7 @@ def tree_rows(nodes: Sequence[Node], depth: int = 0) -> list[list[str]]:
     return rows
 
 
-def session_title(session: Session) -> str:
+def session_title(session: SessionRow) -> str:
     return f"session {session.external_id} (tenant {session.tenant}, internal id {session.id})"
 
 

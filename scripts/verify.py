@@ -1,4 +1,4 @@
-"""Prove the invariants of DESIGN.md section 2 for one session or for all of them.
+"""Prove the invariants of docs/design.md section 2 for one session or for all of them.
 
     python -m scripts.verify [--session ID [--tenant T]] [--database-url URL]
 
@@ -40,9 +40,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
 from api.db.engine import create_sessionmaker
-from api.db.models import Session, Summary
 from api.settings import Settings
-from api.store import audit
+from api.store import audit, integrity
+from api.store.rows import SessionRow, SummaryRow
 from scripts.cli import run_command
 
 PROG = "verify"
@@ -79,11 +79,11 @@ class SessionCheck:
     summary_count: int = 0
 
 
-def label(session: Session) -> str:
+def label(session: SessionRow) -> str:
     return f"{session.tenant}/{session.external_id}"
 
 
-def span(summary: Summary) -> str:
+def span(summary: SummaryRow) -> str:
     return f"summary {summary.id} (seqs {summary.first_seq}..{summary.last_seq})"
 
 
@@ -91,7 +91,7 @@ def seq_range(first: int, last: int) -> str:
     return f"seq {first}" if first == last else f"seqs {first}..{last}"
 
 
-def refs(sample: audit.Sample) -> str:
+def refs(sample: integrity.Sample) -> str:
     shown = ", ".join(f"seq {ref.seq} (message {ref.id})" for ref in sample.examples)
     more = sample.total - len(sample.examples)
     return shown + (f" and {more} more" if more > 0 else "")
@@ -100,9 +100,9 @@ def refs(sample: audit.Sample) -> str:
 # --- checks ---------------------------------------------------------------------------------
 
 
-async def check_session(db: AsyncSession, session: Session) -> SessionCheck:
+async def check_session(db: AsyncSession, session: SessionRow) -> SessionCheck:
     """Every check of one session, inside the caller's read snapshot."""
-    stats = await audit.message_stats(db, session.id)
+    stats = await integrity.message_stats(db, session.id)
     summaries = await audit.session_summaries(db, session.id)
     violations = [
         *await check_seqs(db, session, stats),
@@ -118,7 +118,7 @@ async def check_session(db: AsyncSession, session: Session) -> SessionCheck:
 
 
 async def check_seqs(
-    db: AsyncSession, session: Session, stats: audit.MessageStats
+    db: AsyncSession, session: SessionRow, stats: integrity.MessageStats
 ) -> list[Violation]:
     """Seqs are 1..last_seq without gaps, and `sessions.last_seq` is the newest seq."""
     if stats.max_seq is None:
@@ -128,7 +128,7 @@ async def check_seqs(
     found: list[Violation] = []
     if stats.min_seq is not None and stats.min_seq < 1:
         found.append(Violation(SEQS, f"seq {stats.min_seq} exists; seqs start at 1"))
-    gaps = await audit.seq_gaps(db, session.id)
+    gaps = await integrity.seq_gaps(db, session.id)
     found.extend(Violation(SEQS, f"{seq_range(g.first, g.last)} missing") for g in gaps)
     missing = stats.max_seq - stats.count
     shown = sum(gap.last - gap.first + 1 for gap in gaps)
@@ -145,14 +145,14 @@ async def check_seqs(
     return found
 
 
-async def check_token_counts(db: AsyncSession, session: Session) -> list[Violation]:
-    sample = await audit.bad_token_counts(db, session.id)
+async def check_token_counts(db: AsyncSession, session: SessionRow) -> list[Violation]:
+    sample = await integrity.bad_token_counts(db, session.id)
     if sample.total == 0:
         return []
     return [Violation(TOKENS, f"token_count missing or negative: {refs(sample)}")]
 
 
-def check_summary_ranges(summaries: Sequence[Summary]) -> list[Violation]:
+def check_summary_ranges(summaries: Sequence[SummaryRow]) -> list[Violation]:
     return [
         Violation(RANGE, f"{span(summary)} is not a valid seq range")
         for summary in summaries
@@ -161,17 +161,17 @@ def check_summary_ranges(summaries: Sequence[Summary]) -> list[Violation]:
 
 
 async def check_message_ids(
-    db: AsyncSession, session: Session, summaries: Sequence[Summary]
+    db: AsyncSession, session: SessionRow, summaries: Sequence[SummaryRow]
 ) -> list[Violation]:
     """A summary's first and last message ids name the messages at its first and last seq."""
     by_id = {summary.id: summary for summary in summaries}
     return [
         Violation(MESSAGE_IDS, end_mismatch_detail(by_id[mismatch.summary_id], mismatch))
-        for mismatch in await audit.end_mismatches(db, session.id)
+        for mismatch in await integrity.end_mismatches(db, session.id)
     ]
 
 
-def end_mismatch_detail(summary: Summary, mismatch: audit.EndMismatch) -> str:
+def end_mismatch_detail(summary: SummaryRow, mismatch: integrity.EndMismatch) -> str:
     if mismatch.actual_id is None:
         actual = f"the session has no message at seq {mismatch.seq}"
     else:
@@ -190,15 +190,15 @@ def end_mismatch_detail(summary: Summary, mismatch: audit.EndMismatch) -> str:
 
 
 async def check_links(
-    db: AsyncSession, session: Session, summaries: Sequence[Summary]
+    db: AsyncSession, session: SessionRow, summaries: Sequence[SummaryRow]
 ) -> list[Violation]:
     """Each summary links exactly the messages of its range (a roll-up: all of them)."""
     by_id = {summary.id: summary for summary in summaries}
     found: list[Violation] = []
-    for stats in await audit.link_stats(db, session.id):
+    for stats in await integrity.link_stats(db, session.id):
         summary = by_id[stats.summary_id]
         if stats.in_range < stats.range_messages:
-            sample = await audit.unlinked_in_range(db, summary)
+            sample = await integrity.unlinked_in_range(db, summary)
             found.append(
                 Violation(
                     LINKS,
@@ -207,7 +207,7 @@ async def check_links(
                 )
             )
         if stats.linked > stats.in_range:
-            sample = await audit.linked_outside_range(db, summary)
+            sample = await integrity.linked_outside_range(db, summary)
             found.append(
                 Violation(LINKS, f"{span(summary)} links messages outside it: {refs(sample)}")
             )
@@ -222,12 +222,12 @@ async def check_links(
     return found
 
 
-def live_of(summaries: Sequence[Summary]) -> list[Summary]:
+def live_of(summaries: Sequence[SummaryRow]) -> list[SummaryRow]:
     live = [summary for summary in summaries if summary.superseded_by is None]
     return sorted(live, key=lambda summary: (summary.first_seq, summary.last_seq))
 
 
-def check_live_ranges(session: Session, summaries: Sequence[Summary]) -> list[Violation]:
+def check_live_ranges(session: SessionRow, summaries: Sequence[SummaryRow]) -> list[Violation]:
     """Invariant 2: live summaries are contiguous, non-overlapping and start at seq 1 or
     right after the pinned prefix."""
     live = live_of(summaries)
@@ -267,7 +267,7 @@ def check_live_ranges(session: Session, summaries: Sequence[Summary]) -> list[Vi
 
 
 async def check_coverage(
-    db: AsyncSession, session: Session, summaries: Sequence[Summary]
+    db: AsyncSession, session: SessionRow, summaries: Sequence[SummaryRow]
 ) -> list[Violation]:
     """Invariant 1: every message up to the newest live summary's end is in exactly one."""
     live = live_of(summaries)
@@ -276,7 +276,7 @@ async def check_coverage(
     through = max(summary.last_seq for summary in live)
     # the pinned prefix before the oldest live summary is never summarized
     pinned = min(live[0].first_seq - 1, session.pinned_seq)
-    total, problems = await audit.coverage_problems(db, session.id, through, after_seq=pinned)
+    total, problems = await integrity.coverage_problems(db, session.id, through, after_seq=pinned)
     if total == 0:
         return []
     shown = ", ".join(
@@ -290,7 +290,7 @@ async def check_coverage(
     return [Violation(COVERAGE, detail)]
 
 
-async def check_chains(db: AsyncSession, summaries: Sequence[Summary]) -> list[Violation]:
+async def check_chains(db: AsyncSession, summaries: Sequence[SummaryRow]) -> list[Violation]:
     """A superseded summary points to a higher-level summary of its session containing it."""
     by_id = {summary.id: summary for summary in summaries}
     found: list[Violation] = []
@@ -306,7 +306,7 @@ async def check_chains(db: AsyncSession, summaries: Sequence[Summary]) -> list[V
     return found
 
 
-def chain_link_problems(summary: Summary, parent: Summary | None) -> list[Violation]:
+def chain_link_problems(summary: SummaryRow, parent: SummaryRow | None) -> list[Violation]:
     head = f"{span(summary)} is superseded by summary {summary.superseded_by}"
     if parent is None:
         return [Violation(CHAIN, f"{head}, which does not exist")]
@@ -326,7 +326,7 @@ def chain_link_problems(summary: Summary, parent: Summary | None) -> list[Violat
     return found
 
 
-def cycles(summaries: Sequence[Summary]) -> list[Violation]:
+def cycles(summaries: Sequence[SummaryRow]) -> list[Violation]:
     """Superseded chains that loop back on themselves, each reported once."""
     parent_of = {s.id: s.superseded_by for s in summaries if s.superseded_by is not None}
     reported: set[frozenset[int]] = set()
@@ -347,9 +347,9 @@ def cycles(summaries: Sequence[Summary]) -> list[Violation]:
     return found
 
 
-def rollup_tiling(summaries: Sequence[Summary]) -> list[Violation]:
+def rollup_tiling(summaries: Sequence[SummaryRow]) -> list[Violation]:
     """A roll-up absorbed summaries that together cover exactly its range."""
-    absorbed: dict[int, list[Summary]] = {}
+    absorbed: dict[int, list[SummaryRow]] = {}
     for summary in summaries:
         if summary.superseded_by is not None:
             absorbed.setdefault(summary.superseded_by, []).append(summary)
@@ -502,7 +502,7 @@ class Options:
 def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
         prog=f"python -m scripts.{PROG}",
-        description="Check the stored data against the invariants of DESIGN.md section 2.",
+        description="Check the stored data against the invariants of docs/design.md section 2.",
     )
     parser.add_argument("--session", metavar="ID", help="check one session (default: all)")
     parser.add_argument(

@@ -45,12 +45,11 @@ from summarizer.transcript import (
     shown_entries,
     transcript_entries,
 )
+from summarizer.triggers import REASONS, TRIGGERS
 
 ALGORITHM = "bisect_v1"
 """Name of this algorithm in every summary's metadata."""
 
-TRIGGERS = frozenset({"proactive", "overflow_retry", "manual"})
-TRIGGER_REASONS = frozenset({"message_limit", "token_limit", "overflow_retry", "manual", "rollup"})
 
 FALLBACK_MODEL = "fallback"
 """The `model` of a summary any part of which was written without the model."""
@@ -102,7 +101,7 @@ METADATA_KEYS = (
     "failed_llm_calls",
     "duration_ms",
 )
-"""The metadata keys of DESIGN.md section 2, in its order; every result carries them all."""
+"""The metadata keys of docs/design.md section 2, in its order; every result carries them all."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ class EngineSettings:
     merge_target_tokens: int = 1200
     model: str = LOCAL_MODEL
     api_base: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     temperature: float = 0.3
     model_context_tokens: int | None = None
     bisect_enabled: bool = True
@@ -701,10 +700,8 @@ def _metadata(
 def _check_trigger(trigger: str, trigger_reason: str) -> None:
     if trigger not in TRIGGERS:
         raise ValueError(f"trigger must be one of {sorted(TRIGGERS)}, got {trigger!r}")
-    if trigger_reason not in TRIGGER_REASONS:
-        raise ValueError(
-            f"trigger_reason must be one of {sorted(TRIGGER_REASONS)}, got {trigger_reason!r}"
-        )
+    if trigger_reason not in REASONS:
+        raise ValueError(f"trigger_reason must be one of {sorted(REASONS)}, got {trigger_reason!r}")
 
 
 async def summarize(

@@ -1,4 +1,4 @@
-"""Invariants 1 and 2 of DESIGN.md section 2, checked straight from the tables."""
+"""Invariants 1 and 2 of docs/design.md section 2, checked straight from the tables."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ async def new_job(db: AsyncSession, external_id: str) -> int:
     return session.id
 
 
-async def claim(sessionmaker: async_sessionmaker[AsyncSession]) -> SummaryJob | None:
+async def claim(sessionmaker: async_sessionmaker[AsyncSession]) -> store.JobRow | None:
     async with sessionmaker() as db, db.begin():
         return await store.claim_job(db, JOB_LEASE)
 

@@ -1,5 +1,5 @@
 """The load test's own checks: job failures from /metrics, tracebacks and ERROR lines in the
-server's log, the verdict; and one small run of `scripts.load` end to end on each database."""
+server's log, the verdict; and one small run of `scripts.bench.load` end to end on each database."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from scripts.bench.scratch_db import alembic_config
 from tests.conftest import make_settings, run_alembic
 
 DESIGN_TABLES = {"sessions", "messages", "session_summaries", "session_summary_messages"}
-"""The four tables of DESIGN.md section 2; the models may add more (e.g. background jobs)."""
+"""The four tables of docs/design.md section 2; the models may add more (e.g. background jobs)."""
 
 SCHEMA_TABLES = DESIGN_TABLES | set(Base.metadata.tables)
 

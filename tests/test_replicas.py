@@ -3,7 +3,7 @@
 `compact` waits (bounded) for a running summarization of its session and then summarizes
 what is left; `summarization_pending` stays true while a background job runs; two app
 instances on one PostgreSQL database, appending and compacting the same sessions at once,
-keep every invariant of DESIGN.md section 2. The database is real; the LLM is the loopback
+keep every invariant of docs/design.md section 2. The database is real; the LLM is the loopback
 fake server, whose answer to one marked prompt can be held until the test releases it.
 """
 

@@ -198,7 +198,7 @@ async def test_concurrent_compacts_keep_live_summaries_contiguous(
     async with sessionmaker() as db:
         pk = await session_pk(db, "race")
         assert await invariant_violations(db, pk) == []
-        live = await store.all_live_summaries(db, pk)
+        live = await store.live_summaries(db, pk)
     assert live and live[0].first_seq == 1
 
 
@@ -284,7 +284,7 @@ async def test_rollups_keep_every_marker_within_summary_limit(
     async with sessionmaker() as db:
         pk = await session_pk(db, "rollup")
         assert await invariant_violations(db, pk) == []
-        levels = {s.level for s in await store.all_live_summaries(db, pk)}
+        levels = {s.level for s in await store.live_summaries(db, pk)}
     assert max(levels) >= 1
 
 

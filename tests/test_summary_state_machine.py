@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from api import store
+from api.appending import new_message
 from api.compaction import Compactor
 from api.db.engine import create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.schemas import MessageIn
-from api.service import new_message
 from tests.conftest import make_settings
 from tests.invariants import invariant_violations
 

@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
-from api.db.models import Message, Summary
 from api.store import audit
 from scripts import trace_summary
 from scripts.bench.scratch_db import REPO_ROOT
@@ -68,10 +67,10 @@ class Seeded:
 
     session_id: int
     external_id: str
-    messages: list[Message]
-    first: Summary
-    second: Summary
-    rollup: Summary
+    messages: list[store.MessageRow]
+    first: store.SummaryRow
+    second: store.SummaryRow
+    rollup: store.SummaryRow
 
 
 def new_message(spec: dict[str, Any]) -> store.NewMessage:
@@ -111,7 +110,9 @@ def draft(
     )
 
 
-async def save(db: AsyncSession, session_id: int, summary_draft: store.SummaryDraft) -> Summary:
+async def save(
+    db: AsyncSession, session_id: int, summary_draft: store.SummaryDraft
+) -> store.SummaryRow:
     summary = await store.save_summary(db, session_id, summary_draft)
     await db.commit()
     return summary

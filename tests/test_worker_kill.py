@@ -94,7 +94,7 @@ async def the_job(sessionmaker: async_sessionmaker[AsyncSession]) -> SummaryJob:
 
 async def claim(
     sessionmaker: async_sessionmaker[AsyncSession], lease: timedelta = worker.JOB_LEASE
-) -> SummaryJob | None:
+) -> store.JobRow | None:
     async with sessionmaker() as db, db.begin():
         return await store.claim_job(db, lease)
 

@@ -1,4 +1,4 @@
-"""SQLAlchemy models: the one declarative base and the four tables of DESIGN.md section 2."""
+"""SQLAlchemy models: the one declarative base and the four tables of docs/design.md section 2."""
 
 from __future__ import annotations
 

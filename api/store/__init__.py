@@ -5,7 +5,8 @@ and never commit (the caller owns the transaction: see `api.db.transactions`).
 - `messages`: the append, the listings, the history loader's tail.
 - `summaries`: live summaries, saving one with its links, the backlog a trigger reads.
 - `jobs`: background summarization jobs.
-- `rows`: what an append takes and the plain rows the hot reads return.
+- `rows`: one frozen row type per record (`SessionRow`, `MessageRow`, `SummaryRow`, `JobRow`),
+  returned by every read, and `NewMessage`, what an append takes.
 - `audit`: the operator tools' read-only queries (a read-only engine of their own).
 
 The service calls them as `store.<function>`; the names below are that surface.
@@ -23,12 +24,10 @@ from api.store.jobs import (
 from api.store.messages import (
     AppendOutcome,
     append_messages,
-    list_messages,
-    messages_after,
-    messages_between,
+    messages_in_range,
     tail_within_budget,
 )
-from api.store.rows import MessageRow, NewMessage, SummaryRow
+from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
     create_session,
     delete_session,
@@ -41,7 +40,6 @@ from api.store.sessions import (
 from api.store.summaries import (
     Backlog,
     SummaryDraft,
-    all_live_summaries,
     backlog,
     get_summary,
     get_summary_by_id,
@@ -57,11 +55,12 @@ from api.store.summaries import (
 __all__ = [
     "AppendOutcome",
     "Backlog",
+    "JobRow",
     "MessageRow",
     "NewMessage",
+    "SessionRow",
     "SummaryDraft",
     "SummaryRow",
-    "all_live_summaries",
     "append_messages",
     "backlog",
     "claim_job",
@@ -74,14 +73,12 @@ __all__ = [
     "get_summary",
     "get_summary_by_id",
     "has_pending_job",
-    "list_messages",
     "list_sessions",
     "list_summaries",
     "live_fallback_summaries",
     "live_summaries",
     "live_summary_counts",
-    "messages_after",
-    "messages_between",
+    "messages_in_range",
     "pending_job_count",
     "release_job",
     "renew_job_lease",

@@ -21,9 +21,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import SummaryJob, utcnow
+from api.store.rows import JOB_COLUMNS, JobRow
+from summarizer.triggers import Reason, Trigger
 
 
-async def enqueue_job(db: AsyncSession, session_id: int, trigger: str, reason: str) -> None:
+async def enqueue_job(db: AsyncSession, session_id: int, trigger: Trigger, reason: Reason) -> None:
     """Record pending summarization for a session; a job already pending or running stays."""
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     now = utcnow()
@@ -42,7 +44,7 @@ async def enqueue_job(db: AsyncSession, session_id: int, trigger: str, reason: s
     )
 
 
-async def claim_job(db: AsyncSession, lease: timedelta) -> SummaryJob | None:
+async def claim_job(db: AsyncSession, lease: timedelta) -> JobRow | None:
     """Claim the next due job (or one whose worker's lease ran out).
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED`, so replicas never claim the same job;
@@ -62,13 +64,14 @@ async def claim_job(db: AsyncSession, lease: timedelta) -> SummaryJob | None:
         .with_for_update(skip_locked=True)
         .scalar_subquery()
     )
-    return await db.scalar(
+    result = await db.execute(
         update(SummaryJob)
         .where(SummaryJob.id == due)
         .values(status="running", attempts=SummaryJob.attempts + 1, locked_until=now + lease)
-        .returning(SummaryJob)
-        .execution_options(populate_existing=True)
+        .returning(*JOB_COLUMNS)
     )
+    row = result.first()
+    return None if row is None else JobRow._make(row)
 
 
 def _claimed(job_id: int, attempt: int) -> list[Any]:

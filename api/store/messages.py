@@ -10,21 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import (
-    Table,
-    bindparam,
-    insert,
-    select,
-)
+from sqlalchemy import Table, bindparam, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
-from api.db.models import Message, Session, utcnow
-from api.errors import (
-    Conflict,
-)
+from api.db.models import Message, utcnow
+from api.errors import Conflict
 from api.store import sessions
-from api.store.rows import MESSAGE_MANAGER, MessageRow, NewMessage, stored
+from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, NewMessage, SessionRow
 
 CREATE_ATTEMPTS = 3
 """Rounds of create-then-lock an append tries while concurrent DELETEs remove the session."""
@@ -35,25 +27,11 @@ TAIL_PAGE_SIZE = 64
 
 _MESSAGE_TABLE = cast(Table, Message.__table__)
 _messages = _MESSAGE_TABLE.c
-_MESSAGE_ROW_COLUMNS = (
-    _messages.id,
-    _messages.seq,
-    _messages.role,
-    _messages.content,
-    _messages.content_parts,
-    _messages.name,
-    _messages.tool_calls,
-    _messages.tool_call_id,
-    _messages.metadata,
-    _messages.client_id,
-    _messages.token_count,
-    _messages.created_at,
-)
 
-# The loader's statements are built once: SQLAlchemy memoizes a statement's cache key on the
-# object, so reusing it skips the per-call traversal that a freshly built select() pays.
+# The statements are built once: SQLAlchemy memoizes a statement's cache key on the object,
+# so reusing it skips the per-call traversal that a freshly built select() pays.
 _TAIL_PAGE = (
-    select(*_MESSAGE_ROW_COLUMNS)
+    select(*MESSAGE_COLUMNS)
     .where(
         _messages.session_id == bindparam("session_id"),
         _messages.seq > bindparam("after_seq"),
@@ -62,20 +40,22 @@ _TAIL_PAGE = (
     .order_by(_messages.seq.desc())
     .limit(TAIL_PAGE_SIZE)
 )
-_ALL_AFTER = (
-    select(*_MESSAGE_ROW_COLUMNS)
-    .where(_messages.session_id == bindparam("session_id"), _messages.seq > bindparam("after_seq"))
+_RANGE = (
+    select(*MESSAGE_COLUMNS)
+    .where(
+        _messages.session_id == bindparam("session_id"),
+        _messages.seq > bindparam("after_seq"),
+        _messages.seq <= bindparam("last_seq"),
+    )
     .order_by(_messages.seq)
+    .limit(bindparam("limit"))
 )
-
-NO_UPPER_SEQ = 2**62
-"""An upper seq bound above every stored seq: the first page of the tail walk."""
 
 
 @dataclass(frozen=True)
 class AppendOutcome:
-    session: Session
-    messages: list[Message]
+    session: SessionRow
+    messages: list[MessageRow]
     inserted: int
     transaction_id: int | None
     """PostgreSQL's id of the appending transaction (None on SQLite): if the connection dies
@@ -88,20 +68,7 @@ def _bind(name: str) -> Any:
 
 _INSERT_MESSAGES = (
     insert(_MESSAGE_TABLE)
-    .values(
-        session_id=_bind("session_id"),
-        seq=_bind("seq"),
-        role=_bind("role"),
-        content=_bind("content"),
-        content_parts=_bind("content_parts"),
-        name=_bind("name"),
-        tool_calls=_bind("tool_calls"),
-        tool_call_id=_bind("tool_call_id"),
-        metadata=_bind("metadata"),
-        client_id=_bind("client_id"),
-        token_count=_bind("token_count"),
-        created_at=_bind("created_at"),
-    )
+    .values({name: _bind(name) for name in MessageRow._fields if name != "id"})
     .returning(_messages.seq, _messages.id)
 )
 """One Core INSERT for the whole batch (insertmanyvalues), returning the new ids by seq.
@@ -112,20 +79,8 @@ plain multi-row INSERT (no sentinel column, no sort on the server).
 
 
 def _message_row(session_id: int, seq: int, message: NewMessage, now: datetime) -> dict[str, Any]:
-    return {
-        "p_session_id": session_id,
-        "p_seq": seq,
-        "p_role": message.role,
-        "p_content": message.content,
-        "p_content_parts": message.content_parts,
-        "p_name": message.name,
-        "p_tool_calls": message.tool_calls,
-        "p_tool_call_id": message.tool_call_id,
-        "p_metadata": message.metadata,
-        "p_client_id": message.client_id,
-        "p_token_count": message.token_count,
-        "p_created_at": now,
-    }
+    values = {"session_id": session_id, "seq": seq, **message._asdict(), "created_at": now}
+    return {f"p_{name}": value for name, value in values.items()}
 
 
 async def _insert_messages(
@@ -134,43 +89,33 @@ async def _insert_messages(
     first_seq: int,
     batch: Sequence[NewMessage],
     now: datetime,
-) -> list[Message]:
-    """Insert `batch` at seqs `first_seq...`; returns the stored messages (not in the session)."""
+) -> list[MessageRow]:
+    """Insert `batch` at seqs `first_seq...`; returns the stored messages."""
     rows = [_message_row(session_id, first_seq + i, new, now) for i, new in enumerate(batch)]
-    id_of_seq: dict[int, int] = dict((await db.execute(_INSERT_MESSAGES, rows)).tuples().all())
+    id_of_seq: dict[int, int] = {seq: id_ for seq, id_ in await db.execute(_INSERT_MESSAGES, rows)}
     return [
-        stored(
-            MESSAGE_MANAGER,
-            {
-                "id": id_of_seq[row["p_seq"]],
-                "session_id": session_id,
-                "seq": row["p_seq"],
-                "role": new.role,
-                "content": new.content,
-                "content_parts": new.content_parts,
-                "name": new.name,
-                "tool_calls": new.tool_calls,
-                "tool_call_id": new.tool_call_id,
-                "metadata_": new.metadata,
-                "client_id": new.client_id,
-                "token_count": new.token_count,
-                "created_at": now,
-            },
-        )
-        for row, new in zip(rows, batch, strict=True)
+        MessageRow(id_of_seq[first_seq + i], session_id, first_seq + i, *new, now)
+        for i, new in enumerate(batch)
     ]
 
 
 async def _messages_by_client_id(
     db: AsyncSession, session_id: int, batch: Sequence[NewMessage]
-) -> dict[str, Message | None]:
+) -> dict[str, MessageRow | None]:
     client_ids = {message.client_id for message in batch if message.client_id is not None}
     if not client_ids:
         return {}
-    stored = await db.scalars(
-        select(Message).where(Message.session_id == session_id, Message.client_id.in_(client_ids))
+    result = await db.execute(
+        select(*MESSAGE_COLUMNS).where(
+            _messages.session_id == session_id, _messages.client_id.in_(client_ids)
+        )
     )
-    return {message.client_id: message for message in stored if message.client_id is not None}
+    known: dict[str, MessageRow | None] = {}
+    for row in result:
+        message = MessageRow._make(row)
+        if message.client_id is not None:
+            known[message.client_id] = message
+    return known
 
 
 async def append_messages(
@@ -216,25 +161,23 @@ async def append_messages(
         fresh.append(new)
         placement.append(len(fresh) - 1)
 
-    inserted = []
+    new_rows: list[MessageRow] = []
     if fresh:
-        inserted = await _insert_messages(db, session.id, session.last_seq + 1, fresh, now)
+        new_rows = await _insert_messages(db, session.id, session.last_seq + 1, fresh, now)
         last_seq = session.last_seq + len(fresh)
         pinned_seq = session.pinned_seq
         if pinned_seq == session.last_seq:
             pinned_seq += sessions.leading_pinned(fresh)
         await sessions.set_last_seq(db, session.id, last_seq, pinned_seq)
-        # Committed values, not changes: the UPDATE above already wrote them.
-        set_committed_value(session, "last_seq", last_seq)
-        set_committed_value(session, "pinned_seq", pinned_seq)
-        for message in inserted:
+        session = session._replace(last_seq=last_seq, pinned_seq=pinned_seq)
+        for message in new_rows:
             if message.client_id is not None:
                 known[message.client_id] = message
 
-    ordered: list[Message] = []
+    ordered: list[MessageRow] = []
     for slot in placement:
         if isinstance(slot, int):
-            ordered.append(inserted[slot])
+            ordered.append(new_rows[slot])
         else:
             stored = known[slot]
             assert stored is not None
@@ -242,36 +185,20 @@ async def append_messages(
     return AppendOutcome(session, ordered, len(fresh), transaction_id)
 
 
-async def list_messages(
-    db: AsyncSession, session_id: int, after_seq: int, limit: int
-) -> list[Message]:
-    """Messages in ascending seq order: an index range scan on `(session_id, seq)`."""
-    return list(
-        await db.scalars(
-            select(Message)
-            .where(Message.session_id == session_id, Message.seq > after_seq)
-            .order_by(Message.seq)
-            .limit(limit)
-        )
+async def messages_in_range(
+    db: AsyncSession,
+    session_id: int,
+    after_seq: int,
+    last_seq: int = UNBOUNDED,
+    limit: int = UNBOUNDED,
+) -> list[MessageRow]:
+    """The first `limit` messages of seqs `after_seq + 1..last_seq`, ascending: an index
+    range scan on `(session_id, seq)`."""
+    result = await db.execute(
+        _RANGE,
+        {"session_id": session_id, "after_seq": after_seq, "last_seq": last_seq, "limit": limit},
     )
-
-
-async def messages_between(
-    db: AsyncSession, session_id: int, first_seq: int, last_seq: int
-) -> list[Message]:
-    """The messages of seqs `first_seq..last_seq`, ascending."""
-    return list(
-        await db.scalars(
-            select(Message)
-            .where(Message.session_id == session_id, Message.seq.between(first_seq, last_seq))
-            .order_by(Message.seq)
-        )
-    )
-
-
-async def messages_after(db: AsyncSession, session_id: int, after_seq: int) -> list[Message]:
-    """Every message after `after_seq`, ascending."""
-    return await messages_between(db, session_id, after_seq + 1, NO_UPPER_SEQ)
+    return [MessageRow._make(row) for row in result]
 
 
 async def tail_within_budget(
@@ -285,11 +212,10 @@ async def tail_within_budget(
     every message after `after_seq`, in one ascending range scan.
     """
     if token_budget is None:
-        result = await db.execute(_ALL_AFTER, {"session_id": session_id, "after_seq": after_seq})
-        return list(map(MessageRow._make, result.tuples()))
+        return await messages_in_range(db, session_id, after_seq)
     loaded: list[MessageRow] = []
     total = 0
-    upper = NO_UPPER_SEQ
+    upper = UNBOUNDED
     while True:
         result = await db.execute(
             _TAIL_PAGE,
@@ -299,7 +225,7 @@ async def tail_within_budget(
                 "before_seq": upper,
             },
         )
-        page = list(map(MessageRow._make, result.tuples()))
+        page = [MessageRow._make(row) for row in result]
         for message in page:
             loaded.append(message)
             total += message.token_count

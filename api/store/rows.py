@@ -1,22 +1,137 @@
-"""Row types of the store: what an append takes, and plain rows the hot reads return."""
+"""Row types of the store: one frozen type per record, returned by every read of the store.
+
+Each is a NamedTuple whose fields are its table's columns: a statement selects the
+`*_COLUMNS` tuple beside it, and `Row._make(result_row)` makes the record, no ORM instance
+involved. The ORM models of `api.db.models` describe the tables (for Alembic and the
+statements) and never leave the store. Adding a column: the model, a migration, the field
+here.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
-from sqlalchemy.orm import class_mapper
-from sqlalchemy.orm.instrumentation import ClassManager
+from sqlalchemy import Column, Table
 
-from api.db.models import Message, Session
+from api.db.models import Message, Session, Summary, SummaryJob
+from summarizer.triggers import Reason, Trigger
 
-Model = TypeVar("Model")
+UNBOUNDED = 2**62
+"""A seq above every stored seq and a row count above any a query returns: no bound."""
 
 
-@dataclass(frozen=True)
-class NewMessage:
-    """A validated message ready to insert; `token_count` is counted before the transaction."""
+def _columns(model: type[Any], fields: Sequence[str]) -> tuple[Column[Any], ...]:
+    """The columns of `model`'s table named `fields` (a row type's `_fields`), in that order."""
+    table: Table = model.__table__
+    return tuple(table.c[name] for name in fields)
+
+
+class SessionRow(NamedTuple):
+    """A session: `external_id` is the id clients use, `id` the internal one."""
+
+    id: int
+    tenant: str
+    external_id: str
+    metadata: dict[str, Any]
+    settings: dict[str, Any]
+    last_seq: int
+    pinned_seq: int
+    created_at: datetime
+    updated_at: datetime
+
+
+SESSION_COLUMNS = _columns(Session, SessionRow._fields)
+
+
+class MessageRow(NamedTuple):
+    """A stored message. The table keeps text content in `content` and a list of content
+    parts in `content_parts` (plain text loads faster than JSON); use `body` for either."""
+
+    id: int
+    session_id: int
+    seq: int
+    role: str
+    content: str | None
+    content_parts: list[Any] | None
+    name: str | None
+    tool_calls: list[Any] | None
+    tool_call_id: str | None
+    metadata: dict[str, Any] | None
+    client_id: str | None
+    token_count: int
+    created_at: datetime
+
+    @property
+    def body(self) -> str | list[Any] | None:
+        """The content as appended: text, or a list of content parts."""
+        return self.content if self.content_parts is None else self.content_parts
+
+    def openai(self) -> dict[str, Any]:
+        """The message in OpenAI chat shape."""
+        out: dict[str, Any] = {"role": self.role, "content": self.body}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls is not None:
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+MESSAGE_COLUMNS = _columns(Message, MessageRow._fields)
+
+
+class SummaryRow(NamedTuple):
+    """A stored summary of the seqs `first_seq..last_seq`; live while `superseded_by` is None."""
+
+    id: int
+    session_id: int
+    summary_text: str
+    summary_prompt: str
+    model: str
+    temperature: float
+    target_summary_tokens: int
+    keep_last_n: int
+    message_count: int
+    approx_tokens: int
+    first_message_id: int
+    last_message_id: int
+    first_seq: int
+    last_seq: int
+    first_message_at: datetime
+    last_message_at: datetime
+    level: int
+    superseded_by: int | None
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+SUMMARY_COLUMNS = _columns(Summary, SummaryRow._fields)
+
+
+class JobRow(NamedTuple):
+    """A background summarization job; `attempts` names the current claim."""
+
+    id: int
+    session_id: int
+    trigger: Trigger
+    reason: Reason
+    status: str
+    attempts: int
+    run_after: datetime
+    locked_until: datetime | None
+    last_error: str | None
+    created_at: datetime
+
+
+JOB_COLUMNS = _columns(SummaryJob, JobRow._fields)
+
+
+class NewMessage(NamedTuple):
+    """A validated message ready to insert: the fields of `MessageRow` a client gives, in its
+    order; `token_count` is counted before the transaction."""
 
     role: str
     content: str | None
@@ -27,59 +142,3 @@ class NewMessage:
     metadata: dict[str, Any] | None
     client_id: str | None
     token_count: int
-
-
-class MessageRow(NamedTuple):
-    """A stored message as the history loader reads it: plain values, no ORM identity.
-
-    Same attribute names as `Message`; building one is a tuple, not an ORM instance, which
-    is most of a load's cost once the query itself is an index range scan.
-    """
-
-    id: int
-    seq: int
-    role: str
-    content: str | None
-    content_parts: list[Any] | None
-    name: str | None
-    tool_calls: list[Any] | None
-    tool_call_id: str | None
-    metadata_: dict[str, Any] | None
-    client_id: str | None
-    token_count: int
-    created_at: datetime
-
-
-class SummaryRow(NamedTuple):
-    """A live summary as the history loader reads it: plain values, like `MessageRow`."""
-
-    id: int
-    level: int
-    first_seq: int
-    last_seq: int
-    first_message_id: int
-    last_message_id: int
-    message_count: int
-    approx_tokens: int
-    summary_text: str
-    model: str
-    superseded_by: int | None
-    metadata_: dict[str, Any]
-    created_at: datetime
-
-
-MESSAGE_MANAGER = class_mapper(Message).class_manager
-SESSION_MANAGER = class_mapper(Session).class_manager
-
-
-def stored(manager: ClassManager[Model], values: dict[str, Any]) -> Model:
-    """A model instance for a row just written, filled the way the ORM loader fills one.
-
-    The values go straight into the instance dict, without the change events the constructor
-    fires for each attribute, and the instance joins no ORM session: the caller only reads
-    it. For a message this is about 13x cheaper than the constructor (most of a 50-message
-    batch's CPU before).
-    """
-    instance = manager.new_instance()
-    instance.__dict__.update(values)
-    return instance

@@ -19,21 +19,45 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import class_mapper
 from sqlalchemy.sql.functions import FunctionElement
 
 from api.db.models import Session, utcnow
-from api.errors import (
-    SessionExists,
-    SessionNotFound,
-)
-from api.store.rows import SESSION_MANAGER, NewMessage, stored
+from api.errors import SessionExists, SessionNotFound
+from api.store.rows import SESSION_COLUMNS, NewMessage, SessionRow
 
 _SESSION_TABLE = cast(Table, Session.__table__)
 _sessions = _SESSION_TABLE.c
+
+
+async def _insert_session(
+    db: AsyncSession,
+    tenant: str,
+    external_id: str,
+    metadata: dict[str, Any],
+    settings: dict[str, Any],
+) -> SessionRow | None:
+    """INSERT a new, empty session; None if the id is taken (a concurrent request's included)."""
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    now = utcnow()
+    result = await db.execute(
+        dialect.insert(_SESSION_TABLE)
+        .values(
+            tenant=tenant,
+            external_id=external_id,
+            metadata=metadata,
+            settings=settings,
+            last_seq=0,
+            pinned_seq=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
+        .returning(*SESSION_COLUMNS)
+    )
+    row = result.first()
+    return None if row is None else SessionRow._make(row)
 
 
 async def create_session(
@@ -42,77 +66,68 @@ async def create_session(
     external_id: str,
     metadata: dict[str, Any],
     settings: dict[str, Any],
-) -> Session:
-    now = utcnow()
-    session = Session(
-        tenant=tenant,
-        external_id=external_id,
-        metadata_=metadata,
-        settings=settings,
-        last_seq=0,
-        created_at=now,
-        updated_at=now,
-    )
-    db.add(session)
-    try:
-        async with db.begin_nested():
-            await db.flush()
-    except IntegrityError as exc:
-        raise SessionExists(external_id) from exc
+) -> SessionRow:
+    session = await _insert_session(db, tenant, external_id, metadata, settings)
+    if session is None:
+        raise SessionExists(external_id)
     return session
 
 
-_SESSION_BY_EXTERNAL_ID = select(Session).where(
-    Session.tenant == bindparam("p_tenant"), Session.external_id == bindparam("p_external_id")
+_SESSION_BY_EXTERNAL_ID = select(*SESSION_COLUMNS).where(
+    _sessions.tenant == bindparam("p_tenant"), _sessions.external_id == bindparam("p_external_id")
 )
+_SESSION_BY_ID = select(*SESSION_COLUMNS).where(_sessions.id == bindparam("p_session_id"))
 
 
-async def get_session(db: AsyncSession, tenant: str, external_id: str) -> Session:
-    session = await db.scalar(
+async def get_session(db: AsyncSession, tenant: str, external_id: str) -> SessionRow:
+    result = await db.execute(
         _SESSION_BY_EXTERNAL_ID, {"p_tenant": tenant, "p_external_id": external_id}
     )
-    if session is None:
+    row = result.first()
+    if row is None:
         raise SessionNotFound(external_id)
-    return session
+    return SessionRow._make(row)
 
 
-async def get_session_by_id(db: AsyncSession, session_id: int) -> Session | None:
-    return await db.get(Session, session_id)
+async def get_session_by_id(db: AsyncSession, session_id: int) -> SessionRow | None:
+    row = (await db.execute(_SESSION_BY_ID, {"p_session_id": session_id})).first()
+    return None if row is None else SessionRow._make(row)
 
 
 async def list_sessions(
     db: AsyncSession, tenant: str, limit: int, before_id: int | None
-) -> list[Session]:
+) -> list[SessionRow]:
     """Newest first (by internal id, which grows with creation), keyset-paginated."""
-    query = select(Session).where(Session.tenant == tenant)
+    query = select(*SESSION_COLUMNS).where(_sessions.tenant == tenant)
     if before_id is not None:
-        query = query.where(Session.id < before_id)
-    return list(await db.scalars(query.order_by(Session.id.desc()).limit(limit)))
+        query = query.where(_sessions.id < before_id)
+    result = await db.execute(query.order_by(_sessions.id.desc()).limit(limit))
+    return [SessionRow._make(row) for row in result]
 
 
 async def update_session(
     db: AsyncSession, tenant: str, external_id: str, changes: dict[str, Any]
-) -> Session:
+) -> SessionRow:
     """Replace `metadata` and/or `settings` in one UPDATE (a concurrent DELETE makes it 404)."""
     values = {key: changes[key] for key in ("metadata", "settings") if key in changes}
     result = await db.execute(
         update(_SESSION_TABLE)
         .where(_sessions.tenant == tenant, _sessions.external_id == external_id)
         .values(updated_at=utcnow(), **values)
-        .returning(*_SESSION_TABLE.columns)
+        .returning(*SESSION_COLUMNS)
     )
     row = result.first()
     if row is None:
         raise SessionNotFound(external_id)
-    return stored(SESSION_MANAGER, dict(zip(_SESSION_ATTRIBUTES, row, strict=True)))
+    return SessionRow._make(row)
 
 
 async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:
     """Delete a session; its messages, summaries and links go with it (ON DELETE CASCADE)."""
     result = await db.execute(
-        delete(Session)
-        .where(Session.tenant == tenant, Session.external_id == external_id)
-        .returning(Session.id)
+        delete(_SESSION_TABLE)
+        .where(_sessions.tenant == tenant, _sessions.external_id == external_id)
+        .returning(_sessions.id)
     )
     if result.first() is None:
         raise SessionNotFound(external_id)
@@ -154,13 +169,9 @@ _LOCK_SESSION = (
             else_=_sessions.pinned_seq,
         ),
     )
-    .returning(*_SESSION_TABLE.columns, current_transaction_id())
+    .returning(*SESSION_COLUMNS, current_transaction_id())
 )
 """A Core UPDATE: the ORM-enabled one rebuilt its cache key and an ORM object on every append."""
-
-_SESSION_ATTRIBUTES = tuple(
-    class_mapper(Session).get_property_by_column(column).key for column in _SESSION_TABLE.columns
-)
 
 PINNED_ROLES = frozenset({"system", "developer"})
 """Roles of the pinned prefix: the leading messages that are never summarized."""
@@ -178,12 +189,11 @@ def leading_pinned(batch: Sequence[NewMessage]) -> int:
 
 async def lock_session(
     db: AsyncSession, tenant: str, external_id: str, reserve: int, leading: int
-) -> tuple[Session, int | None] | None:
+) -> tuple[SessionRow, int | None] | None:
     """Lock the session row, touch `updated_at`, add `reserve` to `last_seq` (and `leading`
     to `pinned_seq` while the session holds nothing but its pinned prefix).
 
-    Returns the row as a `Session` outside the ORM session (the append only reads it), with
-    the transaction's id.
+    Returns the updated row, with the transaction's id.
     """
     result = await db.execute(
         _LOCK_SESSION,
@@ -198,29 +208,13 @@ async def lock_session(
     row = result.first()
     if row is None:
         return None
-    *columns, transaction_id = row
-    session = stored(SESSION_MANAGER, dict(zip(_SESSION_ATTRIBUTES, columns, strict=True)))
-    return session, transaction_id
+    *values, transaction_id = row
+    return SessionRow._make(values), transaction_id
 
 
 async def create_if_missing(db: AsyncSession, tenant: str, external_id: str) -> None:
     """INSERT a new, empty session; nothing if a concurrent request created it first."""
-    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
-    now = utcnow()
-    await db.execute(
-        dialect.insert(Session)
-        .values(
-            tenant=tenant,
-            external_id=external_id,
-            metadata={},
-            settings={},
-            last_seq=0,
-            pinned_seq=0,
-            created_at=now,
-            updated_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
-    )
+    await _insert_session(db, tenant, external_id, {}, {})
 
 
 _SET_LAST_SEQ = (

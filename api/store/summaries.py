@@ -11,7 +11,6 @@ from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
-    Select,
     Table,
     bindparam,
     func,
@@ -28,7 +27,7 @@ from api.errors import (
     SummaryNotFound,
     SummaryRangeConflict,
 )
-from api.store.rows import SummaryRow
+from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow
 from summarizer.engine import FALLBACK_MODEL
 
 _SUMMARY_TABLE = cast(Table, Summary.__table__)
@@ -36,33 +35,25 @@ _summaries = _SUMMARY_TABLE.c
 _messages = cast(Table, Message.__table__).c
 
 _LIVE_SUMMARIES = (
-    select(
-        _summaries.id,
-        _summaries.level,
-        _summaries.first_seq,
-        _summaries.last_seq,
-        _summaries.first_message_id,
-        _summaries.last_message_id,
-        _summaries.message_count,
-        _summaries.approx_tokens,
-        _summaries.summary_text,
-        _summaries.model,
-        _summaries.superseded_by,
-        _summaries.metadata,
-        _summaries.created_at,
-    )
+    select(*SUMMARY_COLUMNS)
     .where(_summaries.session_id == bindparam("p_session_id"), _summaries.superseded_by.is_(None))
     .order_by(_summaries.last_seq.desc())
     .limit(bindparam("p_limit"))
 )
 
 
-async def live_summaries(db: AsyncSession, session_id: int, limit: int) -> list[SummaryRow]:
+async def live_summaries(
+    db: AsyncSession, session_id: int, limit: int = UNBOUNDED
+) -> list[SummaryRow]:
     """The newest `limit` live summaries, oldest first (index on `(session_id, last_seq)`)."""
     result = await db.execute(_LIVE_SUMMARIES, {"p_session_id": session_id, "p_limit": limit})
-    newest_first = list(map(SummaryRow._make, result.tuples()))
+    newest_first = [SummaryRow._make(row) for row in result]
     newest_first.reverse()
     return newest_first
+
+
+def _summary(row: Any) -> SummaryRow | None:
+    return None if row is None else SummaryRow._make(row)
 
 
 async def live_summary_counts(db: AsyncSession, session_ids: Sequence[int]) -> dict[int, int]:
@@ -73,25 +64,7 @@ async def live_summary_counts(db: AsyncSession, session_ids: Sequence[int]) -> d
         .where(Summary.session_id.in_(session_ids), Summary.superseded_by.is_(None))
         .group_by(Summary.session_id)
     )
-    return {session_id: count for session_id, count in rows.tuples()}
-
-
-async def all_live_summaries(db: AsyncSession, session_id: int) -> list[Summary]:
-    """Every live summary of a session, oldest first."""
-    return list(
-        await db.scalars(
-            select(Summary)
-            .where(Summary.session_id == session_id, Summary.superseded_by.is_(None))
-            .order_by(Summary.last_seq)
-        )
-    )
-
-
-def _summaries_query(session_id: int, include_superseded: bool) -> Select[Summary]:
-    query = select(Summary).where(Summary.session_id == session_id)
-    if not include_superseded:
-        query = query.where(Summary.superseded_by.is_(None))
-    return query
+    return {session_id: count for session_id, count in rows}
 
 
 async def list_summaries(
@@ -100,29 +73,36 @@ async def list_summaries(
     include_superseded: bool,
     limit: int,
     before_id: int | None,
-) -> list[Summary]:
+) -> list[SummaryRow]:
     """Summaries newest first, keyset-paginated by id."""
-    query = _summaries_query(session_id, include_superseded)
+    query = select(*SUMMARY_COLUMNS).where(_summaries.session_id == session_id)
+    if not include_superseded:
+        query = query.where(_summaries.superseded_by.is_(None))
     if before_id is not None:
-        query = query.where(Summary.id < before_id)
-    return list(await db.scalars(query.order_by(Summary.id.desc()).limit(limit)))
+        query = query.where(_summaries.id < before_id)
+    result = await db.execute(query.order_by(_summaries.id.desc()).limit(limit))
+    return [SummaryRow._make(row) for row in result]
 
 
-async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> tuple[Summary, Session]:
+async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> tuple[SummaryRow, str]:
+    """A tenant's summary, with its session's external id."""
     row = (
         await db.execute(
-            select(Summary, Session)
-            .join(Session, Session.id == Summary.session_id)
-            .where(Summary.id == summary_id, Session.tenant == tenant)
+            select(*SUMMARY_COLUMNS, Session.external_id)
+            .join(Session, Session.id == _summaries.session_id)
+            .where(_summaries.id == summary_id, Session.tenant == tenant)
         )
     ).first()
     if row is None:
         raise SummaryNotFound(summary_id)
-    return row.tuple()
+    *values, external_id = row
+    return SummaryRow._make(values), external_id
 
 
-async def get_summary_by_id(db: AsyncSession, summary_id: int) -> Summary | None:
-    return await db.get(Summary, summary_id)
+async def get_summary_by_id(db: AsyncSession, summary_id: int) -> SummaryRow | None:
+    return _summary(
+        (await db.execute(select(*SUMMARY_COLUMNS).where(_summaries.id == summary_id))).first()
+    )
 
 
 async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
@@ -134,27 +114,25 @@ async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
     return list(rows)
 
 
-async def summary_before(db: AsyncSession, session_id: int, first_seq: int) -> Summary | None:
+async def summary_before(db: AsyncSession, session_id: int, first_seq: int) -> SummaryRow | None:
     """The live summary ending right before `first_seq`, if any."""
-    return await db.scalar(
-        select(Summary).where(
-            Summary.session_id == session_id,
-            Summary.superseded_by.is_(None),
-            Summary.last_seq == first_seq - 1,
-        )
+    query = select(*SUMMARY_COLUMNS).where(
+        _summaries.session_id == session_id,
+        _summaries.superseded_by.is_(None),
+        _summaries.last_seq == first_seq - 1,
     )
+    return _summary((await db.execute(query)).first())
 
 
-async def live_fallback_summaries(db: AsyncSession, limit: int) -> list[Summary]:
+async def live_fallback_summaries(db: AsyncSession, limit: int) -> list[SummaryRow]:
     """Live summaries written without the model (any session), oldest first."""
-    return list(
-        await db.scalars(
-            select(Summary)
-            .where(Summary.model == FALLBACK_MODEL, Summary.superseded_by.is_(None))
-            .order_by(Summary.id)
-            .limit(limit)
-        )
+    result = await db.execute(
+        select(*SUMMARY_COLUMNS)
+        .where(_summaries.model == FALLBACK_MODEL, _summaries.superseded_by.is_(None))
+        .order_by(_summaries.id)
+        .limit(limit)
     )
+    return [SummaryRow._make(row) for row in result]
 
 
 @dataclass(frozen=True)
@@ -181,7 +159,7 @@ class SummaryDraft:
 async def _check_range(
     db: AsyncSession, session_id: int, draft: SummaryDraft, pinned_seq: int
 ) -> None:
-    live = await all_live_summaries(db, session_id)
+    live = await live_summaries(db, session_id)
     if not draft.absorbs:
         # a session's first summary starts at 1, or after its pinned prefix
         expected = {live[-1].last_seq + 1} if live else {1, pinned_seq + 1}
@@ -215,7 +193,7 @@ async def _link_messages(
     )
 
 
-async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -> Summary:
+async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -> SummaryRow:
     """Write a summary, its links and any superseding update, under the session's lock.
 
     The range is checked inside the transaction against the live summaries, so a
@@ -251,7 +229,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
         )
     ).one()
     first_id, last_id, count, first_at, last_at = stats
-    summary = Summary(
+    insert_summary = insert(_SUMMARY_TABLE).values(
         session_id=session_id,
         summary_text=draft.summary_text,
         summary_prompt=draft.summary_prompt,
@@ -268,11 +246,10 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
         first_message_at=first_at,
         last_message_at=last_at,
         level=draft.level,
-        metadata_=draft.metadata,
+        metadata=draft.metadata,
         created_at=utcnow(),
     )
-    db.add(summary)
-    await db.flush()
+    summary = SummaryRow._make((await db.execute(insert_summary.returning(*SUMMARY_COLUMNS))).one())
     await _link_messages(db, summary.id, session_id, draft.first_seq, draft.last_seq)
     if draft.absorbs:
         await db.execute(

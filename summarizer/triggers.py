@@ -1,0 +1,24 @@
+"""The trigger vocabulary: why a summary was made, as stored in every summary's metadata.
+
+The one home of these names: the engine checks them, the service and its schemas type with
+them. When a proactive summary is due is decided in `api.compaction.proactive_reason`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Trigger = Literal["proactive", "overflow_retry", "manual"]
+"""Who asked: the service after an append (`proactive`), or a client's `compact`."""
+
+ProactiveReason = Literal["message_limit", "token_limit"]
+"""Which limit of the backlog after the newest live summary a proactive summary reached."""
+
+CompactTrigger = Literal["overflow_retry", "manual"]
+"""The triggers a client's `compact` may give."""
+
+Reason = Literal["message_limit", "token_limit", "overflow_retry", "manual", "rollup"]
+"""`trigger_reason` of a summary: a proactive limit, a compact trigger, or a roll-up."""
+
+TRIGGERS: frozenset[str] = frozenset(get_args(Trigger))
+REASONS: frozenset[str] = frozenset(get_args(Reason))
