@@ -142,6 +142,28 @@ async def test_killed_idle_connections_are_replaced_before_the_next_request(
     await assert_nothing_lost(sessionmaker, "idle", 2)
 
 
+async def test_an_idle_connection_is_checked_in_one_round_trip(database_url: str) -> None:
+    """The liveness check of a connection idle past ALIVE_BYPASS_SECONDS sends one
+    query and nothing else (no BEGIN and ROLLBACK around it)."""
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+            driver = (await connection.get_raw_connection()).driver_connection
+        sent: list[str] = []
+        driver.add_query_logger(lambda record: sent.append(record.query))
+        await asyncio.sleep(ALIVE_BYPASS_SECONDS)
+        async with engine.connect() as connection:
+            reused = (await connection.get_raw_connection()).driver_connection
+            await asyncio.sleep(0)  # asyncpg calls its query loggers soon, not at once
+            checked = list(sent)
+            await connection.execute(text("SELECT 2"))
+    finally:
+        await engine.dispose()
+    assert reused is driver
+    assert checked == ["SELECT 1"]
+
+
 def kill_without_yielding(database_url: str) -> None:
     """Terminate the app's connections from another process, and give the server time to say
     goodbye to them, without letting the event loop run: the goodbye sits unread in the

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.util import await_
 
 from api.db.faults import mark_connection_faults
 from api.db.transactions import ReadSession
@@ -29,7 +30,7 @@ ALIVE_BYPASS_SECONDS = 0.5
 Under traffic a connection returns and leaves again within milliseconds: pinging it each time
 would cost three round trips per request (more than a history load's own queries). A
 connection idle for longer, which a server restart or an idle timeout may have cut, is pinged
-first and replaced if dead.
+first (one round trip) and replaced if dead.
 """
 
 
@@ -84,7 +85,9 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
         if returned_at is None or time.monotonic() - returned_at < ALIVE_BYPASS_SECONDS:
             return
         try:
-            dbapi_connection.ping()
+            # One round trip: a query in the simple protocol, outside any transaction
+            # (the dialect's ping() sends BEGIN, a query and ROLLBACK).
+            await_(record.driver_connection.execute("SELECT 1"))
         except Exception as exc:
             raise DisconnectionError("the connection failed its ping") from exc
 
