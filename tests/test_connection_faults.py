@@ -151,6 +151,7 @@ async def test_an_idle_connection_is_checked_in_one_round_trip(database_url: str
             await connection.execute(text("SELECT 1"))
             driver = (await connection.get_raw_connection()).driver_connection
         sent: list[str] = []
+        assert driver is not None
         driver.add_query_logger(lambda record: sent.append(record.query))
         await asyncio.sleep(ALIVE_BYPASS_SECONDS)
         async with engine.connect() as connection:
