@@ -78,9 +78,12 @@ plain multi-row INSERT (no sentinel column, no sort on the server).
 """
 
 
+_INSERT_PARAMETERS = tuple(f"p_{name}" for name in MessageRow._fields if name != "id")
+"""The INSERT's parameter names, in `MessageRow` order: session_id, seq, the message, created_at."""
+
+
 def _message_row(session_id: int, seq: int, message: NewMessage, now: datetime) -> dict[str, Any]:
-    values = {"session_id": session_id, "seq": seq, **message._asdict(), "created_at": now}
-    return {f"p_{name}": value for name, value in values.items()}
+    return dict(zip(_INSERT_PARAMETERS, (session_id, seq, *message, now), strict=True))
 
 
 async def _insert_messages(
