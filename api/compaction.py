@@ -114,15 +114,13 @@ class Compactor:
             started = time.perf_counter()
             async with self.sessionmaker() as db:
                 session = await store.get_session_by_id(db, session_id)
+                if session is None:
+                    return None
+                policy = self.settings.policy(session.settings)
                 live = await store.live_summaries(db, session_id)
-                messages: list[store.MessageRow] = []
-                if session is not None:
-                    policy = self.settings.policy(session.settings)
-                    # the first summary starts after the pinned prefix, never summarized
-                    after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
-                    messages = await store.messages_in_range(db, session_id, after_seq)
-            if session is None:
-                return None
+                # the first summary starts after the pinned prefix, which is never summarized
+                after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
+                messages = await store.messages_in_range(db, session_id, after_seq)
             keep = policy.keep_last_n if keep_last_n is None else keep_last_n
             if keep_pending_turn and messages and messages[-1].role == "user":
                 keep = max(keep, 1)

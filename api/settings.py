@@ -113,6 +113,12 @@ SESSION_KEYS: dict[str, str] = {
 _ENGINE_KEYS = frozenset(field.name for field in fields(EngineSettings)) - {"keep_last_n"}
 """Per-session keys the engine reads; its `keep_last_n` is each run's own."""
 
+_POLICY_KEYS = frozenset(field.name for field in fields(SummaryPolicy)) - {"engine"}
+if SESSION_KEYS.keys() != SummaryOverrides.model_fields.keys() or not (
+    set(SESSION_KEYS) - _ENGINE_KEYS == _POLICY_KEYS
+):
+    raise RuntimeError("SESSION_KEYS, SummaryOverrides and SummaryPolicy name different keys")
+
 
 class Settings(BaseSettings):
     """Server-wide settings; names as in docs/design.md section 4."""

@@ -2,7 +2,7 @@
 
 Who commits: `transaction` below, and nothing else. A request's own reads and writes run in
 the scope its dependency opens (`api.deps`); an append opens its own, to run it again when its
-connection dies (`api.service.store_batch`); summarization writes in short scopes of its own
+connection dies (`api.appending.store_batch`); summarization writes in short scopes of its own
 (`Compactor.writing`), never in the request's. Store functions never commit.
 
 - A read (`ReadSession`, autocommit) runs a statement cut by a lost connection once more on a
@@ -10,7 +10,7 @@ connection dies (`api.service.store_batch`); summarization writes in short scope
 - A write (`transaction`) commits when its block ends and rolls back on any error. A lost
   connection before COMMIT was sent stored nothing, so its caller may run it again; one lost
   while COMMIT was under way raises `CommitInterrupted`: whether it landed is for the caller
-  to find out (`api.service.append` asks the database by the transaction's id).
+  to find out (`api.appending.append` asks the database by the transaction's id).
 - Summarization (jobs, their bookkeeping, inline compactions) and the readiness probe run
   through `retrying`.
 """

@@ -7,7 +7,8 @@ and never commit (the caller owns the transaction: see `api.db.transactions`).
 - `jobs`: background summarization jobs.
 - `rows`: one frozen row type per record (`SessionRow`, `MessageRow`, `SummaryRow`, `JobRow`),
   returned by every read, and `NewMessage`, what an append takes.
-- `audit`: the operator tools' read-only queries (a read-only engine of their own).
+- `audit`: the operator tools' read-only engine, session lookup and tracing reads.
+- `integrity`: the integrity queries of `scripts/verify`.
 
 The service calls them as `store.<function>`; the names below are that surface.
 """
