@@ -28,7 +28,6 @@ from api.schemas import (
     SummaryDetail,
     SummaryOut,
 )
-from api.settings import SummaryPolicy
 
 COMPACT_WAIT_SECONDS = 60.0
 """How long `compact` waits for a running summarization of the session before answering 409."""
@@ -111,9 +110,10 @@ async def history(
     max_tokens: int | None,
 ) -> History:
     """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate."""
-    session = await store.get_session(db, tenant, external_id)
+    session, job_pending = await store.session_for_history(db, tenant, external_id)
     policy = compactor.settings.policy(session.settings)
-    loaded = await load_history(db, compactor, session, policy, summary_limit, max_tokens)
+    limit = summary_limit or policy.summary_limit
+    loaded = await load_history(db, compactor, session, job_pending, limit, max_tokens)
     if (
         max_tokens is not None
         and loaded.truncated_messages > 0
@@ -149,9 +149,8 @@ async def history(
                 return loaded.model_copy(update={"summarization_pending": True})
             if summary is not None:
                 # One compaction only: whatever it achieved, truncation does the rest.
-                loaded = await load_history(
-                    db, compactor, session, policy, summary_limit, max_tokens
-                )
+                session, job_pending = await store.session_for_history(db, tenant, external_id)
+                loaded = await load_history(db, compactor, session, job_pending, limit, max_tokens)
     return loaded
 
 
@@ -159,40 +158,29 @@ async def load_history(
     db: AsyncSession,
     compactor: Compactor,
     session: store.SessionRow,
-    policy: SummaryPolicy,
-    summary_limit: int | None,
+    job_pending: bool,
+    summary_limit: int,
     max_tokens: int | None,
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`."""
-    summaries = await store.live_summaries(db, session.id, summary_limit or policy.summary_limit)
-    # The pinned prefix is shown unless a loaded summary covers it (pinning was off when the
-    # session's first summary was made).
-    pinned_seq = session.pinned_seq
-    if summaries and summaries[0].first_seq <= pinned_seq:
-        pinned_seq = 0
-    pinned = await store.messages_in_range(db, session.id, 0, pinned_seq) if pinned_seq else []
-    pinned_tokens = sum(message.token_count for message in pinned)
-    after_seq = summaries[-1].last_seq if summaries else pinned_seq
-    budget = None if max_tokens is None else max(1, max_tokens - pinned_tokens)
-    messages = await store.tail_within_budget(db, session.id, after_seq, budget)
-    first_loaded = messages[0].seq if messages else session.last_seq + 1
+    rows = await store.load_rows(db, session, summary_limit, max_tokens)
+    first_loaded = rows.messages[0].seq if rows.messages else session.last_seq + 1
     context = assemble(
-        [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in summaries],
-        [Item(message.openai(), message.token_count) for message in messages],
+        [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in rows.summaries],
+        [Item(message.openai(), message.token_count) for message in rows.messages],
         max_tokens,
-        not_loaded=first_loaded - after_seq - 1,
-        pinned=[Item(message.openai(), message.token_count) for message in pinned],
+        not_loaded=first_loaded - rows.after_seq - 1,
+        pinned=[Item(message.openai(), message.token_count) for message in rows.pinned],
     )
     return History(
         session_id=session.external_id,
-        pinned=[MessageOut.from_row(message) for message in pinned],
-        summaries=[SummaryOut.from_row(summary, session.external_id) for summary in summaries],
-        messages=[MessageOut.from_row(message) for message in messages],
+        pinned=[MessageOut.from_row(message) for message in rows.pinned],
+        summaries=[SummaryOut.from_row(summary, session.external_id) for summary in rows.summaries],
+        messages=[MessageOut.from_row(message) for message in rows.messages],
         context=context.messages,
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,
-        summarization_pending=compactor.locks.is_held(session.id)
-        or await store.has_pending_job(db, session.id),
+        summarization_pending=job_pending or compactor.locks.is_held(session.id),
     )
 
 
@@ -227,9 +215,10 @@ async def compact(
             f"the summarization did not finish within {deadline:g} s "
             "(SUMMARY_COMPACT_DEADLINE_SECONDS); nothing was stored, retry later"
         ) from exc
-    session = await store.get_session(db, tenant, external_id)  # 404 if deleted meanwhile
+    # 404 if deleted meanwhile
+    session, job_pending = await store.session_for_history(db, tenant, external_id)
     policy = compactor.settings.policy(session.settings)
-    loaded = await load_history(db, compactor, session, policy, None, None)
+    loaded = await load_history(db, compactor, session, job_pending, policy.summary_limit, None)
     return CompactResponse(
         summary=SummaryOut.from_row(summary, session.external_id) if summary is not None else None,
         history=loaded,

@@ -231,7 +231,9 @@ async def test_a_read_whose_connection_dies_between_its_statements_answers_norma
     before = retries("read")
     reached, resume = asyncio.Event(), asyncio.Event()
     # the history load read its session row; the connection dies before its next statement
-    monkeypatch.setattr(store, "get_session", pause_after(store.get_session, reached, resume))
+    monkeypatch.setattr(
+        store, "session_for_history", pause_after(store.session_for_history, reached, resume)
+    )
     request = asyncio.create_task(client.get(f"/v1/sessions/{sid}/history"))
     assert await kill_when_reached(database_url, reached, resume) >= 1
     answer = await request

@@ -5,15 +5,20 @@ Tests share the module's app and write summaries through `app_db`, each on its o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.auth import DEVELOPMENT_TENANT
 from api.context import MISSING_TOOL_RESULT, TRUNCATION_MARKER
+from api.db import driver
 from summarizer.tokens import count_messages
 from tests.conftest import QUIET
 from tests.helpers import summary_draft
@@ -371,3 +376,68 @@ async def test_format_openai_is_accepted_and_other_formats_get_422(
     other = await api.get(f"/v1/sessions/{sid}/history", params={"format": "anthropic"})
     assert other.status_code == 422
     assert "format" in other.json()["detail"]
+
+
+# --- round trips ----------------------------------------------------------------------------
+
+
+@contextmanager
+def statements(app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The SQL statements the app's request engine sends while the block runs: through
+    SQLAlchemy, and on the driver itself (PostgreSQL's hot reads, `api.db.driver`)."""
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append(statement)
+
+    on_driver = driver.fetch
+
+    async def fetch(engine: Any, statement: Any, params: Any) -> list[Any]:
+        sent.append(str(statement))
+        return await on_driver(engine, statement, params)
+
+    monkeypatch.setattr(driver, "fetch", fetch)
+    target = app.state.engine.sync_engine
+    event.listen(target, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(target, "before_cursor_execute", record)
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("max_tokens", [None, 2000])
+async def test_a_history_load_is_two_statements(
+    api: httpx.AsyncClient,
+    app: FastAPI,
+    sid: str,
+    app_db: AsyncSession,
+    max_tokens: int | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session row with its pending-job flag, then the pinned prefix, the live summaries
+    and a page of the tail in one statement."""
+    await append(api, sid, {"role": "system", "content": "be brief"}, *chat(12))
+    await summarize(app_db, sid, summary_draft(2, 5), summary_draft(6, 9))
+    params = {} if max_tokens is None else {"max_tokens": max_tokens}
+    with statements(app, monkeypatch) as sent:
+        body = await history(api, sid, **params)
+    assert len(sent) == 2, sent
+    assert [m["seq"] for m in body["pinned"]] == [1]
+    assert ranges(body["summaries"]) == [(2, 5), (6, 9)]
+    assert [m["seq"] for m in body["messages"]] == [10, 11, 12, 13]
+    assert body["truncated_messages"] == 0
+
+
+async def test_a_budget_past_one_page_reads_the_pages_before_it(
+    api: httpx.AsyncClient, app: FastAPI, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = chat(300)
+    await append(api, sid, *messages)
+    budget = count_messages(messages[-150:])
+    with statements(app, monkeypatch) as sent:
+        body = await history(api, sid, max_tokens=budget)
+    loaded = [m["seq"] for m in body["messages"]]
+    assert loaded == list(range(loaded[0], 301))
+    assert 140 <= len(loaded) <= 151
+    assert len(sent) == 2 + 2  # two more pages of the tail than the first one

@@ -69,12 +69,14 @@ POOL_GAVE_UP = "This connection is closed"
 
 
 def connection_lost(exc: BaseException) -> bool:
-    """An SQLAlchemy error raised because the connection died (or none could be made)."""
+    """An error raised because the connection died (or none could be made): SQLAlchemy's, or
+    the driver's own on the hot reads' fast path (`api.db.driver`)."""
     if isinstance(exc, DBAPIError):
         return exc.connection_invalidated or is_connection_fault(exc)
     if isinstance(exc, InvalidRequestError):
         return str(exc).startswith(POOL_GAVE_UP)
-    return isinstance(exc, OSError)  # the driver could not even connect
+    # the driver could not even connect, or a statement run on the driver itself lost it
+    return isinstance(exc, OSError) or is_connection_fault(exc)
 
 
 def mark_connection_faults(engine: AsyncEngine) -> None:

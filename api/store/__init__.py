@@ -2,7 +2,8 @@
 and never commit (the caller owns the transaction: see `api.db.transactions`).
 
 - `sessions`: create, read, update, delete; the row lock an append takes.
-- `messages`: the append, the listings, the history loader's tail.
+- `messages`: the append and the listings.
+- `loader`: the history loader's reads (two round trips per load).
 - `summaries`: live summaries, saving one with its links, the backlog a trigger reads.
 - `jobs`: background summarization jobs.
 - `rows`: one frozen row type per record (`SessionRow`, `MessageRow`, `SummaryRow`, `JobRow`),
@@ -17,16 +18,15 @@ from api.store.jobs import (
     claim_job,
     enqueue_job,
     finish_job,
-    has_pending_job,
     pending_job_count,
     release_job,
     renew_job_lease,
 )
+from api.store.loader import LoadedRows, load_rows, session_for_history
 from api.store.messages import (
     AppendOutcome,
     append_messages,
     messages_in_range,
-    tail_within_budget,
 )
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
@@ -57,6 +57,7 @@ __all__ = [
     "AppendOutcome",
     "Backlog",
     "JobRow",
+    "LoadedRows",
     "MessageRow",
     "NewMessage",
     "SessionRow",
@@ -73,20 +74,20 @@ __all__ = [
     "get_session_by_id",
     "get_summary",
     "get_summary_by_id",
-    "has_pending_job",
     "list_sessions",
     "list_summaries",
     "live_fallback_summaries",
     "live_summaries",
     "live_summary_counts",
+    "load_rows",
     "messages_in_range",
     "pending_job_count",
     "release_job",
     "renew_job_lease",
     "save_summary",
+    "session_for_history",
     "summary_before",
     "summary_message_ids",
-    "tail_within_budget",
     "transaction_status",
     "update_session",
 ]

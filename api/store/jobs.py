@@ -10,7 +10,6 @@ from typing import Any
 
 from sqlalchemy import (
     and_,
-    bindparam,
     delete,
     func,
     or_,
@@ -121,14 +120,6 @@ async def release_job(
         .where(*_claimed(job_id, attempt))
         .values(status="pending", locked_until=None, run_after=run_after, last_error=error)
     )
-
-
-_PENDING_JOB = select(SummaryJob.id).where(SummaryJob.session_id == bindparam("p_session_id"))
-
-
-async def has_pending_job(db: AsyncSession, session_id: int) -> bool:
-    found = await db.scalar(_PENDING_JOB, {"p_session_id": session_id})
-    return found is not None
 
 
 async def pending_job_count(db: AsyncSession) -> int:

@@ -1,4 +1,4 @@
-"""Messages: the append, the listings and the history loader's tail.
+"""Messages: the append and the listings (the history loader reads in `api.store.loader`).
 
 Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
 """
@@ -21,25 +21,12 @@ from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, NewMessage, S
 CREATE_ATTEMPTS = 3
 """Rounds of create-then-lock an append tries while concurrent DELETEs remove the session."""
 
-TAIL_PAGE_SIZE = 64
-"""Messages read per round trip when the loader walks back from the newest under a token budget."""
-
 
 _MESSAGE_TABLE = cast(Table, Message.__table__)
 _messages = _MESSAGE_TABLE.c
 
 # The statements are built once: SQLAlchemy memoizes a statement's cache key on the object,
 # so reusing it skips the per-call traversal that a freshly built select() pays.
-_TAIL_PAGE = (
-    select(*MESSAGE_COLUMNS)
-    .where(
-        _messages.session_id == bindparam("session_id"),
-        _messages.seq > bindparam("after_seq"),
-        _messages.seq < bindparam("before_seq"),
-    )
-    .order_by(_messages.seq.desc())
-    .limit(TAIL_PAGE_SIZE)
-)
 _RANGE = (
     select(*MESSAGE_COLUMNS)
     .where(
@@ -202,40 +189,3 @@ async def messages_in_range(
         {"session_id": session_id, "after_seq": after_seq, "last_seq": last_seq, "limit": limit},
     )
     return [MessageRow._make(row) for row in result]
-
-
-async def tail_within_budget(
-    db: AsyncSession, session_id: int, after_seq: int, token_budget: int | None
-) -> list[MessageRow]:
-    """The newest messages after `after_seq` whose stored token counts reach `token_budget`.
-
-    Walks back from the newest in pages, so the cost follows what is returned, not the
-    session's size. Keeps walking while the oldest loaded message is a tool result, so
-    a tool call is not cut off from its results at the window's edge. With no budget,
-    every message after `after_seq`, in one ascending range scan.
-    """
-    if token_budget is None:
-        return await messages_in_range(db, session_id, after_seq)
-    loaded: list[MessageRow] = []
-    total = 0
-    upper = UNBOUNDED
-    while True:
-        result = await db.execute(
-            _TAIL_PAGE,
-            {
-                "session_id": session_id,
-                "after_seq": after_seq,
-                "before_seq": upper,
-            },
-        )
-        page = [MessageRow._make(row) for row in result]
-        for message in page:
-            loaded.append(message)
-            total += message.token_count
-            if total > token_budget and message.role != "tool":
-                loaded.reverse()
-                return loaded
-        if len(page) < TAIL_PAGE_SIZE:
-            loaded.reverse()
-            return loaded
-        upper = page[-1].seq

@@ -203,6 +203,8 @@ class PrecisStore:
         self.sessionmaker: async_sessionmaker[AsyncSession] = create_sessionmaker(self.engine)
         self.read_engine = read_engine(self.engine)
         self.read_sessionmaker = create_read_sessionmaker(self.engine)
+        self.sessions: dict[int, store.SessionRow] = {}
+        """Rows of the sessions this store created (a load starts from the session row)."""
 
     async def append(self, external_id: str, batch: Sequence[store.NewMessage]) -> None:
         async with self.sessionmaker() as db:
@@ -213,15 +215,15 @@ class PrecisStore:
         async with self.sessionmaker() as db:
             session = await store.create_session(db, TENANT, external_id, {}, settings)
             await db.commit()
+            self.sessions[session.id] = session
             return session.id
 
     async def load(self, session_id: int, max_tokens: int | None) -> int:
-        """What the loader asks of the store: the live summaries, then the messages after them."""
+        """What the loader asks of the store once it has the session row: the live summaries
+        and the messages after them (one statement while a page covers the budget)."""
         async with self.read_sessionmaker() as db:
-            summaries = await store.live_summaries(db, session_id, 3)
-            after_seq = summaries[-1].last_seq if summaries else 0
-            messages = await store.tail_within_budget(db, session_id, after_seq, max_tokens)
-            return len(messages)
+            rows = await store.load_rows(db, self.sessions[session_id], 3, max_tokens)
+            return len(rows.messages)
 
     async def pooled_query(self, sql: str, args: tuple[Any, ...]) -> None:
         """The least any path through SQLAlchemy's pool pays for a load: check a connection

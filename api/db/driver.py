@@ -1,0 +1,88 @@
+"""The hot reads' fast path on PostgreSQL: a statement compiled once, run on a pooled
+connection's asyncpg connection, past SQLAlchemy's execution layer.
+
+The pool, its checkout checks (`api.db.engine`), the dialect's JSON codecs and the statements
+themselves (SQLAlchemy Core, so they stay portable and typed) are SQLAlchemy's; only the
+execution is the driver's, which measured about half of a history load's cost
+(`docs/performance.md`). A read cut by a lost connection runs once more on a fresh one, as
+`api.db.transactions.ReadSession` does for the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from api import metrics
+from api.db.faults import describe_fault, is_connection_fault
+from api.db.transactions import RETRY_PAUSE_SECONDS
+
+logger = logging.getLogger("precis.db")
+
+
+@dataclass(frozen=True)
+class DriverStatement:
+    """A statement as the driver takes it: SQL text, and its parameters' names in order."""
+
+    sql: str
+    names: tuple[str, ...]
+    constants: Mapping[str, Any]
+    """Values bound in the statement itself (literals), by name."""
+
+    @classmethod
+    def compile(cls, statement: Executable, dialect: Dialect) -> DriverStatement:
+        compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect))
+        return cls(str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
+
+    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] if name in params else self.constants[name] for name in self.names]
+
+
+_compiled: dict[tuple[int, str], DriverStatement] = {}
+
+
+def _driver_statement(statement: Executable, dialect: Dialect) -> DriverStatement:
+    key = (id(statement), dialect.name)
+    found = _compiled.get(key)
+    if found is None:
+        found = _compiled[key] = DriverStatement.compile(statement, dialect)
+    return found
+
+
+def uses_driver(engine: AsyncEngine) -> bool:
+    """Whether `fetch` runs on this engine's driver (PostgreSQL through asyncpg)."""
+    return engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg"
+
+
+async def fetch(engine: AsyncEngine, statement: Executable, params: Mapping[str, Any]) -> list[Any]:
+    """The rows of a read-only `statement` (built once, at import), run on the driver.
+
+    Outside any transaction: each statement sees what was committed when it started, as the
+    read sessions' autocommit statements do.
+    """
+    compiled = _driver_statement(statement, engine.dialect)
+    arguments = compiled.arguments(params)
+    for attempt in (1, 2):
+        pooled = await engine.raw_connection()
+        try:
+            connection: Any = pooled.driver_connection
+            rows: list[Any] = await connection.fetch(compiled.sql, *arguments)
+            return rows
+        except Exception as exc:
+            if attempt == 2 or not is_connection_fault(exc):
+                raise
+            pooled.invalidate(exc)
+            metrics.DATABASE_RETRIES.labels("read").inc()
+            logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
+        finally:
+            pooled.close()
+        await asyncio.sleep(RETRY_PAUSE_SECONDS)
+    raise AssertionError("unreachable: the second attempt returns or raises")

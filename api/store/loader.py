@@ -1,0 +1,223 @@
+"""The history loader's reads: the session with its pending-job flag, then the pinned prefix,
+the live summaries and the newest messages after them in one statement.
+
+An HTTP history load is two round trips while the tail's first page covers the token budget
+(the usual case); a budget larger than a page reads further pages, one round trip each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Table,
+    bindparam,
+    exists,
+    func,
+    literal,
+    null,
+    select,
+    union_all,
+)
+from sqlalchemy import (
+    cast as cast_,
+)
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.sql import Executable
+
+from api.db import driver
+from api.db.models import Message, Session, Summary, SummaryJob
+from api.errors import SessionNotFound
+from api.store.rows import (
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    SUMMARY_COLUMNS,
+    UNBOUNDED,
+    MessageRow,
+    SessionRow,
+    SummaryRow,
+)
+
+TAIL_PAGE_SIZE = 64
+"""Messages read per round trip when the loader walks back from the newest under a token budget."""
+
+_messages = cast(Table, Message.__table__).c
+_summaries = cast(Table, Summary.__table__).c
+_sessions = cast(Table, Session.__table__).c
+_jobs = cast(Table, SummaryJob.__table__).c
+
+_SESSION_WITH_JOB = select(
+    *SESSION_COLUMNS, exists().where(_jobs.session_id == _sessions.id).label("job_pending")
+).where(
+    _sessions.tenant == bindparam("p_tenant"), _sessions.external_id == bindparam("p_external_id")
+)
+
+
+async def _rows(db: AsyncSession, statement: Executable, params: dict[str, Any]) -> list[Any]:
+    """The rows of a read; on PostgreSQL run on the driver (`api.db.driver`). `db` is a read
+    session: the statement runs outside any transaction either way."""
+    engine = db.bind
+    if isinstance(engine, AsyncEngine) and driver.uses_driver(engine):
+        return await driver.fetch(engine, statement, params)
+    return list(await db.execute(statement, params))
+
+
+async def session_for_history(
+    db: AsyncSession, tenant: str, external_id: str
+) -> tuple[SessionRow, bool]:
+    """The session, and whether a summarization job of it is pending or running."""
+    found = await _rows(db, _SESSION_WITH_JOB, {"p_tenant": tenant, "p_external_id": external_id})
+    if not found:
+        raise SessionNotFound(external_id)
+    row = found[0]
+    *values, job_pending = row
+    return SessionRow._make(values), bool(job_pending)
+
+
+_PINNED, _SUMMARY, _TAIL = 0, 1, 2
+"""Which part of the load a row of the one statement belongs to (its first column)."""
+
+
+def _nulls(columns: tuple[Any, ...]) -> list[ColumnElement[Any]]:
+    """NULLs cast to the types of `columns`: PostgreSQL matches a union's column types part by
+    part, and the result's types (JSON decoding included) come from its first part."""
+    return [cast_(null(), column.type) for column in columns]
+
+
+def _build_load() -> Any:
+    live = (
+        select(*SUMMARY_COLUMNS)
+        .where(
+            _summaries.session_id == bindparam("p_session_id"),
+            _summaries.superseded_by.is_(None),
+        )
+        .order_by(_summaries.last_seq.desc())
+        .limit(bindparam("p_summary_limit"))
+        .cte("live")
+    )
+    after_seq = select(
+        func.coalesce(func.max(live.c.last_seq), bindparam("p_pinned_seq"))
+    ).scalar_subquery()
+    tail = (
+        select(*MESSAGE_COLUMNS)
+        .where(_messages.session_id == bindparam("p_session_id"), _messages.seq > after_seq)
+        .order_by(_messages.seq.desc())
+        .limit(bindparam("p_page"))
+        .subquery("tail")
+    )
+    # The pinned prefix is shown unless a loaded summary covers it (pinning was off when the
+    # session's first summary was made).
+    pinned = (
+        select(*MESSAGE_COLUMNS)
+        .where(
+            _messages.session_id == bindparam("p_session_id"),
+            _messages.seq <= bindparam("p_pinned_seq"),
+            ~exists().where(live.c.first_seq <= bindparam("p_pinned_seq")),
+        )
+        .subquery("pinned")
+    )
+    message_nulls = _nulls(MESSAGE_COLUMNS)
+    summary_nulls = _nulls(SUMMARY_COLUMNS)
+    return union_all(
+        select(literal(_TAIL, Integer), *tail.c, *summary_nulls),
+        select(literal(_PINNED, Integer), *pinned.c, *summary_nulls),
+        select(literal(_SUMMARY, Integer), *message_nulls, *live.c),
+    )
+
+
+_LOAD = _build_load()
+"""Built once: SQLAlchemy memoizes a statement's cache key on the object."""
+
+_MESSAGE_END = 1 + len(MessageRow._fields)
+
+
+@dataclass(frozen=True)
+class LoadedRows:
+    """What one history load read: the pinned prefix, the live summaries (oldest first) and
+    the newest messages after them (ascending); `after_seq` is where those messages start
+    after."""
+
+    pinned: list[MessageRow]
+    summaries: list[SummaryRow]
+    messages: list[MessageRow]
+    after_seq: int
+
+
+async def load_rows(
+    db: AsyncSession, session: SessionRow, summary_limit: int, max_tokens: int | None
+) -> LoadedRows:
+    """The pinned prefix, the newest `summary_limit` live summaries and the newest messages
+    after them whose stored token counts reach `max_tokens` less the pinned prefix's.
+
+    Walks back from the newest message in pages, so the cost follows what is returned, not
+    the session's size; it keeps walking while the oldest loaded message is a tool result,
+    so a tool call is not cut off from its results at the window's edge. The first page comes
+    with the summaries and the pinned prefix in one statement. Without `max_tokens`, every
+    message after the newest loaded summary.
+    """
+    result = await _rows(
+        db,
+        _LOAD,
+        {
+            "p_session_id": session.id,
+            "p_summary_limit": summary_limit,
+            "p_pinned_seq": session.pinned_seq,
+            "p_page": UNBOUNDED if max_tokens is None else TAIL_PAGE_SIZE,
+        },
+    )
+    pinned: list[MessageRow] = []
+    summaries: list[SummaryRow] = []
+    page: list[MessageRow] = []
+    for row in result:
+        if row[0] == _SUMMARY:
+            summaries.append(SummaryRow._make(row[_MESSAGE_END:]))
+        elif row[0] == _PINNED:
+            pinned.append(MessageRow._make(row[1:_MESSAGE_END]))
+        else:
+            page.append(MessageRow._make(row[1:_MESSAGE_END]))
+    summaries.sort(key=lambda summary: summary.last_seq)
+    pinned.sort(key=lambda message: message.seq)
+    page.sort(key=lambda message: message.seq, reverse=True)
+    after_seq = summaries[-1].last_seq if summaries else session.pinned_seq
+    if max_tokens is None:
+        page.reverse()
+        return LoadedRows(pinned, summaries, page, after_seq)
+    budget = max(1, max_tokens - sum(message.token_count for message in pinned))
+    messages = await _walk_back(db, session.id, after_seq, budget, page)
+    return LoadedRows(pinned, summaries, messages, after_seq)
+
+
+_TAIL_PAGE = (
+    select(*MESSAGE_COLUMNS)
+    .where(
+        _messages.session_id == bindparam("session_id"),
+        _messages.seq > bindparam("after_seq"),
+        _messages.seq < bindparam("before_seq"),
+    )
+    .order_by(_messages.seq.desc())
+    .limit(TAIL_PAGE_SIZE)
+)
+
+
+async def _walk_back(
+    db: AsyncSession, session_id: int, after_seq: int, budget: int, page: list[MessageRow]
+) -> list[MessageRow]:
+    """The messages of `page` (the newest, descending) and of the pages before it, until
+    their token counts pass `budget` at a message that is not a tool result; ascending."""
+    loaded: list[MessageRow] = []
+    total = 0
+    while True:
+        for message in page:
+            loaded.append(message)
+            total += message.token_count
+            if total > budget and message.role != "tool":
+                loaded.reverse()
+                return loaded
+        if len(page) < TAIL_PAGE_SIZE:
+            loaded.reverse()
+            return loaded
+        params = {"session_id": session_id, "after_seq": after_seq, "before_seq": page[-1].seq}
+        page = [MessageRow._make(row) for row in await _rows(db, _TAIL_PAGE, params)]
