@@ -441,3 +441,12 @@ async def test_a_budget_past_one_page_reads_the_pages_before_it(
     assert loaded == list(range(loaded[0], 301))
     assert 140 <= len(loaded) <= 151
     assert len(sent) == 2 + 2  # two more pages of the tail than the first one
+
+
+def test_the_openapi_document_keeps_the_hot_routes_response_schemas(app: FastAPI) -> None:
+    """The history and append routes answer pre-serialized JSON; the document still says what."""
+    paths = app.openapi()["paths"]
+    loaded = paths["/v1/sessions/{session_id}/history"]["get"]["responses"]["200"]
+    appended = paths["/v1/sessions/{session_id}/messages"]["post"]["responses"]["201"]
+    assert loaded["content"]["application/json"]["schema"]["$ref"].endswith("/History")
+    assert appended["content"]["application/json"]["schema"]["$ref"].endswith("/AppendResponse")
