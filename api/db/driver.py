@@ -20,6 +20,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.util import greenlet_spawn
 
 from api import metrics
 from api.db.faults import describe_fault, is_connection_fault
@@ -70,19 +71,30 @@ async def fetch(engine: AsyncEngine, statement: Executable, params: Mapping[str,
     """
     compiled = _driver_statement(statement, engine.dialect)
     arguments = compiled.arguments(params)
-    for attempt in (1, 2):
-        pooled = await engine.raw_connection()
-        try:
-            connection: Any = pooled.driver_connection
-            rows: list[Any] = await connection.fetch(compiled.sql, *arguments)
-            return rows
-        except Exception as exc:
-            if attempt == 2 or not is_connection_fault(exc):
-                raise
-            pooled.invalidate(exc)
-            metrics.DATABASE_RETRIES.labels("read").inc()
-            logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
-        finally:
-            pooled.close()
-        await asyncio.sleep(RETRY_PAUSE_SECONDS)
-    raise AssertionError("unreachable: the second attempt returns or raises")
+    try:
+        return await _fetch_once(engine, compiled, arguments)
+    except Exception as exc:
+        if not is_connection_fault(exc):
+            raise
+        metrics.DATABASE_RETRIES.labels("read").inc()
+        logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
+    await asyncio.sleep(RETRY_PAUSE_SECONDS)
+    return await _fetch_once(engine, compiled, arguments)
+
+
+async def _fetch_once(
+    engine: AsyncEngine, compiled: DriverStatement, arguments: list[Any]
+) -> list[Any]:
+    # The pool's own calls (check-in, invalidation) run in SQLAlchemy's greenlet bridge, as
+    # they do for its async engine.
+    pooled = await engine.raw_connection()
+    try:
+        connection: Any = pooled.driver_connection
+        rows: list[Any] = await connection.fetch(compiled.sql, *arguments)
+    except BaseException as exc:
+        # A connection that failed, or whose operation was cancelled halfway, never goes back
+        # to the pool: the next checkout would find it busy. Invalidating checks it in.
+        await greenlet_spawn(pooled.invalidate, exc if isinstance(exc, Exception) else None)
+        raise
+    await greenlet_spawn(pooled.close)
+    return rows
