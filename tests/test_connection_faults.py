@@ -10,6 +10,7 @@ lose.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import subprocess
@@ -24,7 +25,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, literal, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InvalidRequestError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import store
 from api.db import driver
@@ -169,47 +170,55 @@ async def test_an_idle_connection_is_checked_in_one_round_trip(database_url: str
 SLOW_READ = select(func.pg_sleep(0.5), literal(7))
 """A read that is still running when a test cuts or cancels it."""
 
+ANSWER = select(literal(8))
+
+
+@contextlib.asynccontextmanager
+async def small_pool(database_url: str, overflow: int = 0) -> AsyncIterator[AsyncEngine]:
+    """An engine whose pool holds one connection (and `overflow` more at most)."""
+    engine = create_engine(database_url, pool_size=1, max_overflow=overflow)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def assert_pool_sound(engine: AsyncEngine, caplog: pytest.LogCaptureFixture) -> None:
+    """Every connection is back in the pool, and the pool logged no error handling them."""
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
 
 async def test_a_driver_read_cut_mid_statement_runs_again_and_leaves_the_pool_sound(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    engine = create_engine(database_url, pool_size=1, max_overflow=0)
     before = retries("read")
-    try:
+    async with small_pool(database_url) as engine:
         running = asyncio.create_task(driver.fetch(engine, SLOW_READ, {}))
         await asyncio.sleep(0.2)
         assert await kill_connections(database_url) == 1
         rows = await running
         async with engine.connect() as connection:  # the pool's one connection is usable
             assert (await connection.execute(text("SELECT 1"))).scalar() == 1
-        checked_out = engine.pool.checkedout()  # type: ignore[attr-defined]
-    finally:
-        await engine.dispose()
+        assert_pool_sound(engine, caplog)
     assert [row[1] for row in rows] == [7]
     assert retries("read") == before + 1
-    assert checked_out == 0
-    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 async def test_a_cancelled_driver_read_does_not_hand_its_busy_connection_out_again(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    engine = create_engine(database_url, pool_size=1, max_overflow=0)
     before = retries("read")
-    try:
+    async with small_pool(database_url) as engine:
         running = asyncio.create_task(driver.fetch(engine, SLOW_READ, {}))
         await asyncio.sleep(0.2)
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running
-        rows = await driver.fetch(engine, select(literal(8)), {})
-        checked_out = engine.pool.checkedout()  # type: ignore[attr-defined]
-    finally:
-        await engine.dispose()
+        rows = await driver.fetch(engine, ANSWER, {})
+        assert_pool_sound(engine, caplog)
     assert [row[0] for row in rows] == [8]
     assert retries("read") == before  # the next read got a sound connection at once
-    assert checked_out == 0
-    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 async def test_driver_reads_beyond_the_pool_size_close_their_overflow_connections_cleanly(
@@ -217,15 +226,10 @@ async def test_driver_reads_beyond_the_pool_size_close_their_overflow_connection
 ) -> None:
     """The pool closes an overflow connection when it comes back: through SQLAlchemy's
     greenlet bridge, as for its own connections."""
-    engine = create_engine(database_url, pool_size=1, max_overflow=2)
-    try:
+    async with small_pool(database_url, overflow=2) as engine:
         answers = await asyncio.gather(*(driver.fetch(engine, SLOW_READ, {}) for _ in range(3)))
-        checked_out = engine.pool.checkedout()  # type: ignore[attr-defined]
-    finally:
-        await engine.dispose()
+        assert_pool_sound(engine, caplog)
     assert [[row[1] for row in rows] for rows in answers] == [[7]] * 3
-    assert checked_out == 0
-    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 def kill_without_yielding(database_url: str) -> None:

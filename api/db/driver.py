@@ -10,10 +10,9 @@ execution is the driver's, which measured about half of a history load's cost
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from sqlalchemy.engine import Dialect
@@ -22,11 +21,7 @@ from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
-from api import metrics
-from api.db.faults import describe_fault, is_connection_fault
-from api.db.transactions import RETRY_PAUSE_SECONDS
-
-logger = logging.getLogger("precis.db")
+from api.db.transactions import read_once_more_if_cut
 
 
 @dataclass(frozen=True)
@@ -47,15 +42,17 @@ class DriverStatement:
         return [params[name] if name in params else self.constants[name] for name in self.names]
 
 
-_compiled: dict[tuple[int, str], DriverStatement] = {}
+_compiled: dict[tuple[int, str], tuple[Executable, DriverStatement]] = {}
+"""Compiled statements by statement and dialect; each entry keeps its statement alive, so
+its id cannot name another statement later."""
 
 
 def _driver_statement(statement: Executable, dialect: Dialect) -> DriverStatement:
     key = (id(statement), dialect.name)
     found = _compiled.get(key)
     if found is None:
-        found = _compiled[key] = DriverStatement.compile(statement, dialect)
-    return found
+        found = _compiled[key] = (statement, DriverStatement.compile(statement, dialect))
+    return found[1]
 
 
 def uses_driver(engine: AsyncEngine) -> bool:
@@ -71,15 +68,7 @@ async def fetch(engine: AsyncEngine, statement: Executable, params: Mapping[str,
     """
     compiled = _driver_statement(statement, engine.dialect)
     arguments = compiled.arguments(params)
-    try:
-        return await _fetch_once(engine, compiled, arguments)
-    except Exception as exc:
-        if not is_connection_fault(exc):
-            raise
-        metrics.DATABASE_RETRIES.labels("read").inc()
-        logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
-    await asyncio.sleep(RETRY_PAUSE_SECONDS)
-    return await _fetch_once(engine, compiled, arguments)
+    return await read_once_more_if_cut(partial(_fetch_once, engine, compiled, arguments))
 
 
 async def _fetch_once(

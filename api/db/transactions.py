@@ -22,6 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -67,16 +68,25 @@ class ReadSession(AsyncSession):
     async def _once_more_if_cut(
         self, statement: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
-        try:
-            return await statement(*args, **kwargs)
-        except Exception as exc:
-            if not connection_lost(exc):
-                raise
-            await self.close()
-            metrics.DATABASE_RETRIES.labels("read").inc()
-            logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
-            return await statement(*args, **kwargs)
+        return await read_once_more_if_cut(partial(statement, *args, **kwargs), self.close)
+
+
+async def read_once_more_if_cut(
+    read: Callable[[], Awaitable[T]], release: Callable[[], Awaitable[None]] | None = None
+) -> T:
+    """`read`, run once more on a fresh connection if a lost connection cut it (after
+    `release` hands the dead one back to the pool, which discards it)."""
+    try:
+        return await read()
+    except Exception as exc:
+        if not connection_lost(exc):
+            raise
+        if release is not None:
+            await release()
+        metrics.DATABASE_RETRIES.labels("read").inc()
+        logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
+    await asyncio.sleep(RETRY_PAUSE_SECONDS)
+    return await read()
 
 
 @asynccontextmanager
