@@ -5,17 +5,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 from collections.abc import Sequence
 from functools import partial
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from api import metrics, store
-from api.compaction import schedule_if_due
+from api.compaction import proactive_reason, schedule_if_due
+from api.db import driver
 from api.db.faults import connection_lost, describe_fault
-from api.db.transactions import RETRY_PAUSE_SECONDS, CommitInterrupted, Database
-from api.errors import PayloadTooLarge
+from api.db.transactions import (
+    RETRY_PAUSE_SECONDS,
+    CommitInterrupted,
+    Database,
+    cut_off,
+    retrying,
+)
+from api.errors import Conflict, PayloadTooLarge
 from api.schemas import AppendResponse, MessageIn, MessageOut, SummarizationStatus
-from api.settings import Settings
+from api.settings import Settings, SummaryPolicy
+from api.store import pg_append
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 from summarizer.triggers import ProactiveReason
@@ -24,12 +35,12 @@ APPEND_ATTEMPTS = 3
 """Runs of an append's transaction at most, each on a fresh connection after the previous one
 lost its connection without storing anything (a failover may cut two in a row)."""
 
-COMMIT_STATUS_WAIT_SECONDS = 5.0
-"""How long an append whose COMMIT was cut off waits for the database to say whether it
-landed (the server ends the dead connection's transaction within moments)."""
+OUTCOME_WAIT_SECONDS = 5.0
+"""How long an append whose connection was cut off waits for the database to say whether it
+landed (the server ends the dead connection's statement within moments)."""
 
-COMMIT_STATUS_POLL_SECONDS = 0.05
-"""How often that question is asked again while the answer is "in progress"."""
+OUTCOME_POLL_SECONDS = 0.05
+"""How often that question is asked again while the statement still runs."""
 
 logger = logging.getLogger("precis.service")
 
@@ -87,60 +98,169 @@ async def store_batch(
     external_id: str,
     batch: Sequence[store.NewMessage],
 ) -> tuple[store.AppendOutcome, ProactiveReason | None]:
-    """Append `batch` in one transaction, exactly once even when the connection dies.
+    """Append `batch` exactly once, even when the connection dies; record a summarization job
+    when the backlog reaches a limit."""
+    if driver.uses_driver(database.engine):
+        return await _store_in_one_statement(database, settings, tenant, external_id, batch)
+    return await _store_in_a_transaction(database, settings, tenant, external_id, batch)
 
-    Lost before COMMIT was sent, the transaction stored nothing: it runs again on a fresh
-    connection. Lost while COMMIT was under way, the database is asked whether the
-    transaction landed (by its id): if it did, its outcome is the answer; if it did not, it
-    runs again; if the database cannot tell in time, `CommitInterrupted` goes up (503).
-    """
+
+async def _store_in_a_transaction(
+    database: Database,
+    settings: Settings,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[store.NewMessage],
+) -> tuple[store.AppendOutcome, ProactiveReason | None]:
+    """The append and its job in one transaction (SQLite). Lost before COMMIT was sent, the
+    transaction stored nothing: it runs again on a fresh connection."""
     for attempt in range(1, APPEND_ATTEMPTS + 1):
-        outcome: store.AppendOutcome | None = None
         try:
             async with database.transaction() as db:
                 outcome = await store.append_messages(db, tenant, external_id, batch)
                 policy = settings.policy(outcome.session.settings)
                 reason = await schedule_if_due(db, outcome.session, policy)
             return outcome, reason
-        except CommitInterrupted as exc:
-            assert outcome is not None
-            landed = await committed(database, outcome.transaction_id)
-            if landed:
-                return outcome, reason
-            if landed is None:
-                raise
-            if attempt == APPEND_ATTEMPTS:
-                raise exc.__cause__ or exc from None  # it did not land: nothing was stored
-            cause = f"during COMMIT, which did not land: {describe_fault(exc)}"
         except Exception as exc:
             if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
                 raise
-            cause = describe_fault(exc)
-        metrics.DATABASE_RETRIES.labels("append").inc()
-        logger.warning("an append lost its database connection; appending again: %s", cause)
+            _log_retry(describe_fault(exc))
         await asyncio.sleep(RETRY_PAUSE_SECONDS * attempt)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-async def committed(database: Database, transaction_id: int | None) -> bool | None:
-    """Whether a transaction whose COMMIT was cut off landed; None if the database cannot tell
-    within COMMIT_STATUS_WAIT_SECONDS.
+async def _store_in_one_statement(
+    database: Database,
+    settings: Settings,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[store.NewMessage],
+) -> tuple[store.AppendOutcome, ProactiveReason | None]:
+    """The append as one autocommit statement (PostgreSQL, `api.store.pg_append`).
 
-    SQLite (no id) is local: a COMMIT that raised did not happen.
+    Lost before the answer arrived, the statement may have landed: once the server process
+    that ran it has ended, the messages carrying this request's append id say whether it did.
+    If it did, they are the answer; if not, it runs again (with the same id); if the database
+    cannot tell in time, `CommitInterrupted` goes up (503).
     """
-    if transaction_id is None:
-        return False
-    deadline = time.monotonic() + COMMIT_STATUS_WAIT_SECONDS
+    engine = database.engine
+    append_id = secrets.randbits(63)
+    for attempt in range(1, APPEND_ATTEMPTS + 1):
+        try:
+            appended = await pg_append.append(
+                engine, tenant, external_id, batch, append_id, _backlog_defaults(settings)
+            )
+        except pg_append.AppendCutOff as exc:
+            outcome = await _landed(engine, tenant, external_id, batch, append_id, exc.server_pid)
+            if outcome is not None:
+                policy = settings.policy(outcome.session.settings)
+                return outcome, await _schedule_if_due(database, outcome.session, policy, None)
+            if attempt == APPEND_ATTEMPTS:
+                raise exc.__cause__ or exc from None  # it did not land: nothing was stored
+            _log_retry(f"before its statement landed: {describe_fault(exc)}")
+        except Exception as exc:
+            if pg_append.raced_on_client_id(exc):
+                if attempt < APPEND_ATTEMPTS:
+                    continue  # nothing landed; the next run sees the other request's message
+                raise Conflict("concurrent appends stored this batch's client ids; retry") from exc
+            if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
+                raise
+            _log_retry(describe_fault(exc))
+        else:
+            if appended is None:
+                continue  # a concurrent request created the session just now
+            outcome = appended.outcome
+            policy = settings.policy(outcome.session.settings)
+            backlog = _backlog(policy, appended.backlog)
+            reason = await _schedule_if_due(
+                database, outcome.session, policy, backlog, appended.job_queued
+            )
+            return outcome, reason
+        await asyncio.sleep(RETRY_PAUSE_SECONDS * attempt)
+    raise Conflict("the session was created and deleted under this append repeatedly; retry")
+
+
+def _backlog_defaults(settings: Settings) -> pg_append.BacklogDefaults:
+    return pg_append.BacklogDefaults(
+        summarize=settings.dynamic_summary_enabled,
+        pin_system=settings.summary_pin_system,
+        message_limit=settings.summary_message_limit,
+    )
+
+
+def _backlog(policy: SummaryPolicy, counted: pg_append.CountedBacklog) -> store.Backlog | None:
+    """The backlog the trigger reads, from what the append's statement counted; None if the
+    trigger needs tokens the statement did not count (then they are read again)."""
+    if counted.token_count is not None:
+        return store.Backlog(counted.after_seq, counted.message_count, counted.token_count)
+    if counted.message_count >= policy.message_limit:
+        # over the message limit: the tokens cannot change the answer
+        return store.Backlog(counted.after_seq, counted.message_count, 0)
+    return None
+
+
+async def _landed(
+    engine: AsyncEngine,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[store.NewMessage],
+    append_id: int,
+    server_pid: int,
+) -> store.AppendOutcome | None:
+    """What a cut-off append stored, once the server process that ran it has ended; None if it
+    stored nothing. Raises `CommitInterrupted` if the database cannot tell within
+    OUTCOME_WAIT_SECONDS."""
+    deadline = time.monotonic() + OUTCOME_WAIT_SECONDS
     while True:
         try:
-            async with database.reading() as db:
-                status = await store.transaction_status(db, transaction_id)
+            if not await pg_append.still_running(engine, server_pid):
+                return await pg_append.landed(engine, tenant, external_id, batch, append_id)
         except Exception as exc:
             if not connection_lost(exc):
                 raise
-            status = "in progress"  # the database is not answering yet: ask again
-        if status in ("committed", "aborted") or status is None:
-            return None if status is None else status == "committed"
+            # the database is not answering yet: ask again
         if time.monotonic() >= deadline:
-            return None
-        await asyncio.sleep(COMMIT_STATUS_POLL_SECONDS)
+            raise CommitInterrupted("the append's connection was lost; its outcome is unknown")
+        await asyncio.sleep(OUTCOME_POLL_SECONDS)
+
+
+async def _schedule_if_due(
+    database: Database,
+    session: store.SessionRow,
+    policy: SummaryPolicy,
+    backlog: store.Backlog | None,
+    job_queued: bool = False,
+) -> ProactiveReason | None:
+    """Record a job when the backlog reaches a limit, after an append that stored its messages
+    on its own; the backlog is read here when the append did not count it.
+
+    The messages are stored whatever happens here: if the job cannot be recorded, the
+    session's next append looks again (its backlog is still over the limit).
+    """
+    if not policy.dynamic_summary_enabled:
+        return None
+    if backlog is not None:
+        reason = proactive_reason(policy, backlog)
+        if reason is None or job_queued:
+            return reason
+
+    async def record() -> ProactiveReason | None:
+        async with database.transaction() as db:
+            if backlog is None:
+                return await schedule_if_due(db, session, policy)
+            assert reason is not None
+            await store.enqueue_job(db, session.id, "proactive", reason)
+            return reason
+
+    try:
+        return await retrying(record, "recording a summarization job", "summarization")
+    except Exception as exc:
+        if not cut_off(exc):
+            raise
+        logger.warning("an append's summarization job was not recorded: %s", describe_fault(exc))
+        return None
+
+
+def _log_retry(cause: str) -> None:
+    metrics.DATABASE_RETRIES.labels("append").inc()
+    logger.warning("an append lost its database connection; appending again: %s", cause)

@@ -1,15 +1,16 @@
-"""A loopback TCP proxy in front of PostgreSQL that can cut a connection around its COMMIT.
+"""A loopback TCP proxy in front of PostgreSQL that can cut a connection around a statement.
 
-A connection lost while COMMIT is under way leaves the client not knowing whether the
-transaction landed. `pg_terminate_backend` cannot aim at that instant; this proxy can:
+A connection lost while a statement that commits (an autocommit statement, or COMMIT) is
+under way leaves the client not knowing whether it landed. `pg_terminate_backend` cannot aim
+at that instant; this proxy can. It watches what clients send for `marker` (bytes of the
+statement or of its parameters, such as a session id):
 
-- `cut_after_commit`: the COMMIT reaches the server, which commits and answers; the answer is
+- `cut_after`: the statement reaches the server, which runs it and answers; the answer is
   dropped and the connection closed (the client sees a lost connection, the data is stored);
-- `cut_before_commit`: the COMMIT is dropped and the connection closed (the server rolls the
-  transaction back).
+- `cut_before`: the statement is dropped and the connection closed (nothing ran).
 
-Each cut is armed for the next COMMIT only. Clients must connect without TLS (`ssl=disable`)
-so the proxy can read the protocol.
+Each cut is armed for the next message carrying its marker only. Clients must connect without
+TLS (`ssl=disable`) so the proxy can read the protocol.
 """
 
 from __future__ import annotations
@@ -21,23 +22,20 @@ from typing import Literal
 
 from sqlalchemy.engine import make_url
 
-COMMIT_MESSAGE = b"Q\x00\x00\x00\x0cCOMMIT;\x00"
-"""asyncpg's COMMIT: a simple Query message ('Q', length 12, "COMMIT;" and its NUL)."""
-
-Cut = Literal["cut_after_commit", "cut_before_commit"]
+Cut = Literal["cut_after", "cut_before"]
 
 
-class CommitCuttingProxy:
+class CuttingProxy:
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self._upstream = (upstream_host, upstream_port)
         self._server: asyncio.Server | None = None
-        self._armed: Cut | None = None
+        self._armed: tuple[Cut, bytes] | None = None
         self.cuts = 0
         self.port = 0
 
-    def arm(self, cut: Cut) -> None:
-        """Cut the connection that sends the next COMMIT, as `cut` says."""
-        self._armed = cut
+    def arm(self, cut: Cut, marker: bytes) -> None:
+        """Cut the connection that next sends `marker`, as `cut` says."""
+        self._armed = (cut, marker)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -61,10 +59,10 @@ class CommitCuttingProxy:
         to_client = asyncio.create_task(_pipe(server_in, client_out))
         try:
             while chunk := await client_in.read(65536):
-                if COMMIT_MESSAGE in chunk and self._armed is not None:
-                    cut, self._armed = self._armed, None
+                if self._armed is not None and self._armed[1] in chunk:
+                    (cut, _marker), self._armed = self._armed, None
                     self.cuts += 1
-                    if cut == "cut_after_commit":
+                    if cut == "cut_after":
                         to_client.cancel()  # from here the server's answer goes nowhere
                         await asyncio.gather(to_client, return_exceptions=True)
                         server_out.write(chunk)
@@ -95,7 +93,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def _read_answer(server_in: asyncio.StreamReader) -> None:
-    """Read the server's answer to the COMMIT, up to its ReadyForQuery ('Z'): committed."""
+    """Read the server's answer, up to its ReadyForQuery ('Z'): the statement has ended."""
     while True:
         kind = await server_in.readexactly(1)
         length = int.from_bytes(await server_in.readexactly(4), "big")
@@ -105,9 +103,9 @@ async def _read_answer(server_in: asyncio.StreamReader) -> None:
 
 
 @contextlib.asynccontextmanager
-async def commit_cutting_proxy(database_url: str) -> AsyncIterator[CommitCuttingProxy]:
+async def cutting_proxy(database_url: str) -> AsyncIterator[CuttingProxy]:
     url = make_url(database_url)
-    proxy = CommitCuttingProxy(url.host or "127.0.0.1", url.port or 5432)
+    proxy = CuttingProxy(url.host or "127.0.0.1", url.port or 5432)
     await proxy.start()
     try:
         yield proxy

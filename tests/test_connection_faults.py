@@ -38,7 +38,7 @@ from api.worker import CONNECTION_RETRY_SECONDS
 from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import QUIET, make_settings
 from tests.helpers import WAIT_SECONDS, append, user, wait_for_summary
-from tests.pg_proxy import CommitCuttingProxy, commit_cutting_proxy
+from tests.pg_proxy import CuttingProxy, cutting_proxy
 from tests.test_faults import (
     KILL_CONNECTIONS,
     admin_query,
@@ -332,21 +332,33 @@ async def test_an_append_right_after_every_connection_is_killed_is_stored_once(
         await assert_nothing_lost(sessionmaker, f"hot-{i}", 2)
 
 
-async def test_an_append_whose_connection_dies_before_commit_is_stored_once(
+async def test_an_append_killed_while_its_statement_waits_on_the_session_is_stored_once(
     client: httpx.AsyncClient,
     database_url: str,
     sessionmaker: async_sessionmaker[AsyncSession],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The append's statement is running (waiting on the session row) when its connection is
+    killed: the server rolls it back, the service sees the process gone and nothing stored
+    under its append id, and appends once more."""
     await append(client, "mid", user("kept"))
     before = retries("append")
-    reached, resume = asyncio.Event(), asyncio.Event()
-    monkeypatch.setattr(
-        store, "append_messages", pause_after(store.append_messages, reached, resume)
-    )
-    batch = {"messages": [user(f"batch {i}") for i in range(5)]}
-    request = asyncio.create_task(client.post("/v1/sessions/mid/messages", json=batch))
-    assert await kill_when_reached(database_url, reached, resume) >= 1
+    holder = create_engine(database_url)
+    try:
+        async with holder.connect() as locked:  # holds the session row until it rolls back
+            lock_row = "SELECT 1 FROM sessions WHERE external_id = 'mid' FOR UPDATE"
+            await locked.execute(text(lock_row))
+            batch = {"messages": [user(f"batch {i}") for i in range(5)]}
+            request = asyncio.create_task(client.post("/v1/sessions/mid/messages", json=batch))
+            await until_waiting_on_a_lock(database_url)
+            killed = await admin_query(
+                database_url,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            assert len(killed) == 1
+            await locked.rollback()
+    finally:
+        await holder.dispose()
     answer = await request
     assert answer.status_code == 201, answer.text
     assert [m["seq"] for m in answer.json()["messages"]] == [2, 3, 4, 5, 6]
@@ -354,15 +366,46 @@ async def test_an_append_whose_connection_dies_before_commit_is_stored_once(
     await assert_nothing_lost(sessionmaker, "mid", 6)
 
 
+async def test_appends_of_one_client_id_that_waited_on_the_same_lock_store_it_once(
+    client: httpx.AsyncClient,
+    database_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """Both statements looked for the client id before either held the session row; the
+    second to get the row finds the first's message in the unique index, and runs again."""
+    await append(client, "same-id", user("first"))
+    holder = create_engine(database_url)
+    try:
+        async with holder.connect() as locked:
+            lock_row = "SELECT 1 FROM sessions WHERE external_id = 'same-id' FOR UPDATE"
+            await locked.execute(text(lock_row))
+            batch = {"messages": [user("retried", client_id="r-1")]}
+            requests = [
+                asyncio.create_task(client.post("/v1/sessions/same-id/messages", json=batch))
+                for _ in range(2)
+            ]
+            await until_waiting_on_a_lock(database_url, statements=2)
+            await locked.rollback()
+    finally:
+        await holder.dispose()
+    answers = await asyncio.gather(*requests)
+    assert [answer.status_code for answer in answers] == [201, 201], [a.text for a in answers]
+    assert {answer.json()["messages"][0]["id"] for answer in answers} == {
+        answers[0].json()["messages"][0]["id"]
+    }
+    assert await message_seqs(sessionmaker, "same-id") == [1, 2]
+    await assert_nothing_lost(sessionmaker, "same-id", 2)
+
+
 @pytest.fixture
-async def proxy(database_url: str) -> AsyncIterator[CommitCuttingProxy]:
-    async with commit_cutting_proxy(database_url) as running:
+async def proxy(database_url: str) -> AsyncIterator[CuttingProxy]:
+    async with cutting_proxy(database_url) as running:
         yield running
 
 
 @pytest.fixture
 async def proxied(
-    engine: Any, database_url: str, proxy: CommitCuttingProxy
+    engine: Any, database_url: str, proxy: CuttingProxy
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of an app whose every connection goes through `proxy`."""
     app = create_app(make_settings(proxy.url(database_url), **QUIET))
@@ -374,44 +417,63 @@ async def proxied(
 
 
 @pytest.mark.parametrize("client_ids", [False, True], ids=["plain", "with-client-ids"])
-async def test_an_append_whose_commit_answer_is_lost_is_stored_once_and_answered(
+async def test_an_append_whose_answer_is_lost_is_stored_once_and_answered(
     proxied: httpx.AsyncClient,
-    proxy: CommitCuttingProxy,
+    proxy: CuttingProxy,
     sessionmaker: async_sessionmaker[AsyncSession],
     client_ids: bool,
 ) -> None:
-    """The server commits, the answer never reaches the service: it asks the database whether
-    the transaction landed, and answers with what was stored, never appending it twice."""
+    """The server runs the append's statement, which commits; the answer never reaches the
+    service: it finds what its append id stored and answers with it, never appending twice."""
     await append(proxied, "lost-answer", user("kept"))
     before = retries("append")
     batch = [user(f"batch {i}", **({"client_id": f"c{i}"} if client_ids else {})) for i in range(3)]
-    proxy.arm("cut_after_commit")
+    proxy.arm("cut_after", b"lost-answer")
     answer = await proxied.post("/v1/sessions/lost-answer/messages", json={"messages": batch})
     assert proxy.cuts == 1
     assert answer.status_code == 201, answer.text
     assert [m["seq"] for m in answer.json()["messages"]] == [2, 3, 4]
+    assert [m["content"] for m in answer.json()["messages"]] == [m["content"] for m in batch]
     assert retries("append") == before  # resolved, not appended again
     assert await message_seqs(sessionmaker, "lost-answer") == [1, 2, 3, 4]
     await append(proxied, "lost-answer", user("next"))
     await assert_nothing_lost(sessionmaker, "lost-answer", 5)
 
 
-async def test_an_append_whose_commit_never_arrives_is_stored_once(
+async def test_an_append_with_a_repeated_client_id_whose_answer_is_lost_answers_the_stored_one(
     proxied: httpx.AsyncClient,
-    proxy: CommitCuttingProxy,
+    proxy: CuttingProxy,
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
-    """The COMMIT is lost on the way: the server rolls back, the service appends once more."""
-    await append(proxied, "lost-commit", user("kept"))
+    await append(proxied, "lost-repeat", user("kept", client_id="k"))
+    batch = [user("again", client_id="k"), user("new", client_id="n")]
+    proxy.arm("cut_after", b"lost-repeat")
+    answer = await proxied.post("/v1/sessions/lost-repeat/messages", json={"messages": batch})
+    assert proxy.cuts == 1
+    assert answer.status_code == 201, answer.text
+    assert [(m["seq"], m["content"]) for m in answer.json()["messages"]] == [
+        (1, "kept"),
+        (2, "new"),
+    ]
+    assert await message_seqs(sessionmaker, "lost-repeat") == [1, 2]
+
+
+async def test_an_append_whose_statement_never_arrives_is_stored_once(
+    proxied: httpx.AsyncClient,
+    proxy: CuttingProxy,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """The statement is lost on the way: nothing ran, the service appends once more."""
+    await append(proxied, "lost-statement", user("kept"))
     before = retries("append")
-    proxy.arm("cut_before_commit")
+    proxy.arm("cut_before", b"lost-statement")
     batch = {"messages": [user(f"batch {i}") for i in range(3)]}
-    answer = await proxied.post("/v1/sessions/lost-commit/messages", json=batch)
+    answer = await proxied.post("/v1/sessions/lost-statement/messages", json=batch)
     assert proxy.cuts == 1
     assert answer.status_code == 201, answer.text
     assert [m["seq"] for m in answer.json()["messages"]] == [2, 3, 4]
     assert retries("append") == before + 1
-    await assert_nothing_lost(sessionmaker, "lost-commit", 4)
+    await assert_nothing_lost(sessionmaker, "lost-statement", 4)
 
 
 WAITING_ON_A_LOCK = (
@@ -420,10 +482,10 @@ WAITING_ON_A_LOCK = (
 )
 
 
-async def until_waiting_on_a_lock(database_url: str) -> None:
+async def until_waiting_on_a_lock(database_url: str, statements: int = 1) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
-        if (await admin_query(database_url, WAITING_ON_A_LOCK))[0][0]:
+        if (await admin_query(database_url, WAITING_ON_A_LOCK))[0][0] >= statements:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("no statement waited on the lock")

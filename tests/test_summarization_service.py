@@ -302,3 +302,71 @@ async def test_compact_answers_its_summary_as_stored_after_a_rollup_absorbs_it(
     assert compacted["summary"]["superseded_by"] == rollup["id"]
     stored = (await client.get(f"/v1/summaries/{compacted['summary']['id']}")).json()
     assert stored["superseded_by"] == rollup["id"]
+
+
+async def scheduled_after(client: httpx.AsyncClient, sid: str, *messages: dict[str, Any]) -> Any:
+    """The summarization status of each append of `messages`, one message per append."""
+    return [(await append(client, sid, message))["summarization"] for message in messages]
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"summary_workers": 0, "summary_message_limit": 1000}], indirect=True
+)
+async def test_a_sessions_own_settings_decide_its_proactive_trigger(
+    client: httpx.AsyncClient,
+) -> None:
+    """The append reads the backlog with the session's overrides of the server's settings
+    (on PostgreSQL inside its one statement), for every setting the trigger reads."""
+
+    async def session(sid: str, **settings: Any) -> str:
+        created = await client.post("/v1/sessions", json={"id": sid, "settings": settings})
+        assert created.status_code == 201, created.text
+        return sid
+
+    off = await session("own-off", dynamic_summary_enabled=False, message_limit=2)
+    assert [s["scheduled"] for s in await scheduled_after(client, off, *map(user, "abc"))] == [
+        False
+    ] * 3
+    limit = await session("own-limit", message_limit=3, keep_last_n=1)
+    assert [s["reason"] for s in await scheduled_after(client, limit, *map(user, "abc"))] == [
+        None,
+        None,
+        "message_limit",
+    ]
+    long_text = "The order 1234 shipped from Lyon on Monday. " * 12
+    tokens = await session("own-tokens", max_context_tokens=200, keep_last_n=1)
+    assert [
+        s["reason"]
+        for s in await scheduled_after(client, tokens, user(long_text), assistant(long_text))
+    ] == [None, "token_limit"]
+    system = {"role": "system", "content": "You are terse."}
+    pinned = await session("own-pinned", message_limit=3, keep_last_n=0)
+    assert [
+        s["reason"] for s in await scheduled_after(client, pinned, system, *map(user, "ab"))
+    ] == [None] * 3
+    unpinned = await session("own-unpinned", message_limit=3, keep_last_n=0, pin_system=False)
+    assert [
+        s["reason"] for s in await scheduled_after(client, unpinned, system, *map(user, "ab"))
+    ] == [None, None, "message_limit"]
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_workers": 0, "dynamic_summary_enabled": False}],
+    indirect=True,
+)
+async def test_a_session_may_summarize_where_the_server_does_not(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await client.post(
+        "/v1/sessions",
+        json={
+            "id": "own-on",
+            "settings": {"dynamic_summary_enabled": True, "message_limit": 2, "keep_last_n": 0},
+        },
+    )
+    assert created.status_code == 201, created.text
+    assert [s["reason"] for s in await scheduled_after(client, "own-on", *map(user, "ab"))] == [
+        None,
+        "message_limit",
+    ]

@@ -1,5 +1,6 @@
-"""The hot reads' fast path on PostgreSQL: a statement compiled once, run on a pooled
-connection's asyncpg connection, past SQLAlchemy's execution layer.
+"""The hot path on PostgreSQL: statements run on a pooled connection's asyncpg connection,
+past SQLAlchemy's execution layer (the history reads here, compiled once; the append in
+`api.store.pg_append`).
 
 The pool, its checkout checks (`api.db.engine`), the dialect's JSON codecs and the statements
 themselves (SQLAlchemy Core, so they stay portable and typed) are SQLAlchemy's; only the
@@ -10,7 +11,8 @@ execution is the driver's, which measured about half of a history load's cost
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -74,16 +76,25 @@ async def fetch(engine: AsyncEngine, statement: Executable, params: Mapping[str,
 async def _fetch_once(
     engine: AsyncEngine, compiled: DriverStatement, arguments: list[Any]
 ) -> list[Any]:
-    # The pool's own calls (check-in, invalidation) run in SQLAlchemy's greenlet bridge, as
-    # they do for its async engine.
+    async with checked_out(engine) as connection:
+        rows: list[Any] = await connection.fetch(compiled.sql, *arguments)
+    return rows
+
+
+@asynccontextmanager
+async def checked_out(engine: AsyncEngine) -> AsyncIterator[Any]:
+    """The asyncpg connection of a connection checked out of `engine`'s pool, outside any
+    transaction: each statement on it commits on its own.
+
+    A connection that failed, or whose operation was cancelled halfway, never goes back to the
+    pool (the next checkout would find it busy): it is invalidated. The pool's own calls
+    (check-in, invalidation) run in SQLAlchemy's greenlet bridge, as they do for its async
+    engine.
+    """
     pooled = await engine.raw_connection()
     try:
-        connection: Any = pooled.driver_connection
-        rows: list[Any] = await connection.fetch(compiled.sql, *arguments)
+        yield pooled.driver_connection
     except BaseException as exc:
-        # A connection that failed, or whose operation was cancelled halfway, never goes back
-        # to the pool: the next checkout would find it busy. Invalidating checks it in.
         await greenlet_spawn(pooled.invalidate, exc if isinstance(exc, Exception) else None)
         raise
     await greenlet_spawn(pooled.close)
-    return rows

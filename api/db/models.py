@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -132,6 +132,10 @@ class Message(Base):
     client_id: Mapped[str | None] = mapped_column(String(256))
     token_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    append_id: Mapped[int | None] = mapped_column(BigInteger)
+    """The random id of the request that stored the message, set by PostgreSQL's
+    one-statement append (`api.store.pg_append`): an append whose connection was cut before
+    its answer arrived finds out by it whether it landed. Never shown to clients."""
 
 
 class Summary(Base):

@@ -9,8 +9,9 @@ connection dies (`api.appending.store_batch`); summarization writes in short sco
   fresh connection: each statement stands alone, so the second run is the same as the first.
 - A write (`transaction`) commits when its block ends and rolls back on any error. A lost
   connection before COMMIT was sent stored nothing, so its caller may run it again; one lost
-  while COMMIT was under way raises `CommitInterrupted`: whether it landed is for the caller
-  to find out (`api.appending.append` asks the database by the transaction's id).
+  while COMMIT was under way raises `CommitInterrupted` (its outcome is unknown). The append
+  on PostgreSQL is one autocommit statement instead, which finds out by its own id whether
+  it landed (`api.appending`).
 - Summarization (jobs, their bookkeeping, inline compactions) and the readiness probe run
   through `retrying`.
 """
@@ -26,7 +27,7 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import metrics
 from api.db.faults import connection_lost, describe_fault
@@ -133,6 +134,11 @@ class Database:
 
     def transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
         return transaction(self.sessionmaker, self.write_lock)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        engine: AsyncEngine = self.sessionmaker.kw["bind"]
+        return engine
 
     def reading(self) -> AsyncSession:
         return self.read_sessionmaker()

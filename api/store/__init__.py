@@ -35,7 +35,6 @@ from api.store.sessions import (
     get_session,
     get_session_by_id,
     list_sessions,
-    transaction_status,
     update_session,
 )
 from api.store.summaries import (
@@ -88,6 +87,5 @@ __all__ = [
     "session_for_history",
     "summary_before",
     "summary_message_ids",
-    "transaction_status",
     "update_session",
 ]

@@ -44,9 +44,26 @@ class AppendOutcome:
     session: SessionRow
     messages: list[MessageRow]
     inserted: int
-    transaction_id: int | None
-    """PostgreSQL's id of the appending transaction (None on SQLite): if the connection dies
-    during COMMIT, `transaction_status` tells whether the batch landed."""
+
+
+def in_batch_order(
+    batch: Sequence[NewMessage], fresh: Sequence[MessageRow], stored: dict[str, MessageRow]
+) -> list[MessageRow]:
+    """The answer to an append, one row per message of `batch`: the `fresh` rows it inserted
+    (in order: each message without a client id, and the first with each client id that
+    `stored` does not hold), and the `stored` row for every repeated client id."""
+    by_client_id = dict(stored)
+    inserted = iter(fresh)
+    answer: list[MessageRow] = []
+    for new in batch:
+        if new.client_id is not None and new.client_id in by_client_id:
+            answer.append(by_client_id[new.client_id])
+            continue
+        row = next(inserted)
+        if new.client_id is not None:
+            by_client_id[new.client_id] = row
+        answer.append(row)
+    return answer
 
 
 def _bind(name: str) -> Any:
@@ -91,7 +108,7 @@ async def _insert_messages(
 
 async def _messages_by_client_id(
     db: AsyncSession, session_id: int, batch: Sequence[NewMessage]
-) -> dict[str, MessageRow | None]:
+) -> dict[str, MessageRow]:
     client_ids = {message.client_id for message in batch if message.client_id is not None}
     if not client_ids:
         return {}
@@ -100,12 +117,8 @@ async def _messages_by_client_id(
             _messages.session_id == session_id, _messages.client_id.in_(client_ids)
         )
     )
-    known: dict[str, MessageRow | None] = {}
-    for row in result:
-        message = MessageRow._make(row)
-        if message.client_id is not None:
-            known[message.client_id] = message
-    return known
+    rows = [MessageRow._make(row) for row in result]
+    return {row.client_id: row for row in rows if row.client_id is not None}
 
 
 async def append_messages(
@@ -123,34 +136,30 @@ async def append_messages(
     """
     reserve = 0 if any(message.client_id is not None for message in batch) else len(batch)
     leading = sessions.leading_pinned(batch) if reserve else 0
-    locked = await sessions.lock_session(db, tenant, external_id, reserve, leading)
+    session = await sessions.lock_session(db, tenant, external_id, reserve, leading)
     for _attempt in range(CREATE_ATTEMPTS):
-        if locked is not None:
+        if session is not None:
             break
         await sessions.create_if_missing(db, tenant, external_id)
         # None again only if a concurrent DELETE removed the row just inserted or found.
-        locked = await sessions.lock_session(db, tenant, external_id, reserve, leading)
-    if locked is None:
+        session = await sessions.lock_session(db, tenant, external_id, reserve, leading)
+    if session is None:
         raise Conflict("the session was deleted while this append ran; retry")
-    session, transaction_id = locked
     now = utcnow()
     if reserve:
         first_seq = session.last_seq - reserve + 1
         inserted = await _insert_messages(db, session.id, first_seq, batch, now)
-        return AppendOutcome(session, inserted, len(inserted), transaction_id)
+        return AppendOutcome(session, inserted, len(inserted))
 
-    known = await _messages_by_client_id(db, session.id, batch)
+    stored = await _messages_by_client_id(db, session.id, batch)
     fresh: list[NewMessage] = []
-    placement: list[int | str] = []
+    seen = set(stored)
     for new in batch:
-        if new.client_id is not None and new.client_id in known:
-            placement.append(new.client_id)
-            continue
         if new.client_id is not None:
-            known[new.client_id] = None
+            if new.client_id in seen:
+                continue
+            seen.add(new.client_id)
         fresh.append(new)
-        placement.append(len(fresh) - 1)
-
     new_rows: list[MessageRow] = []
     if fresh:
         new_rows = await _insert_messages(db, session.id, session.last_seq + 1, fresh, now)
@@ -160,19 +169,7 @@ async def append_messages(
             pinned_seq += sessions.leading_pinned(fresh)
         await sessions.set_last_seq(db, session.id, last_seq, pinned_seq)
         session = session._replace(last_seq=last_seq, pinned_seq=pinned_seq)
-        for message in new_rows:
-            if message.client_id is not None:
-                known[message.client_id] = message
-
-    ordered: list[MessageRow] = []
-    for slot in placement:
-        if isinstance(slot, int):
-            ordered.append(new_rows[slot])
-        else:
-            stored = known[slot]
-            assert stored is not None
-            ordered.append(stored)
-    return AppendOutcome(session, ordered, len(fresh), transaction_id)
+    return AppendOutcome(session, in_batch_order(batch, new_rows, stored), len(fresh))
 
 
 async def messages_in_range(

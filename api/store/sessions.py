@@ -9,19 +9,15 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
-    BigInteger,
     Table,
     bindparam,
     case,
     delete,
-    func,
     select,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
 
 from api.db.models import Session, utcnow
 from api.errors import SessionExists, SessionNotFound
@@ -133,24 +129,6 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
         raise SessionNotFound(external_id)
 
 
-class current_transaction_id(FunctionElement[int]):
-    """The id of the transaction running the statement: `txid_current()` on PostgreSQL, NULL
-    on SQLite (whose COMMIT cannot be cut off halfway by a network)."""
-
-    type = BigInteger()
-    inherit_cache = True
-
-
-@compiles(current_transaction_id)
-def _no_transaction_id(_element: Any, _compiler: Any, **_kw: Any) -> str:
-    return "NULL"
-
-
-@compiles(current_transaction_id, "postgresql")
-def _txid_current(_element: Any, _compiler: Any, **_kw: Any) -> str:
-    return "txid_current()"
-
-
 _LOCK_SESSION = (
     update(_SESSION_TABLE)
     .where(
@@ -169,7 +147,7 @@ _LOCK_SESSION = (
             else_=_sessions.pinned_seq,
         ),
     )
-    .returning(*SESSION_COLUMNS, current_transaction_id())
+    .returning(*SESSION_COLUMNS)
 )
 """A Core UPDATE: the ORM-enabled one rebuilt its cache key and an ORM object on every append."""
 
@@ -189,11 +167,11 @@ def leading_pinned(batch: Sequence[NewMessage]) -> int:
 
 async def lock_session(
     db: AsyncSession, tenant: str, external_id: str, reserve: int, leading: int
-) -> tuple[SessionRow, int | None] | None:
+) -> SessionRow | None:
     """Lock the session row, touch `updated_at`, add `reserve` to `last_seq` (and `leading`
     to `pinned_seq` while the session holds nothing but its pinned prefix).
 
-    Returns the updated row, with the transaction's id.
+    Returns the updated row.
     """
     result = await db.execute(
         _LOCK_SESSION,
@@ -206,10 +184,7 @@ async def lock_session(
         },
     )
     row = result.first()
-    if row is None:
-        return None
-    *values, transaction_id = row
-    return SessionRow._make(values), transaction_id
+    return None if row is None else SessionRow._make(row)
 
 
 async def create_if_missing(db: AsyncSession, tenant: str, external_id: str) -> None:
@@ -233,12 +208,3 @@ async def set_last_seq(db: AsyncSession, session_id: int, last_seq: int, pinned_
         _SET_LAST_SEQ,
         {"p_session_id": session_id, "p_last_seq": last_seq, "p_pinned_seq": pinned_seq},
     )
-
-
-async def transaction_status(db: AsyncSession, transaction_id: int) -> str | None:
-    """PostgreSQL's word on a transaction: "committed", "aborted", "in progress", or None
-    when it is too old to tell."""
-    status: str | None = await db.scalar(
-        select(func.txid_status(bindparam("p_xid", transaction_id, type_=BigInteger)))
-    )
-    return status

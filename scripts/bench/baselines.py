@@ -19,6 +19,9 @@ from typing import Any
 
 import asyncpg
 
+from api.db.models import utcnow
+from api.store.pg_append import APPEND, BacklogDefaults, arguments
+from api.store.rows import NewMessage
 from scripts.bench.lib import RoundFn, concurrent, sequential
 
 RAW_TABLE = "bench_raw_messages"
@@ -105,6 +108,20 @@ class RawPostgres:
             chunk = [(2, *rows[(i * batch + k) % len(rows)]) for k in range(batch)]
             async with conn.transaction():
                 await conn.executemany(self._INSERT, chunk)
+
+        return sequential(one)
+
+    def store_statement(self, news: Sequence[NewMessage]) -> RoundFn:
+        """The store's own append statement (`api.store.pg_append.APPEND`), one message at a
+        time on a bare connection: what the service's append costs without the service."""
+        conn = self.conns[0]
+        defaults = BacklogDefaults(summarize=True, pin_system=True, message_limit=80)
+
+        async def one(i: int) -> None:
+            values = arguments(
+                "bench", "raw-statement", [news[i % len(news)]], utcnow(), i, defaults
+            )
+            await conn.fetchrow(APPEND, *values)
 
         return sequential(one)
 

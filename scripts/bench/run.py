@@ -32,6 +32,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import service, store
+from api.appending import store_batch
 from api.compaction import Compactor
 from api.db.engine import (
     create_engine,
@@ -39,6 +40,7 @@ from api.db.engine import (
     create_sessionmaker,
     read_engine,
 )
+from api.db.transactions import Database
 from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
@@ -203,13 +205,18 @@ class PrecisStore:
         self.sessionmaker: async_sessionmaker[AsyncSession] = create_sessionmaker(self.engine)
         self.read_engine = read_engine(self.engine)
         self.read_sessionmaker = create_read_sessionmaker(self.engine)
+        sqlite = self.engine.dialect.name == "sqlite"
+        self.database = Database(
+            self.sessionmaker, self.read_sessionmaker, asyncio.Lock() if sqlite else None
+        )
+        self.settings = Settings(_env_file=None, database_url=url, summary_workers=0)
         self.sessions: dict[int, store.SessionRow] = {}
         """Rows of the sessions this store created (a load starts from the session row)."""
 
     async def append(self, external_id: str, batch: Sequence[store.NewMessage]) -> None:
-        async with self.sessionmaker() as db:
-            await store.append_messages(db, TENANT, external_id, batch)
-            await db.commit()
+        """The service's append (`store_batch`): PostgreSQL's one statement, SQLite's
+        transaction, and the proactive trigger's check."""
+        await store_batch(self.database, self.settings, TENANT, external_id, batch)
 
     async def create(self, external_id: str, settings: dict[str, Any]) -> int:
         async with self.sessionmaker() as db:
@@ -331,6 +338,8 @@ class Bench:
         }
         if self.driver is not None:
             cases["single"]["aiosqlite"] = self.driver.single(self.raw_rows)
+        if isinstance(raw, RawPostgres):
+            cases["single"]["statement"] = raw.store_statement(news)
         if peers.agents is not None:
             agents = peers.agents
             one = agents.session("agents-single")
@@ -410,6 +419,20 @@ class Bench:
                     ms(ours),
                     f"{ref} {ms(floor)}",
                     ours.p50_ms / floor.p50_ms,
+                    "",
+                    None,
+                )
+            )
+        if "statement" in single:
+            ours, same = single["store"], single["statement"]
+            res.row(
+                RowOut(
+                    backend,
+                    "append",
+                    "append 1 msg/commit, 1 session, store p50 (vs the same statement)",
+                    ms(ours),
+                    f"{raw.label} running the store's statement {ms(same)}",
+                    ours.p50_ms / same.p50_ms,
                     "",
                     None,
                 )

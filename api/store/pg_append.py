@@ -1,0 +1,296 @@
+"""The append on PostgreSQL: one statement in autocommit, on the pooled connection's asyncpg
+connection (`api.db.driver`).
+
+The statement locks the session row (or creates the session), leaves out every message whose
+`client_id` the session already holds, inserts the rest at contiguous seqs from one `unnest`
+of the batch, and answers what the proactive trigger asks (the backlog after the newest live
+summary, and whether a job is queued already): one round trip where a transaction took five.
+Every message it inserts carries the request's random `append_id`, so a request whose
+connection was cut before the answer arrived can tell whether its statement landed
+(`landed`). The guarantees are the transactional append's (`api.store.messages`),
+which SQLite and the store's own callers use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.db import driver
+from api.db.faults import connection_lost
+from api.db.models import utcnow
+from api.errors import Conflict
+from api.store.messages import AppendOutcome, in_batch_order
+from api.store.rows import MessageRow, NewMessage, SessionRow
+
+CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
+
+_SESSION_RETURNING = (
+    "id, tenant, external_id, metadata, settings, last_seq, pinned_seq, created_at, updated_at"
+)
+_MESSAGE_COLUMNS = (
+    "id, session_id, seq, role, content, content_parts, name, tool_calls, tool_call_id, "
+    "metadata, client_id, token_count, created_at"
+)
+
+APPEND = f"""
+WITH batch AS (
+    SELECT * FROM unnest(
+        $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+        $10::text[], $11::int[]
+    ) WITH ORDINALITY AS b(role, content, content_parts, name, tool_calls, tool_call_id,
+                           metadata, client_id, token_count, ord)
+),
+known AS (
+    SELECT m.client_id FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
+    WHERE s.tenant = $1 AND s.external_id = $2 AND m.client_id = ANY($10::text[])
+),
+fresh AS (
+    SELECT b.*, row_number() OVER (ORDER BY b.ord) AS n FROM batch AS b
+    WHERE b.client_id IS NULL OR (
+        b.client_id NOT IN (SELECT client_id FROM known)
+        AND b.ord = (SELECT min(d.ord) FROM batch AS d WHERE d.client_id = b.client_id)
+    )
+),
+counts AS (
+    SELECT count(*) AS fresh,
+           coalesce(min(n) FILTER (WHERE role NOT IN ('system', 'developer')) - 1, count(*))
+               AS leading
+    FROM fresh
+),
+updated AS (
+    UPDATE sessions AS s SET
+        updated_at = $12,
+        last_seq = s.last_seq + c.fresh,
+        pinned_seq = CASE WHEN s.pinned_seq = s.last_seq THEN s.last_seq + c.leading
+                          ELSE s.pinned_seq END
+    FROM counts AS c
+    WHERE s.tenant = $1 AND s.external_id = $2
+    RETURNING {", ".join(f"s.{column}" for column in _SESSION_RETURNING.split(", "))}
+),
+created AS (
+    INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
+                          created_at, updated_at)
+    SELECT $1, $2, '{{}}', '{{}}', c.fresh, c.leading, $12, $12 FROM counts AS c
+    WHERE NOT EXISTS (SELECT 1 FROM updated)
+    ON CONFLICT (tenant, external_id) DO NOTHING
+    RETURNING {_SESSION_RETURNING}
+),
+session AS (
+    SELECT * FROM updated UNION ALL SELECT * FROM created
+),
+inserted AS (
+    INSERT INTO messages (session_id, seq, role, content, content_parts, name, tool_calls,
+                          tool_call_id, metadata, client_id, token_count, created_at, append_id)
+    SELECT s.id, s.last_seq - c.fresh + f.n, f.role, f.content, f.content_parts::jsonb, f.name,
+           f.tool_calls::jsonb, f.tool_call_id, f.metadata::jsonb, f.client_id, f.token_count,
+           $12, $13
+    FROM session AS s, counts AS c, fresh AS f
+    RETURNING id, seq, token_count
+),
+backlog AS (
+    SELECT greatest(
+               (SELECT coalesce(max(u.last_seq), 0) FROM session_summaries AS u
+                WHERE u.session_id = s.id AND u.superseded_by IS NULL),
+               CASE WHEN coalesce((s.settings ->> 'pin_system')::boolean, $15)
+                    THEN s.pinned_seq ELSE 0 END
+           ) AS after_seq,
+           coalesce((s.settings ->> 'dynamic_summary_enabled')::boolean, $14) AS summarizes,
+           coalesce((s.settings ->> 'message_limit')::bigint, $16) AS message_limit
+    FROM session AS s
+)
+SELECT s.*, k.after_seq,
+       CASE WHEN k.summarizes AND s.last_seq - k.after_seq < k.message_limit THEN
+           (SELECT coalesce(sum(m.token_count), 0) FROM messages AS m
+            WHERE m.session_id = s.id AND m.seq > k.after_seq)
+           + (SELECT coalesce(sum(i.token_count), 0) FROM inserted AS i WHERE i.seq > k.after_seq)
+       END AS backlog_tokens,
+       EXISTS (SELECT 1 FROM summary_jobs AS j WHERE j.session_id = s.id) AS job_queued,
+       (SELECT array_agg(i.id ORDER BY i.seq) FROM inserted AS i) AS ids,
+       (SELECT array_agg(f.ord ORDER BY f.n) FROM fresh AS f) AS fresh_ords
+FROM session AS s, backlog AS k
+"""
+"""$1 tenant, $2 external id, $3-$11 the batch's columns (JSON as text), $12 the time,
+$13 the append id, $14-$16 the server's `dynamic_summary_enabled`, `pin_system` and
+`message_limit` (a session's own settings override them, as `Settings.policy` does).
+
+The backlog's tokens (existing messages from the statement's snapshot, the new ones from
+`inserted`) are counted only when they can matter: the session summarizes and its backlog is
+under the message limit. So the scan reads fewer than `message_limit` rows."""
+
+_STORED = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND client_id = ANY($2)"
+
+_OF_APPEND = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages
+WHERE session_id = (SELECT id FROM sessions WHERE tenant = $1 AND external_id = $2)
+  AND append_id = $3
+ORDER BY seq
+"""
+"""The messages one append stored; a scan of the session's messages, run only after a cut."""
+
+
+class AppendCutOff(Exception):
+    """The connection died before the statement's answer arrived: it may have landed."""
+
+    def __init__(self, server_pid: int) -> None:
+        super().__init__(f"the append's connection (server process {server_pid}) was lost")
+        self.server_pid = server_pid
+
+
+@dataclass(frozen=True)
+class BacklogDefaults:
+    """The server's settings the statement reads the backlog with, where a session has none."""
+
+    summarize: bool
+    pin_system: bool
+    message_limit: int
+
+
+@dataclass(frozen=True)
+class CountedBacklog:
+    """What lies after the newest live summary (and the pinned prefix), as the statement saw
+    it; `token_count` is None where it was not counted (see `APPEND`)."""
+
+    after_seq: int
+    message_count: int
+    token_count: int | None
+
+
+@dataclass(frozen=True)
+class Appended:
+    outcome: AppendOutcome
+    backlog: CountedBacklog
+    job_queued: bool
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def arguments(
+    tenant: str,
+    external_id: str,
+    batch: Sequence[NewMessage],
+    now: datetime,
+    append_id: int,
+    defaults: BacklogDefaults,
+) -> list[Any]:
+    """`APPEND`'s parameters, in order."""
+    return [
+        tenant,
+        external_id,
+        [message.role for message in batch],
+        [message.content for message in batch],
+        [_json(message.content_parts) for message in batch],
+        [message.name for message in batch],
+        [_json(message.tool_calls) for message in batch],
+        [message.tool_call_id for message in batch],
+        [_json(message.metadata) for message in batch],
+        [message.client_id for message in batch],
+        [message.token_count for message in batch],
+        now,
+        append_id,
+        defaults.summarize,
+        defaults.pin_system,
+        defaults.message_limit,
+    ]
+
+
+def raced_on_client_id(exc: BaseException) -> bool:
+    """A concurrent append stored one of the batch's client ids after this statement looked
+    (it reads the session's client ids from its snapshot): nothing landed, run it again."""
+    return getattr(exc, "constraint_name", None) == CLIENT_ID_INDEX
+
+
+async def append(
+    engine: AsyncEngine,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[NewMessage],
+    append_id: int,
+    defaults: BacklogDefaults,
+) -> Appended | None:
+    """Append `batch` in one statement; None when a concurrent request created the session
+    at the same moment (run it again: the row is there now).
+
+    Raises `AppendCutOff` when the connection died before the answer arrived.
+    """
+    now = utcnow()
+    values = arguments(tenant, external_id, batch, now, append_id, defaults)
+    async with driver.checked_out(engine) as connection:
+        server_pid: int = connection.get_server_pid()
+        try:
+            row = await connection.fetchrow(APPEND, *values)
+            if row is None:
+                return None
+            session = SessionRow._make(row[: len(SessionRow._fields)])
+            ids: list[int] = row["ids"] or []
+            inserted: list[NewMessage] = [batch[ord_ - 1] for ord_ in row["fresh_ords"] or ()]
+            first_seq = session.last_seq - len(ids) + 1
+            fresh = [
+                MessageRow(id_, session.id, first_seq + i, *new, now)
+                for i, (id_, new) in enumerate(zip(ids, inserted, strict=True))
+            ]
+            stored = await _stored(connection, session.id, batch, fresh)
+        except Exception as exc:
+            if connection_lost(exc):
+                raise AppendCutOff(server_pid) from exc
+            raise
+    after_seq = row["after_seq"]
+    backlog = CountedBacklog(after_seq, session.last_seq - after_seq, row["backlog_tokens"])
+    messages = in_batch_order(batch, fresh, stored)
+    return Appended(AppendOutcome(session, messages, len(fresh)), backlog, row["job_queued"])
+
+
+async def _stored(
+    connection: Any, session_id: int, batch: Sequence[NewMessage], fresh: Sequence[MessageRow]
+) -> dict[str, MessageRow]:
+    """The stored messages that the batch's repeated client ids name."""
+    inserted = {message.client_id for message in fresh}
+    repeated = {m.client_id for m in batch if m.client_id is not None} - inserted
+    if not repeated:
+        return {}
+    rows = await connection.fetch(_STORED, session_id, list(repeated))
+    return {row["client_id"]: MessageRow._make(row) for row in rows}
+
+
+_RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')"
+
+
+async def still_running(engine: AsyncEngine, server_pid: int) -> bool:
+    """Whether the server process of a cut connection is still running its statement (it
+    commits or rolls back when it ends; a process that is gone or idle has ended)."""
+    async with driver.checked_out(engine) as connection:
+        running: bool = await connection.fetchval(_RUNNING, server_pid)
+    return running
+
+
+async def landed(
+    engine: AsyncEngine,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[NewMessage],
+    append_id: int,
+) -> AppendOutcome | None:
+    """What an append whose statement has ended stored (by its `append_id`), or None if it
+    stored nothing: it did not land, or every message in it was a repeat (running it again
+    is then the same)."""
+    async with driver.checked_out(engine) as connection:
+        rows = await connection.fetch(_OF_APPEND, tenant, external_id, append_id)
+        if not rows:
+            return None
+        fresh = [MessageRow._make(row) for row in rows]
+        session_row = await connection.fetchrow(_SESSION, fresh[0].session_id)
+        stored = await _stored(connection, fresh[0].session_id, batch, fresh)
+    if session_row is None:
+        raise Conflict("the session was deleted while this append ran; retry")
+    session = SessionRow._make(session_row)
+    return AppendOutcome(session, in_batch_order(batch, fresh, stored), len(fresh))
+
+
+_SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
