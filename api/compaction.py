@@ -293,7 +293,8 @@ async def schedule_if_due(
     if not policy.dynamic_summary_enabled:
         return None
     floor = pinned_floor(session, policy)
-    reason = proactive_reason(policy, await store.backlog(db, session.id, session.last_seq, floor))
+    backlog = await store.backlog(db, session.id, session.last_seq, floor, policy.message_limit)
+    reason = proactive_reason(policy, backlog)
     if reason is not None:
         await store.enqueue_job(db, session.id, "proactive", reason)
     return reason

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import (
     AfterValidator,
@@ -12,6 +13,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     Strict,
     field_validator,
@@ -191,6 +193,8 @@ class Settings(BaseSettings):
     max_metadata_bytes: PositiveInt = 65_536
     """Largest `metadata` object (its JSON encoding) of a session or a message; larger get 413."""
 
+    _default_policy: SummaryPolicy | None = PrivateAttr(default=None)
+
     @field_validator("summary_api_base", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
@@ -198,6 +202,20 @@ class Settings(BaseSettings):
 
     def policy(self, overrides: SummaryOverrides | dict[str, Any] | None = None) -> SummaryPolicy:
         """The summary settings in force for a session with these overrides."""
+        if not overrides:
+            # most sessions override nothing: their policy is resolved once (settings are
+            # never changed after start)
+            if self._default_policy is None:
+                self._default_policy = self._resolve(None)
+            return self._default_policy
+        return self._resolve(overrides)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copy = super().model_copy(update=update, deep=deep)
+        copy._default_policy = None  # resolved from the copy's own values when asked
+        return copy
+
+    def _resolve(self, overrides: SummaryOverrides | dict[str, Any] | None) -> SummaryPolicy:
         if isinstance(overrides, dict):
             overrides = SummaryOverrides.model_validate(overrides)
         values = {key: getattr(self, name) for key, name in SESSION_KEYS.items()}

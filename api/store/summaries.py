@@ -265,6 +265,8 @@ class Backlog:
     after_seq: int
     message_count: int
     token_count: int
+    """Of the first `message_limit` messages at most: more cannot change the trigger's answer
+    (that many messages reach the message limit whatever their tokens)."""
 
 
 _summarized_seq = (
@@ -279,16 +281,21 @@ _BACKLOG = select(
         _messages.session_id == bindparam("p_session_id"),
         _messages.seq > _summarized_seq,
         _messages.seq > bindparam("p_floor"),
+        # after_seq is the larger of the two, so this reads at most `p_limit` + the smaller
+        _messages.seq <= _summarized_seq + bindparam("p_floor") + bindparam("p_limit"),
     )
     .scalar_subquery(),
 )
 """The newest live summary's last seq and the tokens after it, in one round trip."""
 
 
-async def backlog(db: AsyncSession, session_id: int, last_seq: int, floor: int) -> Backlog:
+async def backlog(
+    db: AsyncSession, session_id: int, last_seq: int, floor: int, message_limit: int
+) -> Backlog:
     """Count and tokens of the messages after the newest live summary and after `floor`
-    (the pinned prefix), in an index range scan."""
-    row = (await db.execute(_BACKLOG, {"p_session_id": session_id, "p_floor": floor})).one()
+    (the pinned prefix), in an index range scan of at most about `message_limit` rows."""
+    params = {"p_session_id": session_id, "p_floor": floor, "p_limit": message_limit}
+    row = (await db.execute(_BACKLOG, params)).one()
     after_seq, tokens = row
     after_seq = max(int(after_seq or 0), floor)
     return Backlog(
