@@ -8,7 +8,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run migrate test lint format typecheck check bench bench-summarizer bench-fidelity demo verify load
+.PHONY: install run migrate test lint format typecheck check bench profile bench-summarizer bench-fidelity demo verify load
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -59,8 +59,11 @@ load: $(STAMP)
 $(BENCH_STAMP): pyproject.toml
 	test -d $(BENCH_VENV) || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' 'openai-agents[sqlalchemy]==0.20.0' 'langchain-postgres==0.0.19' 'psycopg[binary]'
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' 'openai-agents[sqlalchemy]==0.20.0' 'langchain-postgres==0.0.19' 'psycopg[binary]' 'pyinstrument==5.1.3'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m scripts.bench.run
+
+profile: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m scripts.bench.profile

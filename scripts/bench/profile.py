@@ -1,0 +1,96 @@
+"""Where the hot paths spend their time: pyinstrument over the service's append and history
+load on PostgreSQL, at the store (`store_batch`, `load_rows`) and through the app in process
+(FastAPI, pydantic, no socket).
+
+Run with `make profile` (the bench virtualenv, which has pyinstrument). A scratch database
+is created and dropped; `PRECIS_BENCH_POSTGRES_URL` points it elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+
+import httpx
+from pyinstrument import Profiler
+
+from api import store
+from api.appending import store_batch
+from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
+from api.db.transactions import Database
+from api.main import create_app
+from api.settings import Settings
+from scripts.bench.scratch_db import create_postgres_database, drop_postgres_database, migrate
+
+ADMIN_URL = os.environ.get(
+    "PRECIS_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
+TENANT = "default"
+TEXT = "The shipment left Lyon on Monday and reached the depot two days later. " * 10
+
+
+def message(i: int) -> store.NewMessage:
+    return store.NewMessage("user", f"{i}: {TEXT}", None, None, None, None, None, None, 150)
+
+
+async def profiled(title: str, calls: int, call: Callable[[int], Awaitable[object]]) -> None:
+    for i in range(calls // 10):  # warm up: prepared statements, pool, caches
+        await call(i)
+    profiler = Profiler(interval=0.0002, async_mode="disabled")
+    profiler.start()
+    for i in range(calls):
+        await call(i)
+    profiler.stop()
+    print(f"\n=== {title}: {calls} calls ===")
+    print(profiler.output_text(unicode=False, color=False, show_all=False, short_mode=True))
+
+
+async def main(calls: int) -> None:
+    url = await create_postgres_database(ADMIN_URL, "precis_profile")
+    try:
+        await asyncio.to_thread(migrate, url)
+        settings = Settings(_env_file=None, database_url=url, summary_workers=0)
+        engine = create_engine(url)
+        read = create_read_sessionmaker(engine)
+        database = Database(create_sessionmaker(engine), read, None)
+        for start in range(0, 1000, 100):
+            batch = [message(i) for i in range(start, start + 100)]
+            await store_batch(database, settings, TENANT, "profiled", batch)
+
+        async def append(i: int) -> object:
+            return await store_batch(database, settings, TENANT, "appended", [message(i)])
+
+        async def load(_i: int) -> object:
+            async with read() as db:
+                session = await store.get_session(db, TENANT, "profiled")
+                return await store.load_rows(db, session, 3, 7_500)
+
+        await profiled("store append (store_batch), 1 message", calls, append)
+        await profiled("store history load (load_rows), 50 of 1,000 messages", calls, load)
+
+        app = create_app(settings)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://p") as http,
+        ):
+
+            async def http_append(i: int) -> object:
+                body = {"messages": [{"role": "user", "content": f"{i}: {TEXT}"}]}
+                return await http.post("/v1/sessions/over-http/messages", json=body)
+
+            async def http_load(_i: int) -> object:
+                return await http.get("/v1/sessions/profiled/history?max_tokens=7500")
+
+            await profiled("HTTP append (in process)", calls, http_append)
+            await profiled("HTTP history load (in process)", calls, http_load)
+        await engine.dispose()
+    finally:
+        await drop_postgres_database(ADMIN_URL, url)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=2000, help="profiled calls per path")
+    asyncio.run(main(parser.parse_args().calls))
