@@ -112,8 +112,9 @@ async def _store_in_a_transaction(
     external_id: str,
     batch: Sequence[store.NewMessage],
 ) -> tuple[store.AppendOutcome, ProactiveReason | None]:
-    """The append and its job in one transaction (SQLite). Lost before COMMIT was sent, the
-    transaction stored nothing: it runs again on a fresh connection."""
+    """The append and its job in one transaction (SQLite, whose COMMIT no network can cut).
+    Lost before COMMIT was sent, the transaction stored nothing: it runs again on a fresh
+    connection."""
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         try:
             async with database.transaction() as db:
@@ -121,6 +122,8 @@ async def _store_in_a_transaction(
                 policy = settings.policy(outcome.session.settings)
                 reason = await schedule_if_due(db, outcome.session, policy)
             return outcome, reason
+        except CommitInterrupted:
+            raise  # it may have landed: running it again could store it twice
         except Exception as exc:
             if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
                 raise

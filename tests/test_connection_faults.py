@@ -311,6 +311,22 @@ async def test_a_read_whose_connection_dies_between_its_statements_answers_norma
     assert retries("read") - before in (0, 1)
 
 
+@contextlib.asynccontextmanager
+async def session_row_locked(database_url: str, external_id: str) -> AsyncIterator[None]:
+    """The session's row locked by a connection of its own until the block ends."""
+    holder = create_engine(database_url)
+    try:
+        async with holder.connect() as locked:
+            await locked.execute(
+                text("SELECT 1 FROM sessions WHERE external_id = :id FOR UPDATE"),
+                {"id": external_id},
+            )
+            yield
+            await locked.rollback()
+    finally:
+        await holder.dispose()
+
+
 # --- appends ----------------------------------------------------------------------------------
 
 
@@ -342,23 +358,16 @@ async def test_an_append_killed_while_its_statement_waits_on_the_session_is_stor
     under its append id, and appends once more."""
     await append(client, "mid", user("kept"))
     before = retries("append")
-    holder = create_engine(database_url)
-    try:
-        async with holder.connect() as locked:  # holds the session row until it rolls back
-            lock_row = "SELECT 1 FROM sessions WHERE external_id = 'mid' FOR UPDATE"
-            await locked.execute(text(lock_row))
-            batch = {"messages": [user(f"batch {i}") for i in range(5)]}
-            request = asyncio.create_task(client.post("/v1/sessions/mid/messages", json=batch))
-            await until_waiting_on_a_lock(database_url)
-            killed = await admin_query(
-                database_url,
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            assert len(killed) == 1
-            await locked.rollback()
-    finally:
-        await holder.dispose()
+    async with session_row_locked(database_url, "mid"):
+        batch = {"messages": [user(f"batch {i}") for i in range(5)]}
+        request = asyncio.create_task(client.post("/v1/sessions/mid/messages", json=batch))
+        await until_waiting_on_a_lock(database_url)
+        killed = await admin_query(
+            database_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        assert len(killed) == 1
     answer = await request
     assert answer.status_code == 201, answer.text
     assert [m["seq"] for m in answer.json()["messages"]] == [2, 3, 4, 5, 6]
@@ -374,20 +383,13 @@ async def test_appends_of_one_client_id_that_waited_on_the_same_lock_store_it_on
     """Both statements looked for the client id before either held the session row; the
     second to get the row finds the first's message in the unique index, and runs again."""
     await append(client, "same-id", user("first"))
-    holder = create_engine(database_url)
-    try:
-        async with holder.connect() as locked:
-            lock_row = "SELECT 1 FROM sessions WHERE external_id = 'same-id' FOR UPDATE"
-            await locked.execute(text(lock_row))
-            batch = {"messages": [user("retried", client_id="r-1")]}
-            requests = [
-                asyncio.create_task(client.post("/v1/sessions/same-id/messages", json=batch))
-                for _ in range(2)
-            ]
-            await until_waiting_on_a_lock(database_url, statements=2)
-            await locked.rollback()
-    finally:
-        await holder.dispose()
+    async with session_row_locked(database_url, "same-id"):
+        batch = {"messages": [user("retried", client_id="r-1")]}
+        requests = [
+            asyncio.create_task(client.post("/v1/sessions/same-id/messages", json=batch))
+            for _ in range(2)
+        ]
+        await until_waiting_on_a_lock(database_url, statements=2)
     answers = await asyncio.gather(*requests)
     assert [answer.status_code for answer in answers] == [201, 201], [a.text for a in answers]
     assert {answer.json()["messages"][0]["id"] for answer in answers} == {
@@ -499,22 +501,14 @@ async def test_an_append_cancelled_while_it_waits_on_a_lock_leaves_no_connection
     """A request cancelled mid-statement (its client went away) must not hand a connection
     still running that statement to the next request."""
     await append(client, "locked", user("one"))
-    holder = create_engine(database_url)
-    try:
-        async with holder.connect() as lock:
-            await lock.execute(
-                text("SELECT 1 FROM sessions WHERE external_id = 'locked' FOR UPDATE")
-            )
-            cancelled = asyncio.create_task(
-                client.post("/v1/sessions/locked/messages", json={"messages": [user("never")]})
-            )
-            await until_waiting_on_a_lock(database_url)
-            cancelled.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await cancelled
-            await lock.rollback()
-    finally:
-        await holder.dispose()
+    async with session_row_locked(database_url, "locked"):
+        cancelled = asyncio.create_task(
+            client.post("/v1/sessions/locked/messages", json={"messages": [user("never")]})
+        )
+        await until_waiting_on_a_lock(database_url)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
     more = {"messages": [user("more")]}
     answers = await asyncio.gather(
         *(client.post("/v1/sessions/locked/messages", json=more) for _ in range(8)),

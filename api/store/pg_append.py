@@ -134,6 +134,11 @@ ORDER BY seq
 """The messages one append stored; a scan of the session's messages, run only after a cut."""
 
 
+_SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
+
+_RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')"
+
+
 class AppendCutOff(Exception):
     """The connection died before the statement's answer arrived: it may have landed."""
 
@@ -259,9 +264,6 @@ async def _stored(
     return {row["client_id"]: MessageRow._make(row) for row in rows}
 
 
-_RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')"
-
-
 async def still_running(engine: AsyncEngine, server_pid: int) -> bool:
     """Whether the server process of a cut connection is still running its statement (it
     commits or rolls back when it ends; a process that is gone or idle has ended)."""
@@ -291,6 +293,3 @@ async def landed(
         raise Conflict("the session was deleted while this append ran; retry")
     session = SessionRow._make(session_row)
     return AppendOutcome(session, in_batch_order(batch, fresh, stored), len(fresh))
-
-
-_SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
