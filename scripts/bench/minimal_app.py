@@ -30,8 +30,11 @@ import argparse
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
@@ -47,6 +50,7 @@ from api.db.engine import create_engine, create_read_sessionmaker, create_sessio
 from api.db.transactions import Database
 from api.errors import PrecisError, Unauthorized
 from api.settings import Settings, get_settings
+from scripts.bench.lib import REPO_ROOT, _wait_for_port, free_port
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message, encoding
 
@@ -288,6 +292,34 @@ def _error(
 
 app = MinimalApp()
 """The ASGI app: `uvicorn scripts.bench.minimal_app:app`; settings are read at start-up."""
+
+
+@contextmanager
+def served(database_url: str, **settings: str) -> Iterator[str]:
+    """The minimal app under uvicorn in a subprocess, with the environment, flags and
+    settings `scripts.bench.lib.served` gives Precis; yields its base URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        **{key.upper(): value for key, value in settings.items()},
+    }
+    env.pop("API_KEYS", None)
+    command = [sys.executable, "-m", "uvicorn", "scripts.bench.minimal_app:app"]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    command += ["--log-level", "warning", "--no-access-log"]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env)
+    try:
+        _wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def main() -> None:

@@ -68,6 +68,7 @@ from scripts.bench.lib import (
     sqlite_path,
     timed,
 )
+from scripts.bench.minimal_app import served as served_minimal
 from scripts.bench.scratch_db import create_postgres_database, drop_postgres_database, migrate
 from summarizer.tokens import count_message, encoding
 
@@ -93,6 +94,17 @@ VARIANTS = {"tail": "no summaries, max_tokens", "summaries": "with summaries"}
 """The two history loads: a budgeted tail of an unsummarized session, and summaries + tail."""
 
 Raw = RawPostgres | RawSqlite
+
+MINIMAL_APP = "minimal ASGI app (same SQL, same bytes)"
+"""The HTTP rows' reference: `scripts/bench/minimal_app.py` under uvicorn, as Precis runs."""
+
+
+@dataclass(frozen=True)
+class Http:
+    """Clients of the two servers of a backend: Precis and the minimal app, same database."""
+
+    precis: httpx.AsyncClient
+    minimal: httpx.AsyncClient
 
 
 @dataclass
@@ -304,10 +316,11 @@ class Bench:
     # -- append ------------------------------------------------------------------------------
 
     def contestants(
-        self, precis: PrecisStore, raw: Raw, http: httpx.AsyncClient, peers: Peers
+        self, precis: PrecisStore, raw: Raw, servers: Http, peers: Peers
     ) -> dict[str, dict[str, RoundFn]]:
         """Per append case, every contestant's round function."""
         p, news, b, w = self.payloads, self.news, APPEND_BATCH, CONCURRENT_SESSIONS
+        http, minimal = servers.precis, servers.minimal
 
         def batch_of(i: int) -> list[store.NewMessage]:
             return [news[(i * b + j) % len(news)] for j in range(b)]
@@ -320,6 +333,7 @@ class Bench:
                 "raw": raw.single(self.raw_rows),
                 "store": sequential(lambda i: precis.append("a-single", [news[i % len(news)]])),
                 "http": sequential(lambda i: post(http, "h-single", [p.message(i % len(p))])),
+                "minimal": sequential(lambda i: post(minimal, "m-single", [p.message(i % len(p))])),
             },
             "concurrent": {
                 "raw": raw.concurrent(self.raw_rows, w),
@@ -373,11 +387,11 @@ class Bench:
         return cases
 
     async def appends(
-        self, backend: str, precis: PrecisStore, raw: Raw, http: httpx.AsyncClient, peers: Peers
+        self, backend: str, precis: PrecisStore, raw: Raw, servers: Http, peers: Peers
     ) -> None:
         plan, res = self.plan, self.results
         print(f"[{backend}] append", flush=True)
-        cases = self.contestants(precis, raw, http, peers)
+        cases = self.contestants(precis, raw, servers, peers)
         rounds = ROUNDS
         stats = {
             "single": await interleaved(cases["single"], plan.appends // rounds, rounds),
@@ -423,6 +437,20 @@ class Bench:
                     None,
                 )
             )
+        ours, floor = single["http"], single["minimal"]
+        ratio = ours.p50_ms / floor.p50_ms
+        res.row(
+            RowOut(
+                backend,
+                "append",
+                "append 1 msg/commit, 1 session, HTTP p50 (vs the minimal app)",
+                ms(ours),
+                f"{MINIMAL_APP} {ms(floor)}",
+                ratio,
+                "<= 1.5x",
+                ratio <= 1.5,
+            )
+        )
         if "statement" in single:
             ours, same = single["store"], single["statement"]
             res.row(
@@ -557,7 +585,7 @@ class Bench:
         url: str,
         precis: PrecisStore,
         raw: Raw,
-        http: httpx.AsyncClient,
+        servers: Http,
         peers: Peers,
     ) -> None:
         plan = self.plan
@@ -587,7 +615,7 @@ class Bench:
                 peers_of_size = peer_sessions[size] if variant == "summaries" else {}
                 for name, fn in (
                     await self.load_contestants(
-                        variant, built[size], precis, compactor, raw, http, peers_of_size
+                        variant, built[size], precis, compactor, raw, servers, peers_of_size
                     )
                 ).items():
                     contestants[f"{size}/{name}"] = fn
@@ -619,10 +647,11 @@ class Bench:
         precis: PrecisStore,
         compactor: Compactor,
         raw: Raw,
-        http: httpx.AsyncClient,
+        servers: Http,
         peer_sessions: dict[str, Any],
     ) -> dict[str, RoundFn]:
-        """One session's loads at the store, service and HTTP layers, the raw query, Agents."""
+        """One session's loads at the store, service and HTTP layers (Precis and the minimal
+        app), the raw query, Agents."""
         max_tokens = built.budget if variant == "tail" else None
         returned = await precis.load(built.session_id, max_tokens)
 
@@ -640,7 +669,8 @@ class Bench:
             "pooled": sequential(lambda _i: precis.pooled_query(pooled_sql, pooled_args)),
             "store": sequential(lambda _i: precis.load(built.session_id, max_tokens)),
             "service": sequential(service_load),
-            "http": sequential(lambda _i: get(http, path, query)),
+            "http": sequential(lambda _i: get(servers.precis, path, query)),
+            "minimal": sequential(lambda _i: get(servers.minimal, path, query)),
         }
         if "agents" in peer_sessions:
             session = peer_sessions["agents"]
@@ -699,6 +729,19 @@ class Bench:
                     stats["http"].p50_ms / stats["raw"].p50_ms,
                     "",
                     None,
+                )
+            )
+            ratio = stats["http"].p50_ms / stats["minimal"].p50_ms
+            res.row(
+                RowOut(
+                    backend,
+                    "load",
+                    f"history {size:,} msgs ({name}), HTTP p50 (vs the minimal app)",
+                    ms(stats["http"], p95=True),
+                    f"{MINIMAL_APP} {ms(stats['minimal'], p95=True)}",
+                    ratio,
+                    "<= 1.5x",
+                    ratio <= 1.5,
                 )
             )
         for layer in ("store", "service", "http"):
@@ -908,10 +951,18 @@ async def run_backend(backend: str, url: str, bench: Bench, with_peers: bool) ->
             except PeerMissing as exc:
                 bench.results.notes.append(f"skipped {exc}")
     try:
-        with served(url, summary_workers="0") as base_url:
-            async with httpx.AsyncClient(base_url=base_url, timeout=120) as http:
-                await bench.appends(backend, precis, raw, http, peers)
-                await bench.loads(backend, url, precis, raw, http, peers)
+        # Both servers run throughout, so their rounds alternate (see `interleaved`).
+        with (
+            served(url, summary_workers="0") as base_url,
+            served_minimal(url, summary_workers="0") as minimal_url,
+        ):
+            async with (
+                httpx.AsyncClient(base_url=base_url, timeout=120) as http,
+                httpx.AsyncClient(base_url=minimal_url, timeout=120) as minimal,
+            ):
+                servers = Http(http, minimal)
+                await bench.appends(backend, precis, raw, servers, peers)
+                await bench.loads(backend, url, precis, raw, servers, peers)
         await bench.proactive(backend, url)
     finally:
         await precis.close()
