@@ -147,9 +147,30 @@ def test_a_small_run_passes_and_scans_only_its_own_server_log(
     assert "Application startup complete." in server_log.read_text()
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_small_comparison_with_the_minimal_app_reports_both_rates_and_their_ratio(
+    database: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    status = load.main(
+        ["--compare-minimal", "--database", database, "--backends", "2", "--turns", "3"]
+    )
+    printed = capfd.readouterr().out
+    assert status == 0, printed
+    for label in ("Precis", "minimal app"):
+        assert re.search(rf"^  {label}: 6 turns, 18 requests in .* requests/s$", printed, re.M)
+    assert re.search(
+        r"throughput: Precis [0-9.]+ requests/s, minimal app [0-9.]+ requests/s: "
+        r"[0-9.]+x \(target >= 0.8x: (met|missed)\)",
+        printed,
+    ), printed
+    assert "errors: 0 HTTP, server log: 0 tracebacks, 0 ERROR lines" in printed
+    assert printed.rstrip().endswith("verify passed")
+
+
 @pytest.mark.parametrize(
     ("arguments", "complaint"),
     [
+        (["--chaos", "--compare-minimal"], "leave out --chaos"),
         (["--chaos"], "add --database postgresql"),
         (
             ["--chaos", "--database", "postgresql", "--postgres-url", "postgresql://db.example/x"],

@@ -3,6 +3,7 @@
     python -m scripts.bench.load [--backends 16] [--turns 20] [--duration 60]
                            [--database sqlite|postgresql] [--message-limit 12]
                            [--chaos [--chaos-kills 12] [--chaos-max-interval 3]]
+                           [--compare-minimal]
 
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
 temporary folder, or a new PostgreSQL database on PRECIS_TEST_POSTGRES_URL's server, dropped
@@ -18,6 +19,14 @@ With `--chaos` (PostgreSQL on loopback only), every backend connection of the ru
 is terminated (`pg_terminate_backend`, as an operator or a failover would) at random
 intervals while the backends play, `--chaos-kills` times at most: the run must pass all the
 same, the service answering every request and draining every job.
+
+With `--compare-minimal`, summarization is off and the same turns are played twice on one
+database: against Precis, then against the minimal ASGI app of `scripts/bench/minimal_app.py`
+(the same SQL through the same store functions, the same answers), each served the same way
+(`python -m api`, `python -m scripts.bench.minimal_app`) with the same settings and API key.
+It prints the requests/s of each and their ratio (target: Precis at least 0.8x), then runs
+verify; the exit status says whether both runs were clean (the ratio is reported, not
+enforced: one short run on a shared machine is noisy).
 
 Prints throughput, p50/p95/p99 per operation and the errors: HTTP errors, background
 summarization job failures (`precis_summary_job_failures_total` on /metrics at the end), and
@@ -73,6 +82,12 @@ MAX_EXCERPTS = 20
 
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 """Where `--database postgresql` creates its database (PRECIS_TEST_POSTGRES_URL overrides)."""
+
+MINIMAL_APP_MODULE = "scripts.bench.minimal_app"
+"""What `--compare-minimal` serves after Precis (`python -m` it, as `python -m api`)."""
+
+THROUGHPUT_TARGET = 0.8
+"""`--compare-minimal`: Precis's requests/s should be at least this share of the minimal app's."""
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 """Where `--chaos` may terminate connections: a database of this machine's, never a shared one."""
@@ -145,7 +160,8 @@ def _env_value(value: Any) -> str:
 
 
 class LiveServer:
-    """`python -m api` in a subprocess on a free loopback port; SIGTERM stops it gracefully.
+    """`python -m api` (or another `module` taking the same flags) in a subprocess on a free
+    loopback port; SIGTERM stops it gracefully.
 
     The database must be migrated already. `settings` are api.settings names (lower case).
     """
@@ -155,10 +171,12 @@ class LiveServer:
         database_url: str,
         log_path: Path,
         settings: Mapping[str, Any] | None = None,
+        module: str = "api",
     ) -> None:
         self.database_url = database_url
         self.log_path = log_path
         self.settings = dict(settings or {})
+        self.module = module
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -174,7 +192,8 @@ class LiveServer:
             "DATABASE_URL": self.database_url,
             **settings_env(self.settings),
         }
-        command = [sys.executable, "-m", "api", "--host", "127.0.0.1", "--port", str(self.port)]
+        command = [sys.executable, "-m", self.module, "--host", "127.0.0.1"]
+        command += ["--port", str(self.port)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -437,19 +456,40 @@ class Outcome:
     chaos: ChaosTally | None = None
 
 
-async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
+def load_client(base_url: str, api_key: str, plan: Plan) -> httpx.AsyncClient:
+    """One client for every backend: a connection each, keep-alive, the API key."""
     headers = {"Authorization": f"Bearer {api_key}"}
     limits = httpx.Limits(max_connections=plan.backends + 4)
+    return httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=120.0)
+
+
+def new_session_ids(plan: Plan) -> list[str]:
+    return [f"load-{index:03d}-{uuid.uuid4().hex[:8]}" for index in range(plan.backends)]
+
+
+async def warm_up(http: httpx.AsyncClient) -> None:
+    """One untimed append: the first request pays for what is loaded on first use."""
+    message = {"role": "user", "content": "warm-up"}
+    await http.post("/v1/sessions/load-warm-up/messages", json={"messages": [message]})
+
+
+async def play(
+    http: httpx.AsyncClient, plan: Plan, session_ids: Sequence[str], stats: Stats
+) -> tuple[int, float]:
+    """Every backend's turns at once; returns the turns played and their seconds."""
+    started = time.monotonic()
+    deadline = started + plan.duration
+    turns = await asyncio.gather(
+        *(chat_backend(http, sid, plan, deadline, stats) for sid in session_ids)
+    )
+    return sum(turns), time.monotonic() - started
+
+
+async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
     stats = Stats()
-    session_ids = [f"load-{index:03d}-{uuid.uuid4().hex[:8]}" for index in range(plan.backends)]
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, limits=limits, timeout=120.0
-    ) as http:
-        # One warm-up turn, untimed: the first request loads the tokenizer (about a second).
-        warm_up = {"role": "user", "content": "warm-up"}
-        await http.post("/v1/sessions/load-warm-up/messages", json={"messages": [warm_up]})
-        started = time.monotonic()
-        deadline = started + plan.duration
+    session_ids = new_session_ids(plan)
+    async with load_client(base_url, api_key, plan) as http:
+        await warm_up(http)
         backends_done = asyncio.Event()
         chaos = (
             asyncio.create_task(
@@ -458,10 +498,7 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
             if plan.chaos is not None
             else None
         )
-        turns = await asyncio.gather(
-            *(chat_backend(http, sid, plan, deadline, stats) for sid in session_ids)
-        )
-        elapsed = time.monotonic() - started
+        turns, elapsed = await play(http, plan, session_ids, stats)
         backends_done.set()
         chaos_tally = await chaos if chaos is not None else None
         drained = await drain(http, [*session_ids, "load-warm-up"], DRAIN_TIMEOUT_SECONDS)
@@ -470,7 +507,7 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
     return Outcome(
         stats=stats,
         elapsed=elapsed,
-        turns=sum(turns),
+        turns=turns,
         sessions=len(session_ids),
         drained=drained,
         metrics_status=metrics.status_code,
@@ -563,6 +600,15 @@ def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: 
             f"background summarization did not drain within {DRAIN_TIMEOUT_SECONDS:.0f} s "
             f"({outcome.pending_jobs:.0f} jobs pending)"
         )
+    reasons += server_failures(log, server_exit)
+    if verify_exit != 0:
+        reasons.append(f"scripts.verify failed (exit {verify_exit})")
+    return reasons
+
+
+def server_failures(log: LogFindings, server_exit: int) -> list[str]:
+    """What the server's log and exit status say went wrong."""
+    reasons = []
     if log.tracebacks:
         reasons.append(f"{log.tracebacks} tracebacks in the server's log")
     if log.error_lines:
@@ -570,8 +616,6 @@ def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: 
     # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully.
     if server_exit not in (0, -signal.SIGTERM):
         reasons.append(f"the server exited with {server_exit}")
-    if verify_exit != 0:
-        reasons.append(f"scripts.verify failed (exit {verify_exit})")
     return reasons
 
 
@@ -585,6 +629,21 @@ def verdict(reasons: Sequence[str]) -> str:
     )
 
 
+def operation_lines(stats: Stats, indent: str = "  ") -> list[str]:
+    """A table of the latencies of each operation."""
+    lines = [
+        f"{indent}{'operation':<17} {'count':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+        f"{'max ms':>8}"
+    ]
+    for operation, values in stats.latencies.items():
+        cells = [percentile(values, q) * 1000 for q in (0.50, 0.95, 0.99)] + [max(values) * 1000]
+        lines.append(
+            f"{indent}{operation:<17} {len(values):>6} "
+            + " ".join(f"{cell:>8.1f}" for cell in cells)
+        )
+    return lines
+
+
 def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str:
     stats = outcome.stats
     lines = [
@@ -593,13 +652,8 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
         f"  {outcome.turns} turns, {stats.requests} requests in {outcome.elapsed:.1f} s: "
         f"{stats.requests / outcome.elapsed:.1f} requests/s, "
         f"{outcome.turns / outcome.elapsed:.1f} turns/s",
-        f"  {'operation':<17} {'count':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}",
+        *operation_lines(stats),
     ]
-    for operation, values in stats.latencies.items():
-        cells = [percentile(values, q) * 1000 for q in (0.50, 0.95, 0.99)] + [max(values) * 1000]
-        lines.append(
-            f"  {operation:<17} {len(values):>6} " + " ".join(f"{cell:>8.1f}" for cell in cells)
-        )
     lines.append(
         f"  summaries stored: {outcome.summaries:.0f} ({outcome.llm_calls:.0f} LLM calls); "
         f"background work drained: {'yes' if outcome.drained else 'NO'} "
@@ -623,6 +677,118 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
     lines.extend(f"    {error}" for error in stats.errors[:MAX_EXCERPTS])
     lines.extend(f"    server log: {line}" for line in log.excerpts[:MAX_EXCERPTS])
     return "\n".join(lines)
+
+
+# --- Precis against the minimal app --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One server's run of `--compare-minimal`."""
+
+    label: str
+    stats: Stats
+    turns: int
+    elapsed: float
+    log: LogFindings
+    server_exit: int
+
+    @property
+    def rate(self) -> float:
+        return self.stats.requests / self.elapsed if self.elapsed > 0 else 0.0
+
+
+async def run_turns(base_url: str, api_key: str, plan: Plan) -> tuple[Stats, int, float]:
+    """The backends' turns against one server: nothing to drain, summarization is off."""
+    stats = Stats()
+    async with load_client(base_url, api_key, plan) as http:
+        await warm_up(http)
+        turns, elapsed = await play(http, plan, new_session_ids(plan), stats)
+    return stats, turns, elapsed
+
+
+def compare_report(runs: Sequence[Compared], plan: Plan, database: str) -> str:
+    lines = [
+        f"compare: {plan.backends} backends x up to {plan.turns} turns on {database}, "
+        f"summarization off, history max_tokens={plan.max_tokens}"
+    ]
+    for run in runs:
+        lines.append(
+            f"  {run.label}: {run.turns} turns, {run.stats.requests} requests in "
+            f"{run.elapsed:.1f} s: {run.rate:.1f} requests/s"
+        )
+        lines.extend(operation_lines(run.stats, "    "))
+        lines.append(
+            f"    errors: {len(run.stats.errors)} HTTP, server log: {run.log.tracebacks} "
+            f"tracebacks, {run.log.error_lines} ERROR lines"
+        )
+        lines.extend(f"      {error}" for error in run.stats.errors[:MAX_EXCERPTS])
+        lines.extend(f"      server log: {line}" for line in run.log.excerpts[:MAX_EXCERPTS])
+    precis, minimal = runs
+    ratio = precis.rate / minimal.rate if minimal.rate > 0 else 0.0
+    met = "met" if ratio >= THROUGHPUT_TARGET else "missed"
+    lines.append(
+        f"  throughput: {precis.label} {precis.rate:.1f} requests/s, {minimal.label} "
+        f"{minimal.rate:.1f} requests/s: {ratio:.2f}x (target >= {THROUGHPUT_TARGET}x: {met})"
+    )
+    return "\n".join(lines)
+
+
+def compare_minimal(args: argparse.Namespace) -> int:
+    """`--compare-minimal`: the same turns against Precis, then the minimal app, one database."""
+    api_key = secrets.token_urlsafe(24)
+    plan = Plan(args.backends, args.turns, args.duration, args.max_tokens, args.seed)
+    settings = {
+        "api_keys": f"load:{api_key}",
+        "dynamic_summary_enabled": False,
+        "summary_workers": 0,
+    }
+    servers = (("Precis", "api"), ("minimal app", MINIMAL_APP_MODULE))
+    runs: list[Compared] = []
+    with tempfile.TemporaryDirectory(prefix="precis-load-") as folder:
+        if args.database == "sqlite":
+            database_url = f"sqlite+aiosqlite:///{Path(folder) / 'load.db'}"
+        else:
+            database_url = create_postgres_database(args.postgres_url)
+        try:
+            migrate(database_url)
+            for label, module in servers:
+                log_path = args.server_log or Path(folder) / f"{module}.log"
+                log_start = log_path.stat().st_size if log_path.exists() else 0
+                server = LiveServer(database_url, log_path, settings, module)
+                with server:
+                    stats, turns, elapsed = asyncio.run(run_turns(server.base_url, api_key, plan))
+                    exit_status = server.stop()
+                log = scan_log(read_log(log_path, log_start))
+                runs.append(Compared(label, stats, turns, elapsed, log, exit_status))
+            print(compare_report(runs, plan, args.database), flush=True)
+            verify = subprocess.run(
+                [sys.executable, "-m", "scripts.verify", "--database-url", database_url],
+                cwd=REPO_ROOT,
+                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                check=False,
+            )
+        finally:
+            if args.database == "postgresql":
+                drop_postgres_database(args.postgres_url, database_url)
+    reasons = [
+        f"{run.label}: {reason}"
+        for run in runs
+        for reason in (
+            ([f"{len(run.stats.errors)} HTTP errors"] if run.stats.errors else [])
+            + server_failures(run.log, run.server_exit)
+        )
+    ]
+    if verify.returncode != 0:
+        reasons.append(f"scripts.verify failed (exit {verify.returncode})")
+    print(
+        "load: FAILED: " + "; ".join(reasons)
+        if reasons
+        else "load: compared: 0 HTTP errors, no traceback or ERROR line in either server's "
+        "log, verify passed",
+        flush=True,
+    )
+    return 1 if reasons else 0
 
 
 # --- databases ------------------------------------------------------------------------------
@@ -678,6 +844,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--chaos-kills", type=int, default=12, help="rounds of terminations")
     parser.add_argument(
+        "--compare-minimal",
+        action="store_true",
+        help="summarization off: the same turns against Precis, then against the minimal ASGI "
+        "app on the same database; report both requests/s and their ratio",
+    )
+    parser.add_argument(
         "--chaos-max-interval",
         type=float,
         default=3.0,
@@ -686,6 +858,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.backends < 1 or args.turns < 1 or args.duration <= 0:
         parser.error("--backends, --turns and --duration must be positive")
+    if args.chaos and args.compare_minimal:
+        parser.error("--compare-minimal measures throughput: leave out --chaos")
     if args.chaos:
         if args.database != "postgresql":
             parser.error("--chaos terminates PostgreSQL connections: add --database postgresql")
@@ -701,6 +875,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.compare_minimal:
+        return compare_minimal(args)
     from scripts.bench.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
     api_key = secrets.token_urlsafe(24)
