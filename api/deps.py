@@ -39,9 +39,16 @@ async def write_transaction(request: Request) -> AsyncIterator[AsyncSession]:
 
 
 def database_of(request: Request) -> Database:
-    """The app's database, for a use case that opens its own units of work (an append)."""
     database: Database = request.app.state.database
     return database
+
+
+async def app_database(request: Request) -> Database:
+    """The app's database, for a use case that opens its own units of work (an append).
+
+    Every dependency here is async: FastAPI runs a plain function in a worker thread, a
+    thread hop per dependency per request."""
+    return database_of(request)
 
 
 @contextmanager
@@ -101,7 +108,7 @@ async def settings_of(request: Request) -> Settings:
 
 ReadDb = Annotated[AsyncSession, Depends(read_transaction, scope="function")]
 WriteDb = Annotated[AsyncSession, Depends(write_transaction, scope="function")]
-AppDatabase = Annotated[Database, Depends(database_of)]
+AppDatabase = Annotated[Database, Depends(app_database)]
 AppSettings = Annotated[Settings, Depends(settings_of)]
 AppCompactor = Annotated[Compactor, Depends(compactor_of)]
 AppWorker = Annotated[Worker, Depends(worker_of)]

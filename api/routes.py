@@ -6,7 +6,7 @@ from contextlib import suppress
 from functools import partial
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
 from fastapi.dependencies.models import Dependant
 from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
@@ -106,20 +106,31 @@ BODY = (PayloadTooLarge, UnsupportedMediaType)
 """What a route taking a JSON body may answer about the body itself."""
 
 
-def _query_names(dependant: Dependant) -> set[str]:
+def _query_names(dependant: Dependant) -> frozenset[str]:
     names = {param.alias for param in dependant.query_params}
     for sub in dependant.dependencies:
         names |= _query_names(sub)
-    return names
+    return frozenset(names)
+
+
+_route_query_names: dict[int, tuple[APIRoute, frozenset[str]]] = {}
+"""The query parameters of each route, by route (kept alive, so its id names no other)."""
+
+
+def _query_names_of(route: APIRoute) -> frozenset[str]:
+    found = _route_query_names.get(id(route))
+    if found is None:
+        found = _route_query_names[id(route)] = (route, _query_names(route.dependant))
+    return found[1]
 
 
 def known_query_only(request: Request) -> None:
     """Refuse query parameters a route does not take: a typo (`max_token=`) must not pass
     silently as if the client had not asked."""
     route = request.scope.get("route")
-    if not isinstance(route, APIRoute):
+    if not request.scope.get("query_string") or not isinstance(route, APIRoute):
         return
-    unknown = sorted(set(request.query_params) - _query_names(route.dependant))
+    unknown = sorted(set(request.query_params) - _query_names_of(route))
     if unknown:
         raise ValidationFailed(
             "; ".join(f"query.{name}: not a parameter of this route" for name in unknown)
@@ -150,9 +161,16 @@ def json_bodies_only(request: Request) -> None:
         )
 
 
-router = APIRouter(
-    prefix="/v1", dependencies=[Depends(known_query_only), Depends(json_bodies_only)]
-)
+async def well_formed(request: Request) -> None:
+    """What every /v1 request is checked for before its parameters are read.
+
+    One async dependency: FastAPI pays per dependency, and runs a plain function in a worker
+    thread (a thread hop per request)."""
+    known_query_only(request)
+    json_bodies_only(request)
+
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(well_formed)])
 probes = APIRouter()
 
 
@@ -220,7 +238,6 @@ async def append_messages(
     tenant: Tenant,
     settings: AppSettings,
     worker: AppWorker,
-    background: BackgroundTasks,
 ) -> Response:
     for index, message in enumerate(body.messages):
         where = f"messages[{index}].metadata"
@@ -228,7 +245,9 @@ async def append_messages(
     with metrics.APPEND_SECONDS.time(), database_faults_as_503():
         answer = await appending.append(database, settings, tenant, session_id, body.messages)
     if answer.summarization.scheduled:
-        background.add_task(worker.wake)  # runs after the commit, so the job is visible
+        # The append has committed its job: the worker finds it. (A background task would
+        # run this plain function in a worker thread, a thread hop per append.)
+        worker.wake()
     return serialized(answer, status.HTTP_201_CREATED)
 
 
@@ -253,7 +272,7 @@ async def list_messages(
 )
 async def history(
     session_id: SessionPath,
-    db: ReadDb,
+    database: AppDatabase,
     tenant: Tenant,
     compactor: AppCompactor,
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
@@ -266,9 +285,14 @@ async def history(
         ),
     ] = "openai",
 ) -> Response:
-    with metrics.HISTORY_SECONDS.time():
-        loaded = await service.history(db, compactor, tenant, session_id, summary_limit, max_tokens)
-        return serialized(loaded)
+    # The read session is opened here, not by the ReadDb dependency: a dependency with a
+    # cleanup step costs FastAPI an exit stack and a shielded scope per request.
+    with database_faults_as_503(), metrics.HISTORY_SECONDS.time():
+        async with database.reading() as db:
+            loaded = await service.history(
+                db, compactor, tenant, session_id, summary_limit, max_tokens
+            )
+    return serialized(loaded)
 
 
 @router.post(
