@@ -8,13 +8,13 @@ import logging
 import secrets
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import metrics, store
 from api.compaction import proactive_reason, schedule_if_due
-from api.db import driver
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
     RETRY_PAUSE_SECONDS,
@@ -26,7 +26,7 @@ from api.db.transactions import (
 from api.errors import Conflict, PayloadTooLarge
 from api.schemas import AppendResponse, MessageIn, MessageOut, SummarizationStatus
 from api.settings import Settings, SummaryPolicy
-from api.store import pg_append
+from api.store import pg_append, sqlite_append
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 from summarizer.triggers import ProactiveReason
@@ -100,36 +100,26 @@ async def store_batch(
 ) -> tuple[store.AppendOutcome, ProactiveReason | None]:
     """Append `batch` exactly once, even when the connection dies; record a summarization job
     when the backlog reaches a limit."""
-    if driver.uses_driver(database.engine):
+    if database.engine.dialect.name == "postgresql":
         return await _store_in_one_statement(database, settings, tenant, external_id, batch)
-    return await _store_in_a_transaction(database, settings, tenant, external_id, batch)
+    return await _store_in_one_call(database, settings, tenant, external_id, batch)
 
 
-async def _store_in_a_transaction(
+async def _store_in_one_call(
     database: Database,
     settings: Settings,
     tenant: str,
     external_id: str,
     batch: Sequence[store.NewMessage],
 ) -> tuple[store.AppendOutcome, ProactiveReason | None]:
-    """The append and its job in one transaction (SQLite, whose COMMIT no network can cut).
-    Lost before COMMIT was sent, the transaction stored nothing: it runs again on a fresh
-    connection."""
-    for attempt in range(1, APPEND_ATTEMPTS + 1):
-        try:
-            async with database.transaction() as db:
-                outcome = await store.append_messages(db, tenant, external_id, batch)
-                policy = settings.policy(outcome.session.settings)
-                reason = await schedule_if_due(db, outcome.session, policy)
-            return outcome, reason
-        except CommitInterrupted:
-            raise  # it may have landed: running it again could store it twice
-        except Exception as exc:
-            if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
-                raise
-            _log_retry(describe_fault(exc))
-        await asyncio.sleep(RETRY_PAUSE_SECONDS * attempt)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+    """The append as one transaction in one call to SQLite's driver (`api.store.sqlite_append`),
+    after the process's other writers (see `api.db.transactions.transaction`). No network can
+    cut a local COMMIT, so it never runs twice."""
+    async with database.write_lock or nullcontext():
+        appended = await sqlite_append.append(
+            database.engine, tenant, external_id, batch, _backlog_defaults(settings)
+        )
+    return appended.outcome, await _schedule(database, settings, appended)
 
 
 async def _store_in_one_statement(
@@ -172,15 +162,19 @@ async def _store_in_one_statement(
         else:
             if appended is None:
                 continue  # a concurrent request created the session just now
-            outcome = appended.outcome
-            policy = settings.policy(outcome.session.settings)
-            backlog = _backlog(policy, appended.backlog)
-            reason = await _schedule_if_due(
-                database, outcome.session, policy, backlog, appended.job_queued
-            )
-            return outcome, reason
+            return appended.outcome, await _schedule(database, settings, appended)
         await asyncio.sleep(RETRY_PAUSE_SECONDS * attempt)
     raise Conflict("the session was created and deleted under this append repeatedly; retry")
+
+
+async def _schedule(
+    database: Database, settings: Settings, appended: pg_append.Appended
+) -> ProactiveReason | None:
+    """The proactive trigger's answer to what an append's statement counted; records the job."""
+    session = appended.outcome.session
+    policy = settings.policy(session.settings)
+    backlog = _backlog(policy, appended.backlog)
+    return await _schedule_if_due(database, session, policy, backlog, appended.job_queued)
 
 
 def _backlog_defaults(settings: Settings) -> pg_append.BacklogDefaults:

@@ -4,17 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from api import store
+from api.appending import store_batch
+from api.db.engine import create_sessionmaker
+from api.db.transactions import Database
+from api.settings import Settings
 from scripts.bench.fake_llm import FakeLLM
 
 WAIT_SECONDS = 30.0
 """Longest wait for background summarization before a test fails."""
+
+
+async def append_batch(
+    db: AsyncSession, tenant: str, external_id: str, batch: Sequence[store.NewMessage]
+) -> store.AppendOutcome:
+    """`batch` stored by the service's append (what the route calls) on `db`'s database,
+    summarization off; it commits on its own, so `db` must hold no write of its own."""
+    engine = db.bind
+    assert isinstance(engine, AsyncEngine)
+    sessionmaker = create_sessionmaker(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    settings = Settings(_env_file=None, database_url=url, dynamic_summary_enabled=False)
+    outcome, _reason = await store_batch(
+        Database(sessionmaker, sessionmaker, None), settings, tenant, external_id, batch
+    )
+    return outcome
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:

@@ -6,17 +6,21 @@ Tests share the module's app (`api`, `app_db` from conftest), each on its own se
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
-from api.appending import new_messages
+from api.appending import new_messages, store_batch
 from api.db.models import Message, Session
+from api.store import sqlite_append
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import IMAGE_PART_TOKENS, count_message
 
@@ -296,60 +300,68 @@ async def test_a_batch_counted_off_the_event_loop_gets_the_same_token_counts(
 # --- store level ----------------------------------------------------------------------------
 
 
-async def test_store_append_assigns_contiguous_seqs(app_db: AsyncSession, sid: str) -> None:
-    first = await store.append_messages(app_db, "t", sid, [new_message("a"), new_message("b")])
-    second = await store.append_messages(app_db, "t", sid, [new_message("c")])
-    await app_db.commit()
+async def appended(app: FastAPI, sid: str, *batch: store.NewMessage) -> store.AppendOutcome:
+    """`batch` appended by the store's append (what the route calls), without HTTP."""
+    outcome, _reason = await store_batch(app.state.database, app.state.settings, "t", sid, batch)
+    return outcome
+
+
+async def test_store_append_assigns_contiguous_seqs(app: FastAPI, sid: str) -> None:
+    first = await appended(app, sid, new_message("a"), new_message("b"))
+    second = await appended(app, sid, new_message("c"))
     assert [m.seq for m in first.messages + second.messages] == [1, 2, 3]
     assert second.session.last_seq == 3
 
 
-async def test_store_append_creates_the_session(app_db: AsyncSession, sid: str) -> None:
-    await store.append_messages(app_db, "t", sid, [new_message("a")])
-    await app_db.commit()
+async def test_store_append_creates_the_session(
+    app: FastAPI, app_db: AsyncSession, sid: str
+) -> None:
+    await appended(app, sid, new_message("a"))
     session = await store.get_session(app_db, "t", sid)
     assert session.last_seq == 1
 
 
-async def test_store_append_reports_what_it_inserted(app_db: AsyncSession, sid: str) -> None:
-    await store.append_messages(app_db, "t", sid, [new_message("a", client_id="c-1")])
-    outcome = await store.append_messages(
-        app_db, "t", sid, [new_message("a", client_id="c-1"), new_message("b", client_id="c-2")]
+async def test_store_append_reports_what_it_inserted(app: FastAPI, sid: str) -> None:
+    await appended(app, sid, new_message("a", client_id="c-1"))
+    outcome = await appended(
+        app, sid, new_message("a", client_id="c-1"), new_message("b", client_id="c-2")
     )
     assert outcome.inserted == 1
     assert [m.seq for m in outcome.messages] == [1, 2]
 
 
 async def test_store_repeated_client_id_returns_the_stored_row(
-    app_db: AsyncSession, sid: str
+    app: FastAPI, app_db: AsyncSession, sid: str
 ) -> None:
-    first = await store.append_messages(app_db, "t", sid, [new_message("a", client_id="c-1")])
-    await app_db.commit()
-    again = await store.append_messages(app_db, "t", sid, [new_message("a", client_id="c-1")])
-    await app_db.commit()
+    first = await appended(app, sid, new_message("a", client_id="c-1"))
+    again = await appended(app, sid, new_message("a", client_id="c-1"))
     assert again.messages[0].id == first.messages[0].id
+    assert again.inserted == 0
     count = select(func.count()).where(Message.session_id == first.session.id)
     assert await app_db.scalar(count) == 1
 
 
-async def test_store_rolled_back_append_leaves_no_session_and_no_message(
-    app_db: AsyncSession, sid: str
+async def test_a_batch_that_fails_halfway_stores_nothing(
+    app: FastAPI, app_db: AsyncSession, sid: str
 ) -> None:
-    await store.append_messages(app_db, "t", sid, [new_message(sid)])
-    await app_db.rollback()
+    """Past the first INSERT (SQLite inserts 500 rows per statement), a message the table
+    refuses: neither the session nor any message of the batch is stored."""
+    batch = [new_message(f"{sid} {i}") for i in range(sqlite_append.ROWS_PER_INSERT + 1)]
+    batch[-1] = batch[-1]._replace(token_count=None)  # type: ignore[arg-type]
+    with pytest.raises((sqlite3.IntegrityError, asyncpg.NotNullViolationError)):
+        await appended(app, sid, *batch)
     assert await app_db.scalar(select(func.count()).where(Session.external_id == sid)) == 0
-    assert await app_db.scalar(select(func.count()).where(Message.content == sid)) == 0
+    like = Message.content.like(f"{sid} %")
+    assert await app_db.scalar(select(func.count()).where(like)) == 0
 
 
 async def test_concurrent_appends_to_one_session_get_seqs_1_to_400(
-    app_sessionmaker: async_sessionmaker[AsyncSession], sid: str
+    app: FastAPI, app_sessionmaker: async_sessionmaker[AsyncSession], sid: str
 ) -> None:
-    # One message per transaction, each in its own database session, 8 at once.
+    # One message per append, 8 at once.
     async def task(worker: int) -> None:
         for n in range(APPENDS_PER_TASK):
-            async with app_sessionmaker() as app_db:
-                await store.append_messages(app_db, "t", sid, [new_message(f"{worker}-{n}")])
-                await app_db.commit()
+            await appended(app, sid, new_message(f"{worker}-{n}"))
 
     await asyncio.gather(*(task(w) for w in range(CONCURRENT_TASKS)))
     async with app_sessionmaker() as app_db:

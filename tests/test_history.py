@@ -392,9 +392,9 @@ def statements(app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[s
 
     on_driver = driver.fetch
 
-    async def fetch(engine: Any, statement: Any, params: Any) -> list[Any]:
+    async def fetch(engine: Any, statement: Any, params: Any, **kwargs: Any) -> list[Any]:
         sent.append(str(statement))
-        return await on_driver(engine, statement, params)
+        return await on_driver(engine, statement, params, **kwargs)
 
     monkeypatch.setattr(driver, "fetch", fetch)
     target = app.state.engine.sync_engine

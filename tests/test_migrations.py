@@ -14,8 +14,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import store
+from api.appending import store_batch
 from api.db.engine import create_engine
 from api.db.models import SCHEMA_REVISION, Base, Message, Session
+from api.db.transactions import Database
 from api.main import create_app
 from scripts.bench.scratch_db import alembic_config
 from tests.conftest import make_settings, run_alembic
@@ -183,7 +185,7 @@ async def test_session_created_at_reads_back_timezone_aware(
 
 
 async def test_message_created_at_reads_back_timezone_aware(
-    db: AsyncSession, sessionmaker: async_sessionmaker[AsyncSession]
+    database_url: str, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     message = store.NewMessage(
         role="user",
@@ -196,8 +198,8 @@ async def test_message_created_at_reads_back_timezone_aware(
         client_id=None,
         token_count=4,
     )
-    await store.append_messages(db, "t", "tz-message", [message])
-    await db.commit()
+    database = Database(sessionmaker, sessionmaker, None)
+    await store_batch(database, make_settings(database_url), "t", "tz-message", [message])
     async with sessionmaker() as fresh:
         created_at = await fresh.scalar(select(Message.created_at))
     assert created_at is not None

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from api import store
 from api.appending import new_message
 from api.compaction import Compactor
 from api.db.engine import create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.schemas import MessageIn
 from tests.conftest import make_settings
+from tests.helpers import append_batch
 from tests.invariants import invariant_violations
 
 
@@ -64,8 +64,8 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             ]
 
             async def go() -> None:
-                async with self.sessionmaker() as db, db.begin():
-                    outcome = await store.append_messages(db, "default", self.external_id, batch)
+                async with self.sessionmaker() as db:
+                    outcome = await append_batch(db, "default", self.external_id, batch)
                     self.session_id = outcome.session.id
 
             self.run(go())

@@ -18,6 +18,7 @@ from api import store
 from api.store import audit
 from scripts import trace_summary
 from scripts.bench.scratch_db import REPO_ROOT
+from tests.helpers import append_batch
 
 LONG_LINE = "word " * 200
 
@@ -122,10 +123,9 @@ async def seed_session(
     db: AsyncSession, external_id: str = "chat-1", tenant: str = "default"
 ) -> Seeded:
     """Ten messages, two level-0 summaries (one with sparse metadata) and their roll-up."""
-    outcome = await store.append_messages(
+    outcome = await append_batch(
         db, tenant, external_id, [new_message(spec) for spec in CONVERSATION]
     )
-    await db.commit()
     session_id = outcome.session.id
     first = await save(db, session_id, draft(1, 4, FULL_METADATA))
     second = await save(db, session_id, draft(5, 8, {"trigger": "manual"}))
@@ -259,8 +259,7 @@ async def test_session_tree_json_has_live_roots_with_absorbed_children(
 async def test_session_ids_are_looked_up_in_the_given_tenant(
     database_url: str, db: AsyncSession, seeded: Seeded
 ) -> None:
-    other = await store.append_messages(db, "acme", "chat-1", [new_message(CONVERSATION[0])])
-    await db.commit()
+    other = await append_batch(db, "acme", "chat-1", [new_message(CONVERSATION[0])])
 
     answer = await trace_json(database_url, "--session", "chat-1", "--tenant", "acme")
 

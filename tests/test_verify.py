@@ -20,6 +20,7 @@ from api.db.models import Message
 from api.store import audit
 from scripts import verify
 from tests.conftest import migrated_database
+from tests.helpers import append_batch
 from tests.test_trace_summary import CONVERSATION, Seeded, new_message, seed_session, trace
 
 
@@ -52,8 +53,8 @@ async def test_healthy_sessions_pass_streamed_in_pages(
     database_url: str, db: AsyncSession, seeded: Seeded
 ) -> None:
     await store.create_session(db, "default", "empty", {}, {})
-    await store.append_messages(db, "acme", "unsummarized", [new_message(CONVERSATION[0])])
     await db.commit()
+    await append_batch(db, "acme", "unsummarized", [new_message(CONVERSATION[0])])
     await seed_session(db, "chat-2")
 
     code, out, err = await run_verify(database_url, "--batch-size", "2")

@@ -1,17 +1,26 @@
-"""The hot path on PostgreSQL: statements run on a pooled connection's asyncpg connection,
-past SQLAlchemy's execution layer (the history reads here, compiled once; the append in
-`api.store.pg_append`).
+"""The hot path: statements run on a pooled connection's driver connection, past
+SQLAlchemy's execution layer (the history reads here, compiled once; the appends in
+`api.store.pg_append` and `api.store.sqlite_append`).
 
-The pool, its checkout checks (`api.db.engine`), the dialect's JSON codecs and the statements
-themselves (SQLAlchemy Core, so they stay portable and typed) are SQLAlchemy's; only the
-execution is the driver's, which measured about half of a history load's cost
-(`docs/performance.md`). A read cut by a lost connection runs once more on a fresh one, as
+The pool, its checkout checks (`api.db.engine`), the column types' encoding and decoding and
+the statements themselves (SQLAlchemy Core, so they stay portable and typed) are
+SQLAlchemy's; only the execution is the driver's, which measured about half of a history
+load's cost on PostgreSQL and most of it on SQLite (`docs/performance.md`).
+
+- PostgreSQL: asyncpg, one round trip per statement; asyncpg decodes every column itself
+  (the dialect registers its JSON codecs).
+- SQLite: aiosqlite runs each call in its connection's thread, a hop that costs about as much
+  as a small query. A read of at most a page of rows runs on the event loop instead, on the
+  same sqlite3 connection: in WAL mode a reader never waits for a writer, so it cannot block
+  the loop for longer than the read itself. Larger reads take the hop.
+
+A read cut by a lost connection runs once more on a fresh one, as
 `api.db.transactions.ReadSession` does for the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -19,26 +28,69 @@ from typing import Any, cast
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
 from api.db.transactions import read_once_more_if_cut
 
+Processor = Callable[[Any], Any]
+
+
+def decoders(
+    columns: Iterable[ColumnElement[Any]], dialect: Dialect
+) -> tuple[Processor | None, ...]:
+    """What turns each column's stored value into its Python value on `dialect`'s driver
+    (SQLite keeps JSON and timestamps as text); empty where the driver does it itself."""
+    if dialect.name == "postgresql":
+        return ()
+    processors = tuple(
+        column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+    )
+    return processors if any(processors) else ()
+
+
+def encoders(
+    columns: Iterable[ColumnElement[Any]], dialect: Dialect
+) -> tuple[Processor | None, ...]:
+    """What turns each column's Python value into what `dialect`'s driver stores."""
+    return tuple(column.type.dialect_impl(dialect).bind_processor(dialect) for column in columns)
+
+
+def decode(rows: Iterable[Sequence[Any]], processors: Sequence[Processor | None]) -> list[Any]:
+    """`rows` with each value decoded by its column's processor (`decoders`)."""
+    if not processors:
+        return list(rows)
+    return [
+        tuple(
+            value if process is None or value is None else process(value)
+            for process, value in zip(processors, row, strict=True)
+        )
+        for row in rows
+    ]
+
 
 @dataclass(frozen=True)
 class DriverStatement:
-    """A statement as the driver takes it: SQL text, and its parameters' names in order."""
+    """A statement as the driver takes it: SQL text, its parameters' names in order, and the
+    decoders of its result columns."""
 
     sql: str
     names: tuple[str, ...]
     constants: Mapping[str, Any]
     """Values bound in the statement itself (literals), by name."""
+    decoders: tuple[Processor | None, ...]
 
     @classmethod
     def compile(cls, statement: Executable, dialect: Dialect) -> DriverStatement:
         compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect))
-        return cls(str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
+        columns = cast(Select[Any], statement).selected_columns
+        return cls(
+            str(compiled),
+            tuple(compiled.positiontup or ()),
+            dict(compiled.params),
+            decoders(columns, dialect),
+        )
 
     def arguments(self, params: Mapping[str, Any]) -> list[Any]:
         return [params[name] if name in params else self.constants[name] for name in self.names]
@@ -58,33 +110,43 @@ def _driver_statement(statement: Executable, dialect: Dialect) -> DriverStatemen
 
 
 def uses_driver(engine: AsyncEngine) -> bool:
-    """Whether `fetch` runs on this engine's driver (PostgreSQL through asyncpg)."""
-    return engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg"
+    """Whether `fetch` and the appends run on this engine's driver (asyncpg or aiosqlite)."""
+    return (engine.dialect.name, engine.dialect.driver) in {
+        ("postgresql", "asyncpg"),
+        ("sqlite", "aiosqlite"),
+    }
 
 
-async def fetch(engine: AsyncEngine, statement: Executable, params: Mapping[str, Any]) -> list[Any]:
+async def fetch(
+    engine: AsyncEngine, statement: Executable, params: Mapping[str, Any], *, paged: bool = True
+) -> list[Any]:
     """The rows of a read-only `statement` (built once, at import), run on the driver.
 
     Outside any transaction: each statement sees what was committed when it started, as the
-    read sessions' autocommit statements do.
+    read sessions' autocommit statements do. `paged`: the statement returns at most a page
+    of rows (on SQLite it then runs on the event loop).
     """
     compiled = _driver_statement(statement, engine.dialect)
     arguments = compiled.arguments(params)
-    return await read_once_more_if_cut(partial(_fetch_once, engine, compiled, arguments))
+    rows = await read_once_more_if_cut(partial(_fetch_once, engine, compiled.sql, arguments, paged))
+    return decode(rows, compiled.decoders)
 
 
-async def _fetch_once(
-    engine: AsyncEngine, compiled: DriverStatement, arguments: list[Any]
-) -> list[Any]:
+async def _fetch_once(engine: AsyncEngine, sql: str, arguments: list[Any], paged: bool) -> Any:
     async with checked_out(engine) as connection:
-        rows: list[Any] = await connection.fetch(compiled.sql, *arguments)
-    return rows
+        if engine.dialect.name == "postgresql":
+            return await connection.fetch(sql, *arguments)
+        if paged:
+            # aiosqlite's sqlite3 connection (the driver's own attribute, as SQLAlchemy's
+            # dialect uses it too), opened with check_same_thread=False (`api.db.engine`)
+            return connection._conn.execute(sql, arguments).fetchall()
+        return await connection.execute_fetchall(sql, arguments)
 
 
 @asynccontextmanager
 async def checked_out(engine: AsyncEngine) -> AsyncIterator[Any]:
-    """The asyncpg connection of a connection checked out of `engine`'s pool, outside any
-    transaction: each statement on it commits on its own.
+    """The driver connection (asyncpg's, or aiosqlite's) of a connection checked out of
+    `engine`'s pool, outside any transaction: each statement on it commits on its own.
 
     A connection that failed, or whose operation was cancelled halfway, never goes back to the
     pool (the next checkout would find it busy): it is invalidated. The pool's own calls

@@ -49,7 +49,21 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
         return engine
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    # `api.db.driver` reads small pages on the event loop, outside aiosqlite's thread.
+    kwargs.setdefault("connect_args", {}).setdefault("check_same_thread", False)
+    # A connection goes back to the pool without the ROLLBACK the pool would send (a hop to
+    # aiosqlite's thread, about half the cost of a history load) unless a transaction is open.
+    kwargs.setdefault("pool_reset_on_return", None)
     engine = create_async_engine(url, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "reset")
+    def _roll_back_open_transaction(dbapi_connection: Any, record: Any, state: Any) -> None:
+        if (
+            state.asyncio_safe
+            and not state.terminate_only
+            and record.driver_connection.in_transaction
+        ):
+            dbapi_connection.rollback()
 
     @event.listens_for(engine.sync_engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

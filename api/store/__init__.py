@@ -1,8 +1,10 @@
 """All SQL of the service, one module per aggregate; functions take the caller's AsyncSession
 and never commit (the caller owns the transaction: see `api.db.transactions`).
 
-- `sessions`: create, read, update, delete; the row lock an append takes.
-- `messages`: the append and the listings.
+- `sessions`: create, read, update, delete.
+- `messages`: the listings, and what an append answers (`AppendOutcome`).
+- `pg_append`, `sqlite_append`: the append, one per database, on the driver
+  (`api.db.driver`): one statement on PostgreSQL, one call to the driver's thread on SQLite.
 - `loader`: the history loader's reads (two round trips per load).
 - `summaries`: live summaries, saving one with its links, the backlog a trigger reads.
 - `jobs`: background summarization jobs.
@@ -23,11 +25,7 @@ from api.store.jobs import (
     renew_job_lease,
 )
 from api.store.loader import LoadedRows, load_rows, session_for_history
-from api.store.messages import (
-    AppendOutcome,
-    append_messages,
-    messages_in_range,
-)
+from api.store.messages import AppendOutcome, messages_in_range
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
     create_session,
@@ -62,7 +60,6 @@ __all__ = [
     "SessionRow",
     "SummaryDraft",
     "SummaryRow",
-    "append_messages",
     "backlog",
     "claim_job",
     "create_session",

@@ -56,12 +56,14 @@ _SESSION_WITH_JOB = select(
 )
 
 
-async def _rows(db: AsyncSession, statement: Executable, params: dict[str, Any]) -> list[Any]:
-    """The rows of a read; on PostgreSQL run on the driver (`api.db.driver`). `db` is a read
-    session: the statement runs outside any transaction either way."""
+async def _rows(
+    db: AsyncSession, statement: Executable, params: dict[str, Any], paged: bool = True
+) -> list[Any]:
+    """The rows of a read, run on the driver (`api.db.driver`); `paged`: at most a page of
+    them. `db` is a read session: the statement runs outside any transaction either way."""
     engine = db.bind
     if isinstance(engine, AsyncEngine) and driver.uses_driver(engine):
-        return await driver.fetch(engine, statement, params)
+        return await driver.fetch(engine, statement, params, paged=paged)
     return list(await db.execute(statement, params))
 
 
@@ -167,6 +169,7 @@ async def load_rows(
             "p_pinned_seq": session.pinned_seq,
             "p_page": UNBOUNDED if max_tokens is None else TAIL_PAGE_SIZE,
         },
+        paged=max_tokens is not None,
     )
     pinned: list[MessageRow] = []
     summaries: list[SummaryRow] = []

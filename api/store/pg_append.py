@@ -7,8 +7,9 @@ of the batch, and answers what the proactive trigger asks (the backlog after the
 summary, and whether a job is queued already): one round trip where a transaction took five.
 Every message it inserts carries the request's random `append_id`, so a request whose
 connection was cut before the answer arrived can tell whether its statement landed
-(`landed`). The guarantees are the transactional append's (`api.store.messages`),
-which SQLite and the store's own callers use.
+(`landed`). The guarantees (SQLite's append, `api.store.sqlite_append`, gives the same):
+contiguous seqs in per-session order, the whole batch or nothing, and a repeated `client_id`
+answered with the stored message.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Sessions: create, read, update, delete, and the row lock an append takes.
+"""Sessions: create, read, update, delete (an append moves a session's seqs in its own
+statement: `api.store.pg_append`, `api.store.sqlite_append`).
 
 Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
 """
@@ -11,7 +12,6 @@ from typing import Any, cast
 from sqlalchemy import (
     Table,
     bindparam,
-    case,
     delete,
     select,
     update,
@@ -129,28 +129,6 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
         raise SessionNotFound(external_id)
 
 
-_LOCK_SESSION = (
-    update(_SESSION_TABLE)
-    .where(
-        _sessions.tenant == bindparam("p_tenant"),
-        _sessions.external_id == bindparam("p_external_id"),
-    )
-    .values(
-        updated_at=bindparam("p_now", type_=_sessions.updated_at.type),
-        last_seq=_sessions.last_seq + bindparam("p_reserve", type_=_sessions.last_seq.type),
-        # the pinned prefix grows while every message so far belongs to it
-        pinned_seq=case(
-            (
-                _sessions.pinned_seq == _sessions.last_seq,
-                _sessions.last_seq + bindparam("p_leading", type_=_sessions.last_seq.type),
-            ),
-            else_=_sessions.pinned_seq,
-        ),
-    )
-    .returning(*SESSION_COLUMNS)
-)
-"""A Core UPDATE: the ORM-enabled one rebuilt its cache key and an ORM object on every append."""
-
 PINNED_ROLES = frozenset({"system", "developer"})
 """Roles of the pinned prefix: the leading messages that are never summarized."""
 
@@ -163,48 +141,3 @@ def leading_pinned(batch: Sequence[NewMessage]) -> int:
             break
         count += 1
     return count
-
-
-async def lock_session(
-    db: AsyncSession, tenant: str, external_id: str, reserve: int, leading: int
-) -> SessionRow | None:
-    """Lock the session row, touch `updated_at`, add `reserve` to `last_seq` (and `leading`
-    to `pinned_seq` while the session holds nothing but its pinned prefix).
-
-    Returns the updated row.
-    """
-    result = await db.execute(
-        _LOCK_SESSION,
-        {
-            "p_tenant": tenant,
-            "p_external_id": external_id,
-            "p_now": utcnow(),
-            "p_reserve": reserve,
-            "p_leading": leading,
-        },
-    )
-    row = result.first()
-    return None if row is None else SessionRow._make(row)
-
-
-async def create_if_missing(db: AsyncSession, tenant: str, external_id: str) -> None:
-    """INSERT a new, empty session; nothing if a concurrent request created it first."""
-    await _insert_session(db, tenant, external_id, {}, {})
-
-
-_SET_LAST_SEQ = (
-    update(_SESSION_TABLE)
-    .where(_sessions.id == bindparam("p_session_id"))
-    .values(
-        last_seq=bindparam("p_last_seq", type_=_sessions.last_seq.type),
-        pinned_seq=bindparam("p_pinned_seq", type_=_sessions.pinned_seq.type),
-    )
-)
-
-
-async def set_last_seq(db: AsyncSession, session_id: int, last_seq: int, pinned_seq: int) -> None:
-    """Record the seqs an append used, once it knows how many messages were new."""
-    await db.execute(
-        _SET_LAST_SEQ,
-        {"p_session_id": session_id, "p_last_seq": last_seq, "p_pinned_seq": pinned_seq},
-    )

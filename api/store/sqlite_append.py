@@ -1,0 +1,211 @@
+"""The append on SQLite: one transaction in one call to the driver's thread (`api.db.driver`).
+
+aiosqlite runs every call in its connection's thread, and each of those hops costs about as
+much as a small statement: the append through SQLAlchemy's session made a dozen. Here one
+function, run in that thread, takes the write lock (BEGIN IMMEDIATE), leaves out every message
+whose `client_id` the session already holds, moves the session's seqs (or creates the
+session), inserts the batch in one multi-row INSERT, counts what the proactive trigger asks,
+and commits. Its answer and guarantees are `api.store.pg_append`'s: contiguous seqs in
+per-session order, the whole batch or nothing, a repeated `client_id` answered with the stored
+message. Nothing can cut a local COMMIT halfway, so it needs no append id.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import cast
+
+from sqlalchemy import Table
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.db import driver
+from api.db.models import Message, Session, utcnow
+from api.store.messages import AppendOutcome, in_batch_order
+from api.store.pg_append import Appended, BacklogDefaults, CountedBacklog
+from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
+from api.store.sessions import leading_pinned
+
+_DIALECT = sqlite.dialect()
+_SESSION_NAMES = ", ".join(column.name for column in SESSION_COLUMNS)
+_MESSAGE_NAMES = ", ".join(f"m.{column.name}" for column in MESSAGE_COLUMNS)
+
+_INSERTED = tuple(column for column in MESSAGE_COLUMNS if column.name != "id")
+"""The columns an append writes, in `MessageRow` order: session_id, seq, the message, created_at."""
+
+_SESSION_DECODERS = driver.decoders(SESSION_COLUMNS, _DIALECT)
+_MESSAGE_DECODERS = driver.decoders(MESSAGE_COLUMNS, _DIALECT)
+_MESSAGE_ENCODERS = driver.encoders(_INSERTED, _DIALECT)
+_encode_time = driver.encoders([cast(Table, Session.__table__).c.updated_at], _DIALECT)[0]
+
+ROWS_PER_INSERT = 500
+"""Messages per INSERT statement: SQLite binds at most 32,766 parameters in one."""
+
+_STORED = f"""
+SELECT {_MESSAGE_NAMES} FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
+WHERE s.tenant = ? AND s.external_id = ? AND m.client_id IN (SELECT value FROM json_each(?))
+"""
+
+_UPDATE_SESSION = f"""
+UPDATE sessions SET
+    updated_at = ?,
+    last_seq = last_seq + ?,
+    pinned_seq = CASE WHEN pinned_seq = last_seq THEN last_seq + ? ELSE pinned_seq END
+WHERE tenant = ? AND external_id = ?
+RETURNING {_SESSION_NAMES}
+"""
+
+_CREATE_SESSION = f"""
+INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
+                      created_at, updated_at)
+VALUES (?, ?, '{{}}', '{{}}', ?, ?, ?, ?)
+RETURNING {_SESSION_NAMES}
+"""
+
+_INSERT_MESSAGES = (
+    f"INSERT INTO {cast(Table, Message.__table__).name} "
+    f"({', '.join(column.name for column in _INSERTED)}) VALUES "
+)
+_ONE_ROW = f"({', '.join('?' for _ in _INSERTED)})"
+
+_SUMMARIZED_AND_QUEUED = """
+SELECT (SELECT coalesce(max(last_seq), 0) FROM session_summaries
+        WHERE session_id = ? AND superseded_by IS NULL),
+       EXISTS (SELECT 1 FROM summary_jobs WHERE session_id = ?)
+"""
+
+_TOKENS_AFTER = (
+    "SELECT coalesce(sum(token_count), 0) FROM messages WHERE session_id = ? AND seq > ?"
+)
+
+
+async def append(
+    engine: AsyncEngine,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[NewMessage],
+    defaults: BacklogDefaults,
+) -> Appended:
+    """Append `batch` in one transaction, in one call to the driver's thread."""
+    async with driver.checked_out(engine) as connection:
+        # aiosqlite's own queue to its thread (as SQLAlchemy's dialect uses it too): one hop
+        appended: Appended = await connection._execute(
+            _append_in_thread, connection._conn, tenant, external_id, batch, defaults
+        )
+    return appended
+
+
+def _append_in_thread(
+    connection: sqlite3.Connection,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[NewMessage],
+    defaults: BacklogDefaults,
+) -> Appended:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        appended = _append(connection, tenant, external_id, batch, defaults)
+    except BaseException:
+        connection.rollback()
+        raise
+    connection.commit()
+    return appended
+
+
+def _append(
+    connection: sqlite3.Connection,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[NewMessage],
+    defaults: BacklogDefaults,
+) -> Appended:
+    stored = _stored(connection, tenant, external_id, batch)
+    fresh = _fresh(batch, stored)
+    now = utcnow()
+    at = _encode_time(now) if _encode_time else now
+    reserve, leading = len(fresh), leading_pinned(fresh)
+    row = connection.execute(
+        _UPDATE_SESSION, (at, reserve, leading, tenant, external_id)
+    ).fetchone()
+    if row is None:
+        row = connection.execute(
+            _CREATE_SESSION, (tenant, external_id, reserve, leading, at, at)
+        ).fetchone()
+    session = SessionRow._make(driver.decode([row], _SESSION_DECODERS)[0])
+    inserted = _insert(connection, session, fresh, now)
+    summarized, job_queued = connection.execute(
+        _SUMMARIZED_AND_QUEUED, (session.id, session.id)
+    ).fetchone()
+    backlog = _backlog(connection, session, summarized, defaults)
+    messages = in_batch_order(batch, inserted, stored)
+    return Appended(AppendOutcome(session, messages, len(inserted)), backlog, bool(job_queued))
+
+
+def _stored(
+    connection: sqlite3.Connection, tenant: str, external_id: str, batch: Sequence[NewMessage]
+) -> dict[str, MessageRow]:
+    """The session's stored messages that the batch's client ids name."""
+    client_ids = sorted({message.client_id for message in batch if message.client_id is not None})
+    if not client_ids:
+        return {}
+    rows = connection.execute(_STORED, (tenant, external_id, json.dumps(client_ids))).fetchall()
+    messages = [MessageRow._make(row) for row in driver.decode(rows, _MESSAGE_DECODERS)]
+    return {message.client_id: message for message in messages if message.client_id is not None}
+
+
+def _fresh(batch: Sequence[NewMessage], stored: dict[str, MessageRow]) -> list[NewMessage]:
+    """The messages to insert: each without a client id, and the first with each client id
+    the session does not hold."""
+    seen = set(stored)
+    fresh: list[NewMessage] = []
+    for message in batch:
+        if message.client_id is not None:
+            if message.client_id in seen:
+                continue
+            seen.add(message.client_id)
+        fresh.append(message)
+    return fresh
+
+
+def _insert(
+    connection: sqlite3.Connection,
+    session: SessionRow,
+    fresh: Sequence[NewMessage],
+    now: datetime,
+) -> list[MessageRow]:
+    """Insert `fresh` at the seqs the session row just reserved (the last `len(fresh)`)."""
+    first_seq = session.last_seq - len(fresh) + 1
+    rows = [MessageRow(0, session.id, first_seq + i, *new, now) for i, new in enumerate(fresh)]
+    id_of_seq: dict[int, int] = {}
+    for start in range(0, len(rows), ROWS_PER_INSERT):
+        chunk = rows[start : start + ROWS_PER_INSERT]
+        values = [
+            value if encode is None or value is None else encode(value)
+            for row in chunk
+            for encode, value in zip(_MESSAGE_ENCODERS, row[1:], strict=True)
+        ]
+        sql = _INSERT_MESSAGES + ", ".join([_ONE_ROW] * len(chunk)) + " RETURNING seq, id"
+        id_of_seq.update(connection.execute(sql, values).fetchall())
+    return [row._replace(id=id_of_seq[row.seq]) for row in rows]
+
+
+def _backlog(
+    connection: sqlite3.Connection,
+    session: SessionRow,
+    summarized: int,
+    defaults: BacklogDefaults,
+) -> CountedBacklog:
+    """What lies after the newest live summary and the pinned prefix; the tokens are counted
+    only when they can matter, as `pg_append.APPEND` does."""
+    overrides = session.settings
+    floor = session.pinned_seq if overrides.get("pin_system", defaults.pin_system) else 0
+    after_seq = max(summarized, floor)
+    message_count = session.last_seq - after_seq
+    summarizes = overrides.get("dynamic_summary_enabled", defaults.summarize)
+    if not summarizes or message_count >= overrides.get("message_limit", defaults.message_limit):
+        return CountedBacklog(after_seq, message_count, None)
+    (tokens,) = connection.execute(_TOKENS_AFTER, (session.id, after_seq)).fetchone()
+    return CountedBacklog(after_seq, message_count, int(tokens))
