@@ -130,8 +130,10 @@ def _build_load() -> Any:
     )
 
 
-_LOAD = _build_load()
-"""Built once: SQLAlchemy memoizes a statement's cache key on the object."""
+LOAD = _build_load()
+"""The pinned prefix, the live summaries and the tail's first page in one statement; built
+once (SQLAlchemy memoizes a statement's cache key on the object). Its parameters:
+`load_parameters`."""
 
 _MESSAGE_END = 1 + len(MessageRow._fields)
 
@@ -148,6 +150,18 @@ class LoadedRows:
     after_seq: int
 
 
+def load_parameters(
+    session: SessionRow, summary_limit: int, max_tokens: int | None
+) -> dict[str, Any]:
+    """`LOAD`'s parameters: a page of the tail under a token budget, else all of it."""
+    return {
+        "p_session_id": session.id,
+        "p_summary_limit": summary_limit,
+        "p_pinned_seq": session.pinned_seq,
+        "p_page": UNBOUNDED if max_tokens is None else TAIL_PAGE_SIZE,
+    }
+
+
 async def load_rows(
     db: AsyncSession, session: SessionRow, summary_limit: int, max_tokens: int | None
 ) -> LoadedRows:
@@ -160,17 +174,8 @@ async def load_rows(
     with the summaries and the pinned prefix in one statement. Without `max_tokens`, every
     message after the newest loaded summary.
     """
-    result = await _rows(
-        db,
-        _LOAD,
-        {
-            "p_session_id": session.id,
-            "p_summary_limit": summary_limit,
-            "p_pinned_seq": session.pinned_seq,
-            "p_page": UNBOUNDED if max_tokens is None else TAIL_PAGE_SIZE,
-        },
-        paged=max_tokens is not None,
-    )
+    params = load_parameters(session, summary_limit, max_tokens)
+    result = await _rows(db, LOAD, params, paged=max_tokens is not None)
     pinned: list[MessageRow] = []
     summaries: list[SummaryRow] = []
     page: list[MessageRow] = []

@@ -16,7 +16,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table
 from sqlalchemy.dialects import sqlite
@@ -39,17 +39,17 @@ _INSERTED = tuple(column for column in MESSAGE_COLUMNS if column.name != "id")
 _SESSION_DECODERS = driver.decoders(SESSION_COLUMNS, _DIALECT)
 _MESSAGE_DECODERS = driver.decoders(MESSAGE_COLUMNS, _DIALECT)
 _MESSAGE_ENCODERS = driver.encoders(_INSERTED, _DIALECT)
-_encode_time = driver.encoders([cast(Table, Session.__table__).c.updated_at], _DIALECT)[0]
+_TIME_ENCODER = driver.encoders([cast(Table, Session.__table__).c.updated_at], _DIALECT)[0]
 
 ROWS_PER_INSERT = 500
 """Messages per INSERT statement: SQLite binds at most 32,766 parameters in one."""
 
-_STORED = f"""
+STORED = f"""
 SELECT {_MESSAGE_NAMES} FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
 WHERE s.tenant = ? AND s.external_id = ? AND m.client_id IN (SELECT value FROM json_each(?))
 """
 
-_UPDATE_SESSION = f"""
+UPDATE_SESSION = f"""
 UPDATE sessions SET
     updated_at = ?,
     last_seq = last_seq + ?,
@@ -58,7 +58,7 @@ WHERE tenant = ? AND external_id = ?
 RETURNING {_SESSION_NAMES}
 """
 
-_CREATE_SESSION = f"""
+CREATE_SESSION = f"""
 INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
                       created_at, updated_at)
 VALUES (?, ?, '{{}}', '{{}}', ?, ?, ?, ?)
@@ -71,15 +71,33 @@ _INSERT_MESSAGES = (
 )
 _ONE_ROW = f"({', '.join('?' for _ in _INSERTED)})"
 
-_SUMMARIZED_AND_QUEUED = """
+
+def insert_statement(rows: int) -> str:
+    """The INSERT of `rows` messages, returning each one's seq and id."""
+    return _INSERT_MESSAGES + ", ".join([_ONE_ROW] * rows) + " RETURNING seq, id"
+
+
+def insert_values(rows: Sequence[MessageRow]) -> list[Any]:
+    """`insert_statement`'s parameters: every column but the id, as SQLite stores them."""
+    return [
+        value if encode is None or value is None else encode(value)
+        for row in rows
+        for encode, value in zip(_MESSAGE_ENCODERS, row[1:], strict=True)
+    ]
+
+
+def encode_time(moment: datetime) -> Any:
+    """A timestamp as SQLite stores it."""
+    return moment if _TIME_ENCODER is None else _TIME_ENCODER(moment)
+
+
+SUMMARIZED_AND_QUEUED = """
 SELECT (SELECT coalesce(max(last_seq), 0) FROM session_summaries
         WHERE session_id = ? AND superseded_by IS NULL),
        EXISTS (SELECT 1 FROM summary_jobs WHERE session_id = ?)
 """
 
-_TOKENS_AFTER = (
-    "SELECT coalesce(sum(token_count), 0) FROM messages WHERE session_id = ? AND seq > ?"
-)
+TOKENS_AFTER = "SELECT coalesce(sum(token_count), 0) FROM messages WHERE session_id = ? AND seq > ?"
 
 
 async def append(
@@ -125,19 +143,17 @@ def _append(
     stored = _stored(connection, tenant, external_id, batch)
     fresh = _fresh(batch, stored)
     now = utcnow()
-    at = _encode_time(now) if _encode_time else now
+    at = encode_time(now)
     reserve, leading = len(fresh), leading_pinned(fresh)
-    row = connection.execute(
-        _UPDATE_SESSION, (at, reserve, leading, tenant, external_id)
-    ).fetchone()
+    row = connection.execute(UPDATE_SESSION, (at, reserve, leading, tenant, external_id)).fetchone()
     if row is None:
         row = connection.execute(
-            _CREATE_SESSION, (tenant, external_id, reserve, leading, at, at)
+            CREATE_SESSION, (tenant, external_id, reserve, leading, at, at)
         ).fetchone()
     session = SessionRow._make(driver.decode([row], _SESSION_DECODERS)[0])
     inserted = _insert(connection, session, fresh, now)
     summarized, job_queued = connection.execute(
-        _SUMMARIZED_AND_QUEUED, (session.id, session.id)
+        SUMMARIZED_AND_QUEUED, (session.id, session.id)
     ).fetchone()
     backlog = _backlog(connection, session, summarized, defaults)
     messages = in_batch_order(batch, inserted, stored)
@@ -151,7 +167,7 @@ def _stored(
     client_ids = sorted({message.client_id for message in batch if message.client_id is not None})
     if not client_ids:
         return {}
-    rows = connection.execute(_STORED, (tenant, external_id, json.dumps(client_ids))).fetchall()
+    rows = connection.execute(STORED, (tenant, external_id, json.dumps(client_ids))).fetchall()
     messages = [MessageRow._make(row) for row in driver.decode(rows, _MESSAGE_DECODERS)]
     return {message.client_id: message for message in messages if message.client_id is not None}
 
@@ -182,13 +198,8 @@ def _insert(
     id_of_seq: dict[int, int] = {}
     for start in range(0, len(rows), ROWS_PER_INSERT):
         chunk = rows[start : start + ROWS_PER_INSERT]
-        values = [
-            value if encode is None or value is None else encode(value)
-            for row in chunk
-            for encode, value in zip(_MESSAGE_ENCODERS, row[1:], strict=True)
-        ]
-        sql = _INSERT_MESSAGES + ", ".join([_ONE_ROW] * len(chunk)) + " RETURNING seq, id"
-        id_of_seq.update(connection.execute(sql, values).fetchall())
+        sql = insert_statement(len(chunk))
+        id_of_seq.update(connection.execute(sql, insert_values(chunk)).fetchall())
     return [row._replace(id=id_of_seq[row.seq]) for row in rows]
 
 
@@ -207,5 +218,5 @@ def _backlog(
     summarizes = overrides.get("dynamic_summary_enabled", defaults.summarize)
     if not summarizes or message_count >= overrides.get("message_limit", defaults.message_limit):
         return CountedBacklog(after_seq, message_count, None)
-    (tokens,) = connection.execute(_TOKENS_AFTER, (session.id, after_seq)).fetchone()
+    (tokens,) = connection.execute(TOKENS_AFTER, (session.id, after_seq)).fetchone()
     return CountedBacklog(after_seq, message_count, int(tokens))

@@ -1,7 +1,11 @@
 """What Precis is measured against: the raw drivers, and the libraries users would pick instead.
 
 - `RawPostgres` / `RawSqlite`: asyncpg and sqlite3 (WAL) doing the same inserts into a minimal
-  table indexed on `(session_id, id)`, and one indexed query for the same rows a load returns.
+  table indexed on `(session_id, id)`, and one indexed query for the same rows a load returns:
+  the limit.
+- `RawPostgres.store_statement`, `RawPostgres.load_statement` and `RawAiosqlite`: the raw
+  driver (on a bare connection) running exactly the store's own statements, so a ratio
+  against them is what the service adds around its SQL.
 - `AgentsPeer`: the OpenAI Agents SDK `SQLAlchemySession` (`add_items` / `get_items(limit=50)`).
 - `LangchainPeer`: langchain-postgres `PostgresChatMessageHistory` (add / get messages).
 
@@ -18,13 +22,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import asyncpg
+from sqlalchemy.dialects import postgresql, sqlite
 
+from api.db.driver import DriverStatement
 from api.db.models import utcnow
+from api.store import sqlite_append
+from api.store.loader import LOAD, load_parameters
 from api.store.pg_append import APPEND, BacklogDefaults, arguments
-from api.store.rows import NewMessage
-from scripts.bench.lib import RoundFn, concurrent, sequential
+from api.store.rows import MessageRow, NewMessage, SessionRow
+from scripts.bench.lib import TENANT, RoundFn, concurrent, sequential
 
 RAW_TABLE = "bench_raw_messages"
+
+SUMMARY_LIMIT = 3
+"""Live summaries a bench load asks for (`PrecisStore.load`)."""
+
+postgresql_dialect = postgresql.asyncpg.dialect()  # type: ignore[no-untyped-call]
+sqlite_dialect = sqlite.aiosqlite.dialect()
 
 LOAD_COLUMNS = (
     "id, seq, role, content, content_parts, name, tool_calls, tool_call_id, metadata, "
@@ -122,6 +136,18 @@ class RawPostgres:
                 "bench", "raw-statement", [news[i % len(news)]], utcnow(), i, defaults
             )
             await conn.fetchrow(APPEND, *values)
+
+        return sequential(one)
+
+    def load_statement(self, session: SessionRow, max_tokens: int | None) -> RoundFn:
+        """The loader's own statement (`api.store.loader.LOAD`, the pinned prefix, the live
+        summaries and the tail's first page) on a bare connection."""
+        conn = self.conns[0]
+        compiled = DriverStatement.compile(LOAD, postgresql_dialect)
+        args = compiled.arguments(load_parameters(session, SUMMARY_LIMIT, max_tokens))
+
+        async def one(_i: int) -> None:
+            await conn.fetch(compiled.sql, *args)
 
         return sequential(one)
 
@@ -229,7 +255,9 @@ class RawSqlite:
 class RawAiosqlite:
     """aiosqlite, the driver Precis uses on SQLite: every call is a hop to its thread.
 
-    Not a target: it shows how much of the gap to sqlite3 is the async driver itself.
+    `single` inserts into the minimal table (how much of the gap to sqlite3 is the async
+    driver itself); `store_statements` and `load_statement` run exactly the store's
+    statements, one call each, the reference of the SQLite targets.
     """
 
     label = "raw aiosqlite"
@@ -252,6 +280,42 @@ class RawAiosqlite:
         async def one(i: int) -> None:
             await self.conn.execute(RawSqlite._INSERT, (3, *rows[i % len(rows)]))
             await self.conn.commit()
+
+        return sequential(one)
+
+    def store_statements(self, news: Sequence[NewMessage], external_id: str) -> RoundFn:
+        """The statements every append of one message without a client id runs
+        (`api.store.sqlite_append`), one call each: BEGIN IMMEDIATE, the session's UPDATE,
+        the INSERT, the trigger's look at summaries and jobs, COMMIT. The session must exist.
+        """
+        conn = self.conn
+
+        async def one(i: int) -> None:
+            now = utcnow()
+            at = sqlite_append.encode_time(now)
+            await conn.execute("BEGIN IMMEDIATE")
+            [row] = await conn.execute_fetchall(
+                sqlite_append.UPDATE_SESSION, (at, 1, 0, TENANT, external_id)
+            )
+            session_id, last_seq = row[0], row[5]
+            message = MessageRow(0, session_id, last_seq, *news[i % len(news)], now)
+            await conn.execute_fetchall(
+                sqlite_append.insert_statement(1), sqlite_append.insert_values([message])
+            )
+            await conn.execute_fetchall(
+                sqlite_append.SUMMARIZED_AND_QUEUED, (session_id, session_id)
+            )
+            await conn.commit()
+
+        return sequential(one)
+
+    def load_statement(self, session: SessionRow, max_tokens: int | None) -> RoundFn:
+        """The loader's own statement (`api.store.loader.LOAD`) in one call."""
+        compiled = DriverStatement.compile(LOAD, sqlite_dialect)
+        args = compiled.arguments(load_parameters(session, SUMMARY_LIMIT, max_tokens))
+
+        async def one(_i: int) -> None:
+            await self.conn.execute_fetchall(compiled.sql, args)
 
         return sequential(one)
 
