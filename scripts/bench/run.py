@@ -1,9 +1,11 @@
 """The performance benchmark of issue 6: `make bench`, or `python -m scripts.bench.run`.
 
 Measures Precis on PostgreSQL and SQLite against the raw drivers (asyncpg, sqlite3 in WAL
-mode) and against the libraries users would pick instead (OpenAI Agents SDK SQLAlchemySession,
-langchain-postgres), in one run, on loopback only. Every comparison is a ratio between two
-numbers of the same run; fixed times mean nothing across machines.
+mode), against the libraries users would pick instead (OpenAI Agents SDK SQLAlchemySession,
+langchain-postgres) and, through HTTP, against a minimal ASGI app doing the same SQL and
+answering the same bytes (`scripts/bench/minimal_app.py`), in one run, on loopback only.
+Every comparison is a ratio between two numbers of the same run; fixed times mean nothing
+across machines.
 
 Prints a markdown table (the README's "Performance" section) and writes every number to a
 JSON file (`bench-results.json` unless `--json` says otherwise). PostgreSQL gets a scratch
