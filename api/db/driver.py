@@ -37,17 +37,19 @@ from api.db.transactions import read_once_more_if_cut
 Processor = Callable[[Any], Any]
 
 
-def decoders(
-    columns: Iterable[ColumnElement[Any]], dialect: Dialect
-) -> tuple[Processor | None, ...]:
+Decoders = tuple[tuple[int, Processor], ...]
+"""The columns that need decoding, by position, each with its processor."""
+
+
+def decoders(columns: Iterable[ColumnElement[Any]], dialect: Dialect) -> Decoders:
     """What turns each column's stored value into its Python value on `dialect`'s driver
-    (SQLite keeps JSON and timestamps as text); empty where the driver does it itself."""
+    (SQLite keeps JSON and timestamps as text); none where the driver does it itself."""
     if dialect.name == "postgresql":
         return ()
-    processors = tuple(
+    processors = (
         column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
     )
-    return processors if any(processors) else ()
+    return tuple((i, process) for i, process in enumerate(processors) if process is not None)
 
 
 def encoders(
@@ -57,17 +59,19 @@ def encoders(
     return tuple(column.type.dialect_impl(dialect).bind_processor(dialect) for column in columns)
 
 
-def decode(rows: Iterable[Sequence[Any]], processors: Sequence[Processor | None]) -> list[Any]:
-    """`rows` with each value decoded by its column's processor (`decoders`)."""
-    if not processors:
+def decode(rows: Iterable[Sequence[Any]], columns: Decoders) -> list[Any]:
+    """`rows` with the values of `columns` decoded (`decoders`); as they are if none."""
+    if not columns:
         return list(rows)
-    return [
-        tuple(
-            value if process is None or value is None else process(value)
-            for process, value in zip(processors, row, strict=True)
-        )
-        for row in rows
-    ]
+    decoded = []
+    for row in rows:
+        values = list(row)
+        for i, process in columns:
+            value = values[i]
+            if value is not None:
+                values[i] = process(value)
+        decoded.append(values)
+    return decoded
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class DriverStatement:
     names: tuple[str, ...]
     constants: Mapping[str, Any]
     """Values bound in the statement itself (literals), by name."""
-    decoders: tuple[Processor | None, ...]
+    decoders: Decoders
 
     @classmethod
     def compile(cls, statement: Executable, dialect: Dialect) -> DriverStatement:
