@@ -66,4 +66,4 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m scripts.bench.run
 
 profile: $(BENCH_STAMP)
-	$(BENCH_VENV)/bin/python -m scripts.bench.profile
+	$(BENCH_VENV)/bin/python -m scripts.bench.profile $(PROFILE_ARGS)
