@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.compaction import Compactor
-from api.context import Item, assemble, summary_message
+from api.context import AssembledContext, Item, assemble, summary_message
 from api.db.faults import describe_fault
 from api.db.transactions import cut_off, retrying
 from api.errors import BadRequest, SummarizationInProgress, SummarizationTimeout
@@ -101,6 +101,21 @@ async def list_messages(
     return [MessageOut.from_row(message) for message in page], next_cursor
 
 
+def loaded_context(
+    rows: store.LoadedRows, last_seq: int, max_tokens: int | None
+) -> AssembledContext:
+    """The context a history load answers: the pinned prefix, the summaries as messages and the
+    loaded messages, under `max_tokens`; `last_seq` is the session's."""
+    first_loaded = rows.messages[0].seq if rows.messages else last_seq + 1
+    return assemble(
+        [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in rows.summaries],
+        [Item(message.openai(), message.token_count) for message in rows.messages],
+        max_tokens,
+        not_loaded=first_loaded - rows.after_seq - 1,
+        pinned=[Item(message.openai(), message.token_count) for message in rows.pinned],
+    )
+
+
 async def history(
     db: AsyncSession,
     compactor: Compactor,
@@ -164,14 +179,7 @@ async def load_history(
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`."""
     rows = await store.load_rows(db, session, summary_limit, max_tokens)
-    first_loaded = rows.messages[0].seq if rows.messages else session.last_seq + 1
-    context = assemble(
-        [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in rows.summaries],
-        [Item(message.openai(), message.token_count) for message in rows.messages],
-        max_tokens,
-        not_loaded=first_loaded - rows.after_seq - 1,
-        pinned=[Item(message.openai(), message.token_count) for message in rows.pinned],
-    )
+    context = loaded_context(rows, session.last_seq, max_tokens)
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],

@@ -235,6 +235,14 @@ def free_port() -> int:
 @contextmanager
 def served(database_url: str, **settings: str) -> Iterator[str]:
     """`uvicorn api.main:app` in a subprocess on a loopback port; yields its base URL."""
+    with served_app("api.main:app", database_url, **settings) as url:
+        yield url
+
+
+@contextmanager
+def served_app(app: str, database_url: str, **settings: str) -> Iterator[str]:
+    """`uvicorn <app>` in a subprocess on a loopback port, configured by environment like the
+    service; yields its base URL."""
     port = free_port()
     env = {
         **os.environ,
@@ -248,7 +256,7 @@ def served(database_url: str, **settings: str) -> Iterator[str]:
             sys.executable,
             "-m",
             "uvicorn",
-            "api.main:app",
+            app,
             "--host",
             "127.0.0.1",
             "--port",

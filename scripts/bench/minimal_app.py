@@ -30,9 +30,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -45,12 +42,12 @@ from starlette.types import Receive, Scope, Send
 from api import metrics, store
 from api.appending import store_batch
 from api.auth import authenticate
-from api.context import Item, assemble, summary_message
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.db.transactions import Database
 from api.errors import PrecisError, Unauthorized
+from api.service import loaded_context
 from api.settings import Settings, get_settings
-from scripts.bench.lib import REPO_ROOT, _wait_for_port, free_port
+from scripts.bench.lib import served_app
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message, encoding
 
@@ -160,14 +157,7 @@ async def history(running: Running, scope: Scope, tenant: str, external_id: str)
             policy = running.settings.policy(session.settings)
             limit = summary_limit or policy.summary_limit
             rows = await store.load_rows(db, session, limit, max_tokens)
-        first_loaded = rows.messages[0].seq if rows.messages else session.last_seq + 1
-        context = assemble(
-            [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in rows.summaries],
-            [Item(message.openai(), message.token_count) for message in rows.messages],
-            max_tokens,
-            not_loaded=first_loaded - rows.after_seq - 1,
-            pinned=[Item(message.openai(), message.token_count) for message in rows.pinned],
-        )
+        context = loaded_context(rows, session.last_seq, max_tokens)
         return pydantic_core.to_json(
             {
                 "session_id": session.external_id,
@@ -298,28 +288,8 @@ app = MinimalApp()
 def served(database_url: str, **settings: str) -> Iterator[str]:
     """The minimal app under uvicorn in a subprocess, with the environment, flags and
     settings `scripts.bench.lib.served` gives Precis; yields its base URL."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        **{key.upper(): value for key, value in settings.items()},
-    }
-    env.pop("API_KEYS", None)
-    command = [sys.executable, "-m", "uvicorn", "scripts.bench.minimal_app:app"]
-    command += ["--host", "127.0.0.1", "--port", str(port)]
-    command += ["--log-level", "warning", "--no-access-log"]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env)
-    try:
-        _wait_for_port(port, process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with served_app("scripts.bench.minimal_app:app", database_url, **settings) as url:
+        yield url
 
 
 def main() -> None:
