@@ -762,12 +762,7 @@ def compare_minimal(args: argparse.Namespace) -> int:
                 log = scan_log(read_log(log_path, log_start))
                 runs.append(Compared(label, stats, turns, elapsed, log, exit_status))
             print(compare_report(runs, plan, args.database), flush=True)
-            verify = subprocess.run(
-                [sys.executable, "-m", "scripts.verify", "--database-url", database_url],
-                cwd=REPO_ROOT,
-                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-                check=False,
-            )
+            verified = run_verify(database_url)
         finally:
             if args.database == "postgresql":
                 drop_postgres_database(args.postgres_url, database_url)
@@ -779,8 +774,8 @@ def compare_minimal(args: argparse.Namespace) -> int:
             + server_failures(run.log, run.server_exit)
         )
     ]
-    if verify.returncode != 0:
-        reasons.append(f"scripts.verify failed (exit {verify.returncode})")
+    if verified != 0:
+        reasons.append(f"scripts.verify failed (exit {verified})")
     print(
         "load: FAILED: " + "; ".join(reasons)
         if reasons
@@ -913,18 +908,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(report(outcome, log, plan, args.database), flush=True)
             if exit_status not in (0, -signal.SIGTERM):
                 print(f"  the server exited with {exit_status}:\n{server.log_tail()}")
-            verify = subprocess.run(
-                [sys.executable, "-m", "scripts.verify", "--database-url", database_url],
-                cwd=REPO_ROOT,
-                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-                check=False,
-            )
+            verified = run_verify(database_url)
         finally:
             if args.database == "postgresql":
                 drop_postgres_database(args.postgres_url, database_url)
-    reasons = failures(outcome, log, exit_status, verify.returncode)
+    reasons = failures(outcome, log, exit_status, verified)
     print(verdict(reasons), flush=True)
     return 1 if reasons else 0
+
+
+def run_verify(database_url: str) -> int:
+    """`scripts.verify` on the run's database, its output shown; its exit status."""
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.verify", "--database-url", database_url],
+        cwd=REPO_ROOT,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        check=False,
+    ).returncode
 
 
 if __name__ == "__main__":
