@@ -49,11 +49,19 @@ def inherit_fallback(
     }
 
 
-def summary_draft(result: SummaryResult, policy: SummaryPolicy, keep: int) -> store.SummaryDraft:
-    """The summary of messages the engine made, ready to store."""
+def summary_draft(
+    result: SummaryResult,
+    policy: SummaryPolicy,
+    keep: int,
+    first_seq: int,
+    sources: list[store.MessageRow],
+) -> store.SummaryDraft:
+    """The summary of `sources` the engine made, ready to store over `first_seq` (where the
+    range starts, removed messages before the first source included) to its last seq."""
     return store.SummaryDraft(
-        first_seq=result.first_seq,
+        first_seq=first_seq,
         last_seq=result.last_seq,
+        source_count=sum(1 for message in sources if message.seq <= result.last_seq),
         summary_text=result.summary_text,
         summary_prompt=result.prompt,
         model=result.model,
@@ -111,33 +119,54 @@ class Compactor:
         the session included: a session deleted meanwhile is normal use, not a failure.
         """
         async with self.locks.hold(session_id, wait_seconds):
-            started = time.perf_counter()
-            async with self.sessionmaker() as db:
-                session = await store.get_session_by_id(db, session_id)
-                if session is None:
-                    return None
-                policy = self.settings.policy(session.settings)
-                live = await store.live_summaries(db, session_id)
-                # the first summary starts after the pinned prefix, which is never summarized
-                after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
-                messages = await store.messages_in_range(db, session_id, after_seq)
-            keep = policy.keep_last_n if keep_last_n is None else keep_last_n
-            if keep_pending_turn and messages and messages[-1].role == "user":
-                keep = max(keep, 1)
             try:
-                summary = await self._summarize(
-                    session_id, policy, messages, live, trigger, reason, keep
+                return await self._run_held(
+                    session_id, trigger, reason, keep_last_n, keep_pending_turn
                 )
-                if summary is not None:
-                    metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-                rolled_up = await self._roll_up(session_id, policy, trigger)
-            except SessionGone:
+            except SummaryRangeConflict as exc:
+                # A message was removed while the model worked: what it read is stale, and the
+                # removal erased what it had reached. Read again and make it once more.
+                logger.info("summarizing session %s again: %s", session_id, exc.detail)
+                return await self._run_held(
+                    session_id, trigger, reason, keep_last_n, keep_pending_turn
+                )
+
+    async def _run_held(
+        self,
+        session_id: int,
+        trigger: Trigger,
+        reason: Reason,
+        keep_last_n: int | None,
+        keep_pending_turn: bool,
+    ) -> store.SummaryRow | None:
+        """One run under the session's summarizer lock (see `run`)."""
+        started = time.perf_counter()
+        async with self.sessionmaker() as db:
+            session = await store.get_session_by_id(db, session_id)
+            if session is None:
                 return None
-            if summary is not None and rolled_up:
-                # The new summary may have been absorbed: answer with its `superseded_by`.
-                async with self.sessionmaker() as db:
-                    summary = await store.get_summary_by_id(db, summary.id) or summary
-            return summary
+            policy = self.settings.policy(session.settings)
+            live = await store.live_summaries(db, session_id)
+            # the first summary starts after the pinned prefix, which is never summarized
+            after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
+            messages = await store.messages_in_range(db, session_id, after_seq)
+        keep = policy.keep_last_n if keep_last_n is None else keep_last_n
+        if keep_pending_turn and messages and messages[-1].role == "user":
+            keep = max(keep, 1)
+        try:
+            summary = await self._summarize(
+                session_id, policy, messages, live, trigger, reason, keep, after_seq
+            )
+            if summary is not None:
+                metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
+            rolled_up = await self._roll_up(session_id, policy, trigger)
+        except SessionGone:
+            return None
+        if summary is not None and rolled_up:
+            # The new summary may have been absorbed: answer with its `superseded_by`.
+            async with self.sessionmaker() as db:
+                summary = await store.get_summary_by_id(db, summary.id) or summary
+        return summary
 
     async def _summarize(
         self,
@@ -148,8 +177,10 @@ class Compactor:
         trigger: Trigger,
         reason: Reason,
         keep: int,
+        after_seq: int,
     ) -> store.SummaryRow | None:
-        """Summarize `messages` (those after the newest live summary) but the last `keep`."""
+        """Summarize `messages` (those after `after_seq`, the newest live summary's end) but the
+        last `keep`."""
         previous = live[-1].summary_text if live else None
         result = await summarize(
             engine_input(messages),
@@ -162,7 +193,8 @@ class Compactor:
         self._count_llm(result.metadata)
         if not result.summary_text.strip():
             return None
-        summary = await self._save(session_id, summary_draft(result, policy, keep))
+        draft = summary_draft(result, policy, keep, after_seq + 1, messages)
+        summary = await self._save(session_id, draft)
         metrics.SUMMARIES.labels(trigger, reason).inc()
         return summary
 
@@ -256,7 +288,7 @@ class Compactor:
                 ):
                     return None
                 draft = replace(
-                    summary_draft(result, policy, 0),
+                    summary_draft(result, policy, 0, fallback.first_seq, messages),
                     metadata={**result.metadata, "repair_of": fallback.id},
                     level=fallback.level + 1,
                     absorbs=(fallback.id,),

@@ -54,6 +54,10 @@ class SummaryNotFound(NotFound):
         super().__init__(f"summary {summary_id} not found")
 
 
+class MessageNotFound(NotFound):
+    """No message of the session is left to remove."""
+
+
 class Conflict(PrecisError):
     status_code = 409
 

@@ -37,6 +37,15 @@ APPEND_SECONDS = Histogram(
 REPAIRED_SUMMARIES = Counter(
     "precis_repaired_summaries_total", "Fallback summaries re-made with the model"
 )
+REMOVED_MESSAGES = Counter(
+    "precis_removed_messages_total",
+    "Messages removed by clients (delete and pop), the other halves of tool-call pairs included",
+)
+ERASED_SUMMARIES = Counter(
+    "precis_erased_summaries_total",
+    "Summaries erased because a message they had reached was removed; their range is made "
+    'again, counted in precis_summaries_total{reason="erasure"}',
+)
 PENDING_JOBS = Gauge("precis_pending_summary_jobs", "Summarization jobs queued or running")
 JOB_FAILURES = Counter("precis_summary_job_failures_total", "Background jobs that failed")
 DATABASE_RETRIES = Counter(

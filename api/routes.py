@@ -20,7 +20,7 @@ from api import appending, metrics, service, store
 from api.auth import Tenant
 from api.db.faults import connection_lost
 from api.db.models import SCHEMA_REVISION
-from api.db.transactions import retrying
+from api.db.transactions import Database, retrying
 from api.deps import (
     AppCompactor,
     AppDatabase,
@@ -34,6 +34,7 @@ from api.errors import (
     BadRequest,
     Conflict,
     Forbidden,
+    MessageNotFound,
     PayloadTooLarge,
     ServiceUnavailable,
     SessionExists,
@@ -56,6 +57,8 @@ from api.schemas import (
     Health,
     History,
     MessageList,
+    MessageOut,
+    PoppedMessage,
     SessionCreate,
     SessionList,
     SessionOut,
@@ -64,6 +67,7 @@ from api.schemas import (
     SummaryList,
 )
 from api.settings import Settings, SummaryOverrides
+from api.worker import Worker
 
 MAX_PAGE_SIZE = 1000
 """Largest page a list endpoint returns in one answer."""
@@ -249,6 +253,70 @@ async def append_messages(
         # run this plain function in a worker thread, a thread hop per append.)
         worker.wake()
     return serialized(answer, status.HTTP_201_CREATED)
+
+
+MessageIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="The message's `id`.")]
+
+
+@router.delete(
+    "/sessions/{session_id}/messages/{message_id:int}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=responses(*COMMON, SessionNotFound, MessageNotFound),
+)
+async def remove_message(
+    session_id: SessionPath,
+    message_id: MessageIdPath,
+    database: AppDatabase,
+    tenant: Tenant,
+    settings: AppSettings,
+    worker: AppWorker,
+) -> Response:
+    """Erase one message, with the other half of its tool-call pair: it keeps its seq as a
+    tombstone without content, is never listed or loaded again, and every summary it reached
+    is erased and made again without it in the background. Removing a removed message is a
+    no-op (204)."""
+    await _remove(database, settings, worker, tenant, session_id, message_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/sessions/{session_id}/messages/pop",
+    responses=responses(*COMMON, SessionNotFound, MessageNotFound),
+)
+async def pop_message(
+    session_id: SessionPath,
+    database: AppDatabase,
+    tenant: Tenant,
+    settings: AppSettings,
+    worker: AppWorker,
+) -> PoppedMessage:
+    """Remove the newest remaining message (as `DELETE` does) and answer it as it was
+    appended; 404 when the session holds no message."""
+    removal = await _remove(database, settings, worker, tenant, session_id, None)
+    assert removal is not None  # popping finds a message or raises MessageNotFound
+    return PoppedMessage(
+        message=MessageOut.from_row(removal.message),
+        also_removed=[MessageOut.from_row(partner) for partner in removal.partners],
+    )
+
+
+async def _remove(
+    database: Database,
+    settings: Settings,
+    worker: Worker,
+    tenant: str,
+    session_id: str,
+    message_id: int | None,
+) -> store.Removal | None:
+    with database_faults_as_503():
+        async with database.transaction() as db:
+            removal = await service.remove_message(db, settings, tenant, session_id, message_id)
+    if removal is not None:
+        metrics.REMOVED_MESSAGES.inc(1 + len(removal.partners))
+        metrics.ERASED_SUMMARIES.inc(removal.erased_summaries)
+        if removal.erased_summaries:
+            worker.wake()  # the removal committed the re-make's job
+    return removal
 
 
 @router.get(

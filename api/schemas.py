@@ -193,6 +193,14 @@ class MessageOut(BaseModel):
         return cls.model_validate({**row._asdict(), "content": row.body})
 
 
+class PoppedMessage(BaseModel):
+    message: MessageOut = Field(description="The removed message, as it was appended.")
+    also_removed: list[MessageOut] = Field(
+        description="The other half of its tool-call pair (a call's results, or a result's "
+        "call and that call's other results), removed with it."
+    )
+
+
 class SummarizationStatus(BaseModel):
     scheduled: bool
     reason: ProactiveReason | None = None
@@ -245,12 +253,12 @@ class SessionOut(BaseModel):
 
     @classmethod
     def from_row(cls, row: SessionRow, summary_count: int) -> SessionOut:
-        """Every seq holds a message, so the session's `last_seq` is its message count."""
+        """Every seq holds a message or a removed message's tombstone."""
         return cls.model_validate(
             {
                 **row._asdict(),
                 "id": row.external_id,
-                "message_count": row.last_seq,
+                "message_count": row.last_seq - row.removed_count,
                 "summary_count": summary_count,
             }
         )
@@ -276,6 +284,10 @@ class SummaryOut(BaseModel):
     superseded_by: int | None
     metadata: dict[str, Any]
     created_at: datetime
+    erased_at: datetime | None = Field(
+        description="When a removed message reached this summary (it covered the message or "
+        "was made after one that did): its text is erased and it is no longer live."
+    )
 
     @classmethod
     def from_row(cls, row: SummaryRow, session_external_id: str, **extra: Any) -> Self:

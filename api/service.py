@@ -15,7 +15,12 @@ from api.compaction import Compactor
 from api.context import AssembledContext, Item, assemble, summary_message
 from api.db.faults import describe_fault
 from api.db.transactions import cut_off, retrying
-from api.errors import BadRequest, SummarizationInProgress, SummarizationTimeout
+from api.errors import (
+    BadRequest,
+    MessageNotFound,
+    SummarizationInProgress,
+    SummarizationTimeout,
+)
 from api.locks import CompactionBusy
 from api.schemas import (
     CompactRequest,
@@ -28,6 +33,7 @@ from api.schemas import (
     SummaryDetail,
     SummaryOut,
 )
+from api.settings import Settings
 
 COMPACT_WAIT_SECONDS = 60.0
 """How long `compact` waits for a running summarization of the session before answering 409."""
@@ -91,6 +97,32 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
 # --- messages -------------------------------------------------------------------------------
 
 
+async def remove_message(
+    db: AsyncSession,
+    settings: Settings,
+    tenant: str,
+    external_id: str,
+    message_id: int | None,
+) -> store.Removal | None:
+    """Remove a message (the newest remaining one when `message_id` is None) with the other
+    half of its tool-call pair, and queue the re-making of the summaries it reached.
+
+    None when the message was removed before (removing is idempotent); `MessageNotFound`
+    when the session never held it, or holds nothing left to pop.
+    """
+    session = await store.get_session(db, tenant, external_id)
+    removal = await store.remove(db, session.id, message_id)
+    if removal is None:
+        if message_id is None:
+            raise MessageNotFound(f"session {external_id!r} has no message left to remove")
+        if await store.message_exists(db, session.id, message_id):
+            return None
+        raise MessageNotFound(f"message {message_id} not found in session {external_id!r}")
+    if removal.erased_summaries and settings.policy(session.settings).dynamic_summary_enabled:
+        await store.enqueue_job(db, session.id, "proactive", "erasure")
+    return removal
+
+
 async def list_messages(
     db: AsyncSession, tenant: str, external_id: str, after_seq: int, limit: int
 ) -> tuple[list[MessageOut], str | None]:
@@ -101,17 +133,14 @@ async def list_messages(
     return [MessageOut.from_row(message) for message in page], next_cursor
 
 
-def loaded_context(
-    rows: store.LoadedRows, last_seq: int, max_tokens: int | None
-) -> AssembledContext:
+def loaded_context(rows: store.LoadedRows, max_tokens: int | None) -> AssembledContext:
     """The context a history load answers: the pinned prefix, the summaries as messages and the
-    loaded messages, under `max_tokens`; `last_seq` is the session's."""
-    first_loaded = rows.messages[0].seq if rows.messages else last_seq + 1
+    loaded messages, under `max_tokens`."""
     return assemble(
         [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in rows.summaries],
         [Item(message.openai(), message.token_count) for message in rows.messages],
         max_tokens,
-        not_loaded=first_loaded - rows.after_seq - 1,
+        not_loaded=rows.not_loaded,
         pinned=[Item(message.openai(), message.token_count) for message in rows.pinned],
     )
 
@@ -179,7 +208,7 @@ async def load_history(
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`."""
     rows = await store.load_rows(db, session, summary_limit, max_tokens)
-    context = loaded_context(rows, session.last_seq, max_tokens)
+    context = loaded_context(rows, max_tokens)
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],

@@ -184,7 +184,11 @@ class Worker:
             # and its results), only new messages warrant a look, or the job would spin.
             if session is not None and (summarized or session.last_seq != seen_seq):
                 policy = self._compactor.settings.policy(session.settings)
-                await schedule_if_due(db, session, policy)
+                reason = await schedule_if_due(db, session, policy)
+                # A removal that erased summaries while this job ran found it queued.
+                owed = reason is None and policy.dynamic_summary_enabled
+                if owed and await store.remake_owed(db, session.id):
+                    await store.enqueue_job(db, session.id, "proactive", "erasure")
 
     async def _release(self, job: store.JobRow, delay: float, error: str | None) -> None:
         """Put the job back to pending; a lost connection is retried, or the job would wait

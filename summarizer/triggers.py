@@ -17,8 +17,9 @@ ProactiveReason = Literal["message_limit", "token_limit"]
 CompactTrigger = Literal["overflow_retry", "manual"]
 """The triggers a client's `compact` may give."""
 
-Reason = Literal["message_limit", "token_limit", "overflow_retry", "manual", "rollup"]
-"""`trigger_reason` of a summary: a proactive limit, a compact trigger, or a roll-up."""
+Reason = Literal["message_limit", "token_limit", "overflow_retry", "manual", "rollup", "erasure"]
+"""`trigger_reason` of a summary: a proactive limit, a compact trigger, a roll-up, or the
+re-make of a range whose summaries a removed message had reached (`erasure`)."""
 
 TRIGGERS: frozenset[str] = frozenset(get_args(Trigger))
 REASONS: frozenset[str] = frozenset(get_args(Reason))

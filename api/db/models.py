@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -94,12 +94,14 @@ class Session(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     pinned_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     """Seq of the last leading system/developer message (0: none): the pinned prefix."""
+    removed_count: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    """Messages removed (tombstones): the session holds `last_seq - removed_count` messages."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Message(Base):
-    """One appended message, immutable after insert.
+    """One appended message, immutable after insert except for its removal.
 
     The hot path (history load) is an index range scan on the unique `(session_id, seq)`
     index; plain text content lives in the `content` text column, and only list-of-parts
@@ -136,6 +138,9 @@ class Message(Base):
     """The random id of the request that stored the message, set by PostgreSQL's
     one-statement append (`api.store.pg_append`): an append whose connection was cut before
     its answer arrived finds out by it whether it landed. Never shown to clients."""
+    removed_at: Mapped[datetime | None]
+    """Set when a client removed the message: the row stays as a tombstone keeping its seq,
+    with no content left (`api.store.removal`)."""
 
 
 class Summary(Base):
@@ -169,6 +174,9 @@ class Summary(Base):
     )
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    erased_at: Mapped[datetime | None]
+    """Set when a removed message had reached this summary (it covered the message, or was
+    made after one that did): its text is erased and it is no longer live."""
 
 
 class SummaryMessage(Base):

@@ -8,6 +8,7 @@ and never commit (the caller owns the transaction: see `api.db.transactions`).
 - `loader`: the history loader's reads (two round trips per load).
 - `summaries`: live summaries, saving one with its links, the backlog a trigger reads.
 - `jobs`: background summarization jobs.
+- `removal`: a message removed as a tombstone, and the summaries it reached erased.
 - `rows`: one frozen row type per record (`SessionRow`, `MessageRow`, `SummaryRow`, `JobRow`),
   returned by every read, and `NewMessage`, what an append takes.
 - `audit`: the operator tools' read-only engine, session lookup and tracing reads.
@@ -26,6 +27,7 @@ from api.store.jobs import (
 )
 from api.store.loader import LoadedRows, load_rows, session_for_history
 from api.store.messages import AppendOutcome, messages_in_range
+from api.store.removal import Removal, message_exists, remake_owed, remove
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
     create_session,
@@ -57,6 +59,7 @@ __all__ = [
     "LoadedRows",
     "MessageRow",
     "NewMessage",
+    "Removal",
     "SessionRow",
     "SummaryDraft",
     "SummaryRow",
@@ -76,9 +79,12 @@ __all__ = [
     "live_summaries",
     "live_summary_counts",
     "load_rows",
+    "message_exists",
     "messages_in_range",
     "pending_job_count",
     "release_job",
+    "remake_owed",
+    "remove",
     "renew_job_lease",
     "save_summary",
     "session_for_history",

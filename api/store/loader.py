@@ -95,6 +95,7 @@ def _build_load() -> Any:
         .where(
             _summaries.session_id == bindparam("p_session_id"),
             _summaries.superseded_by.is_(None),
+            _summaries.erased_at.is_(None),
         )
         .order_by(_summaries.last_seq.desc())
         .limit(bindparam("p_summary_limit"))
@@ -105,7 +106,11 @@ def _build_load() -> Any:
     ).scalar_subquery()
     tail = (
         select(*MESSAGE_COLUMNS)
-        .where(_messages.session_id == bindparam("p_session_id"), _messages.seq > after_seq)
+        .where(
+            _messages.session_id == bindparam("p_session_id"),
+            _messages.seq > after_seq,
+            _messages.removed_at.is_(None),
+        )
         .order_by(_messages.seq.desc())
         .limit(bindparam("p_page"))
         .subquery("tail")
@@ -117,6 +122,7 @@ def _build_load() -> Any:
         .where(
             _messages.session_id == bindparam("p_session_id"),
             _messages.seq <= bindparam("p_pinned_seq"),
+            _messages.removed_at.is_(None),
             ~exists().where(live.c.first_seq <= bindparam("p_pinned_seq")),
         )
         .subquery("pinned")
@@ -142,12 +148,14 @@ _MESSAGE_END = 1 + len(MessageRow._fields)
 class LoadedRows:
     """What one history load read: the pinned prefix, the live summaries (oldest first) and
     the newest messages after them (ascending); `after_seq` is where those messages start
-    after."""
+    after. Removed messages are never read."""
 
     pinned: list[MessageRow]
     summaries: list[SummaryRow]
     messages: list[MessageRow]
     after_seq: int
+    not_loaded: int = 0
+    """Older messages after `after_seq` left unread because the budget was already spent."""
 
 
 def load_parameters(
@@ -195,7 +203,8 @@ async def load_rows(
         return LoadedRows(pinned, summaries, page, after_seq)
     budget = max(1, max_tokens - sum(message.token_count for message in pinned))
     messages = await _walk_back(db, session.id, after_seq, budget, page)
-    return LoadedRows(pinned, summaries, messages, after_seq)
+    not_loaded = await _not_loaded(db, session, after_seq, messages)
+    return LoadedRows(pinned, summaries, messages, after_seq, not_loaded)
 
 
 _TAIL_PAGE = (
@@ -204,10 +213,31 @@ _TAIL_PAGE = (
         _messages.session_id == bindparam("session_id"),
         _messages.seq > bindparam("after_seq"),
         _messages.seq < bindparam("before_seq"),
+        _messages.removed_at.is_(None),
     )
     .order_by(_messages.seq.desc())
     .limit(TAIL_PAGE_SIZE)
 )
+
+
+_COUNT_BETWEEN = select(func.count()).where(
+    _messages.session_id == bindparam("session_id"),
+    _messages.seq > bindparam("after_seq"),
+    _messages.seq < bindparam("before_seq"),
+    _messages.removed_at.is_(None),
+)
+
+
+async def _not_loaded(
+    db: AsyncSession, session: SessionRow, after_seq: int, messages: list[MessageRow]
+) -> int:
+    """How many messages lie between `after_seq` and the oldest loaded one: the seqs between
+    them, unless the session has removed messages (tombstones keep seqs): then counted."""
+    before_seq = messages[0].seq if messages else session.last_seq + 1
+    if before_seq - after_seq <= 1 or not session.removed_count:
+        return before_seq - after_seq - 1
+    params = {"session_id": session.id, "after_seq": after_seq, "before_seq": before_seq}
+    return int((await _rows(db, _COUNT_BETWEEN, params))[0][0])
 
 
 async def _walk_back(

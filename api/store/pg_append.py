@@ -32,11 +32,12 @@ from api.store.rows import MessageRow, NewMessage, SessionRow
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
 
 _SESSION_RETURNING = (
-    "id, tenant, external_id, metadata, settings, last_seq, pinned_seq, created_at, updated_at"
+    "id, tenant, external_id, metadata, settings, last_seq, pinned_seq, created_at, updated_at, "
+    "removed_count"
 )
 _MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_parts, name, tool_calls, tool_call_id, "
-    "metadata, client_id, token_count, created_at"
+    "metadata, client_id, token_count, created_at, removed_at"
 )
 
 APPEND = f"""
@@ -97,7 +98,7 @@ inserted AS (
 backlog AS (
     SELECT greatest(
                (SELECT coalesce(max(u.last_seq), 0) FROM session_summaries AS u
-                WHERE u.session_id = s.id AND u.superseded_by IS NULL),
+                WHERE u.session_id = s.id AND u.superseded_by IS NULL AND u.erased_at IS NULL),
                CASE WHEN coalesce((s.settings ->> 'pin_system')::boolean, $15)
                     THEN s.pinned_seq ELSE 0 END
            ) AS after_seq,
@@ -239,7 +240,7 @@ async def append(
             inserted: list[NewMessage] = [batch[ord_ - 1] for ord_ in row["fresh_ords"] or ()]
             first_seq = session.last_seq - len(ids) + 1
             fresh = [
-                MessageRow(id_, session.id, first_seq + i, *new, now)
+                MessageRow(id_, session.id, first_seq + i, *new, now, None)
                 for i, (id_, new) in enumerate(zip(ids, inserted, strict=True))
             ]
             stored = await _stored(connection, session.id, batch, fresh)

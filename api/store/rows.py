@@ -40,6 +40,7 @@ class SessionRow(NamedTuple):
     pinned_seq: int
     created_at: datetime
     updated_at: datetime
+    removed_count: int
 
 
 SESSION_COLUMNS = _columns(Session, SessionRow._fields)
@@ -62,6 +63,7 @@ class MessageRow(NamedTuple):
     client_id: str | None
     token_count: int
     created_at: datetime
+    removed_at: datetime | None
 
     @property
     def body(self) -> str | list[Any] | None:
@@ -84,7 +86,8 @@ MESSAGE_COLUMNS = _columns(Message, MessageRow._fields)
 
 
 class SummaryRow(NamedTuple):
-    """A stored summary of the seqs `first_seq..last_seq`; live while `superseded_by` is None."""
+    """A stored summary of the seqs `first_seq..last_seq`; live while `superseded_by` and
+    `erased_at` are None."""
 
     id: int
     session_id: int
@@ -106,6 +109,7 @@ class SummaryRow(NamedTuple):
     superseded_by: int | None
     metadata: dict[str, Any]
     created_at: datetime
+    erased_at: datetime | None
 
 
 SUMMARY_COLUMNS = _columns(Summary, SummaryRow._fields)

@@ -93,7 +93,7 @@ def encode_time(moment: datetime) -> Any:
 
 SUMMARIZED_AND_QUEUED = """
 SELECT (SELECT coalesce(max(last_seq), 0) FROM session_summaries
-        WHERE session_id = ? AND superseded_by IS NULL),
+        WHERE session_id = ? AND superseded_by IS NULL AND erased_at IS NULL),
        EXISTS (SELECT 1 FROM summary_jobs WHERE session_id = ?)
 """
 
@@ -194,7 +194,9 @@ def _insert(
 ) -> list[MessageRow]:
     """Insert `fresh` at the seqs the session row just reserved (the last `len(fresh)`)."""
     first_seq = session.last_seq - len(fresh) + 1
-    rows = [MessageRow(0, session.id, first_seq + i, *new, now) for i, new in enumerate(fresh)]
+    rows = [
+        MessageRow(0, session.id, first_seq + i, *new, now, None) for i, new in enumerate(fresh)
+    ]
     id_of_seq: dict[int, int] = {}
     for start in range(0, len(rows), ROWS_PER_INSERT):
         chunk = rows[start : start + ROWS_PER_INSERT]

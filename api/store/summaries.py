@@ -36,7 +36,11 @@ _messages = cast(Table, Message.__table__).c
 
 _LIVE_SUMMARIES = (
     select(*SUMMARY_COLUMNS)
-    .where(_summaries.session_id == bindparam("p_session_id"), _summaries.superseded_by.is_(None))
+    .where(
+        _summaries.session_id == bindparam("p_session_id"),
+        _summaries.superseded_by.is_(None),
+        _summaries.erased_at.is_(None),
+    )
     .order_by(_summaries.last_seq.desc())
     .limit(bindparam("p_limit"))
 )
@@ -61,7 +65,11 @@ async def live_summary_counts(db: AsyncSession, session_ids: Sequence[int]) -> d
         return {}
     rows = await db.execute(
         select(Summary.session_id, func.count())
-        .where(Summary.session_id.in_(session_ids), Summary.superseded_by.is_(None))
+        .where(
+            Summary.session_id.in_(session_ids),
+            Summary.superseded_by.is_(None),
+            Summary.erased_at.is_(None),
+        )
         .group_by(Summary.session_id)
     )
     return {session_id: count for session_id, count in rows}
@@ -77,7 +85,7 @@ async def list_summaries(
     """Summaries newest first, keyset-paginated by id."""
     query = select(*SUMMARY_COLUMNS).where(_summaries.session_id == session_id)
     if not include_superseded:
-        query = query.where(_summaries.superseded_by.is_(None))
+        query = query.where(_summaries.superseded_by.is_(None), _summaries.erased_at.is_(None))
     if before_id is not None:
         query = query.where(_summaries.id < before_id)
     result = await db.execute(query.order_by(_summaries.id.desc()).limit(limit))
@@ -119,6 +127,7 @@ async def summary_before(db: AsyncSession, session_id: int, first_seq: int) -> S
     query = select(*SUMMARY_COLUMNS).where(
         _summaries.session_id == session_id,
         _summaries.superseded_by.is_(None),
+        _summaries.erased_at.is_(None),
         _summaries.last_seq == first_seq - 1,
     )
     return _summary((await db.execute(query)).first())
@@ -128,7 +137,11 @@ async def live_fallback_summaries(db: AsyncSession, limit: int) -> list[SummaryR
     """Live summaries written without the model (any session), oldest first."""
     result = await db.execute(
         select(*SUMMARY_COLUMNS)
-        .where(_summaries.model == FALLBACK_MODEL, _summaries.superseded_by.is_(None))
+        .where(
+            _summaries.model == FALLBACK_MODEL,
+            _summaries.superseded_by.is_(None),
+            _summaries.erased_at.is_(None),
+        )
         .order_by(_summaries.id)
         .limit(limit)
     )
@@ -154,6 +167,9 @@ class SummaryDraft:
     metadata: dict[str, Any]
     level: int = 0
     absorbs: tuple[int, ...] = ()
+    source_count: int | None = None
+    """The messages of the range the summary was made from (not for a roll-up): if the range
+    holds another number when it is saved, a message was removed meanwhile."""
 
 
 async def _check_range(
@@ -182,12 +198,15 @@ async def _check_range(
 async def _link_messages(
     db: AsyncSession, summary_id: int, session_id: int, first_seq: int, last_seq: int
 ) -> None:
-    """Link the summary to every message of its range (roll-ups included), in one statement."""
+    """Link the summary to every message of its range (roll-ups included; removed ones left
+    out), in one statement."""
     await db.execute(
         insert(SummaryMessage).from_select(
             ["summary_id", "message_id"],
             select(literal(summary_id, BigInteger), Message.id).where(
-                Message.session_id == session_id, Message.seq.between(first_seq, last_seq)
+                Message.session_id == session_id,
+                Message.seq.between(first_seq, last_seq),
+                Message.removed_at.is_(None),
             ),
         )
     )
@@ -225,10 +244,16 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
             ).where(
                 Message.session_id == session_id,
                 Message.seq.between(draft.first_seq, draft.last_seq),
+                Message.removed_at.is_(None),
             )
         )
     ).one()
     first_id, last_id, count, first_at, last_at = stats
+    if count == 0 or (draft.source_count is not None and count != draft.source_count):
+        raise SummaryRangeConflict(
+            f"a message of seqs {draft.first_seq}..{draft.last_seq} was removed while it was "
+            "being summarized"
+        )
     insert_summary = insert(_SUMMARY_TABLE).values(
         session_id=session_id,
         summary_text=draft.summary_text,
@@ -271,7 +296,11 @@ class Backlog:
 
 _summarized_seq = (
     select(func.coalesce(func.max(Summary.last_seq), 0))
-    .where(Summary.session_id == bindparam("p_session_id"), Summary.superseded_by.is_(None))
+    .where(
+        Summary.session_id == bindparam("p_session_id"),
+        Summary.superseded_by.is_(None),
+        Summary.erased_at.is_(None),
+    )
     .scalar_subquery()
 )
 _BACKLOG = select(

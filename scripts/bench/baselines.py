@@ -298,7 +298,7 @@ class RawAiosqlite:
                 sqlite_append.UPDATE_SESSION, (at, 1, 0, TENANT, external_id)
             )
             session_id, last_seq = row[0], row[5]
-            message = MessageRow(0, session_id, last_seq, *news[i % len(news)], now)
+            message = MessageRow(0, session_id, last_seq, *news[i % len(news)], now, None)
             await conn.execute_fetchall(
                 sqlite_append.insert_statement(1), sqlite_append.insert_values([message])
             )

@@ -157,7 +157,7 @@ async def history(running: Running, scope: Scope, tenant: str, external_id: str)
             policy = running.settings.policy(session.settings)
             limit = summary_limit or policy.summary_limit
             rows = await store.load_rows(db, session, limit, max_tokens)
-        context = loaded_context(rows, session.last_seq, max_tokens)
+        context = loaded_context(rows, max_tokens)
         return pydantic_core.to_json(
             {
                 "session_id": session.external_id,
@@ -249,6 +249,7 @@ def summary_out(row: store.SummaryRow, session_external_id: str) -> dict[str, An
         "superseded_by": row.superseded_by,
         "metadata": row.metadata,
         "created_at": row.created_at,
+        "erased_at": row.erased_at,
     }
 
 

@@ -1,0 +1,218 @@
+"""Removal: a message (with its tool-call pair) becomes a tombstone, and every summary it
+reached is erased.
+
+A removed message keeps its row and seq, with no content left: seqs never move, so summary
+ranges, links and cursors stay valid. The summaries a removed message reached are those
+linked to it and every summary made after them (a summary is made with the one before it as
+context, so a fact can travel forward): all summaries of the session whose range ends at or
+after the removed seq. They lose their text and prompt and stop being live; the summaries a
+now-erased roll-up had absorbed that the removal did not reach become live again, so the
+live summaries still cover one contiguous range from the start. What follows them is loaded
+raw until the background job re-makes it.
+
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, and_, exists, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.errors import SessionGone
+from api.store.rows import MESSAGE_COLUMNS, MessageRow
+
+_messages = cast(Table, Message.__table__).c
+_summaries = cast(Table, Summary.__table__).c
+
+CALL_SEARCH_PAGE = 64
+"""Assistant messages read per round trip while looking back for a tool result's call."""
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What a removal did: `message` as it was appended, the other half of its tool-call pair
+    (`partners`, removed with it), and how many summaries it erased."""
+
+    message: MessageRow
+    partners: list[MessageRow]
+    erased_summaries: int
+
+
+async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> Removal | None:
+    """Remove one message of the session (its id, or the newest remaining one when None) with
+    the other half of its tool-call pair; None when there is no such message left.
+
+    Locks the session row first, as an append and a summary's save do: a summary whose
+    sources lost a message meanwhile cannot be saved (`save_summary` recounts them).
+    """
+    locked = await db.scalar(
+        update(Session)
+        .where(Session.id == session_id)
+        .values(updated_at=utcnow())
+        .returning(Session.id)
+    )
+    if locked is None:
+        raise SessionGone("the session no longer exists")
+    target = await _target(db, session_id, message_id)
+    if target is None:
+        return None
+    partners = await _pair_of(db, session_id, target)
+    removed = [target, *partners]
+    ids = [message.id for message in removed]
+    linked = await db.scalar(
+        select(select(SummaryMessage.message_id).where(SummaryMessage.message_id.in_(ids)).exists())
+    )
+    now = utcnow()
+    await db.execute(
+        update(Message)
+        .where(Message.id.in_(ids))
+        .values(
+            removed_at=now,
+            content=None,
+            content_parts=None,
+            name=None,
+            tool_calls=None,
+            tool_call_id=None,
+            metadata_=None,
+            client_id=None,
+            token_count=0,
+        )
+    )
+    await db.execute(
+        update(Session)
+        .where(Session.id == session_id)
+        .values(removed_count=Session.removed_count + len(removed))
+    )
+    erased = 0
+    if linked:
+        erased = await _erase_from(db, session_id, min(message.seq for message in removed))
+    return Removal(target, partners, erased)
+
+
+async def _target(db: AsyncSession, session_id: int, message_id: int | None) -> MessageRow | None:
+    query = select(*MESSAGE_COLUMNS).where(
+        _messages.session_id == session_id, _messages.removed_at.is_(None)
+    )
+    if message_id is None:
+        query = query.order_by(_messages.seq.desc()).limit(1)
+    else:
+        query = query.where(_messages.id == message_id)
+    row = (await db.execute(query)).first()
+    return None if row is None else MessageRow._make(row)
+
+
+async def message_exists(db: AsyncSession, session_id: int, message_id: int) -> bool:
+    """Whether the session ever held the message (a tombstone counts)."""
+    found = await db.scalar(
+        select(_messages.id).where(_messages.session_id == session_id, _messages.id == message_id)
+    )
+    return found is not None
+
+
+async def _pair_of(db: AsyncSession, session_id: int, message: MessageRow) -> list[MessageRow]:
+    """The rest of the tool exchange `message` belongs to: for a call, its results; for a
+    result, its call and the call's other results. Removing half of a pair would leave a call
+    without its result or a result without its call in every view."""
+    call = message
+    if message.role == "tool" and message.tool_call_id is not None:
+        found = await _call_answered_by(db, session_id, message)
+        if found is None:
+            return []
+        call = found
+    call_ids = [str(tool_call["id"]) for tool_call in call.tool_calls or ()]
+    if call.role != "assistant" or not call_ids:
+        return []
+    results = await db.execute(
+        select(*MESSAGE_COLUMNS)
+        .where(
+            _messages.session_id == session_id,
+            _messages.seq > call.seq,
+            _messages.role == "tool",
+            _messages.tool_call_id.in_(call_ids),
+            _messages.removed_at.is_(None),
+        )
+        .order_by(_messages.seq)
+    )
+    exchange = [call, *(MessageRow._make(row) for row in results)]
+    return [row for row in exchange if row.id != message.id]
+
+
+async def _call_answered_by(
+    db: AsyncSession, session_id: int, result: MessageRow
+) -> MessageRow | None:
+    """The newest assistant message before `result` that made the call it answers."""
+    before_seq = result.seq
+    while True:
+        page = [
+            MessageRow._make(row)
+            for row in await db.execute(
+                select(*MESSAGE_COLUMNS)
+                .where(
+                    _messages.session_id == session_id,
+                    _messages.seq < before_seq,
+                    _messages.role == "assistant",
+                    _messages.tool_calls.is_not(None),
+                    _messages.removed_at.is_(None),
+                )
+                .order_by(_messages.seq.desc())
+                .limit(CALL_SEARCH_PAGE)
+            )
+        ]
+        for candidate in page:
+            if any(call.get("id") == result.tool_call_id for call in candidate.tool_calls or ()):
+                return candidate
+        if len(page) < CALL_SEARCH_PAGE:
+            return None
+        before_seq = page[-1].seq
+
+
+async def _erase_from(db: AsyncSession, session_id: int, seq: int) -> int:
+    """Erase every summary of the session whose range ends at or after `seq`, then make live
+    again the summaries that a now-erased summary had absorbed and that end before `seq`.
+    Returns how many summaries were erased."""
+    erased = await db.execute(
+        update(Summary)
+        .where(
+            Summary.session_id == session_id,
+            Summary.last_seq >= seq,
+            Summary.erased_at.is_(None),
+        )
+        .values(erased_at=utcnow(), summary_text="", summary_prompt="")
+        .returning(Summary.id)
+    )
+    count = len(erased.all())
+    parent = Summary.__table__.alias("parent")
+    await db.execute(
+        update(Summary)
+        .where(
+            Summary.session_id == session_id,
+            Summary.erased_at.is_(None),
+            exists().where(
+                and_(parent.c.id == Summary.superseded_by, parent.c.erased_at.is_not(None))
+            ),
+        )
+        .values(superseded_by=None)
+    )
+    return count
+
+
+async def remake_owed(db: AsyncSession, session_id: int) -> bool:
+    """Whether erased summaries covered seqs after the newest live summary: their range is
+    loaded raw until a summary is made of it again."""
+    erased_end = await db.scalar(
+        select(func.max(Summary.last_seq)).where(
+            Summary.session_id == session_id, Summary.erased_at.is_not(None)
+        )
+    )
+    live_end = await db.scalar(
+        select(func.max(Summary.last_seq)).where(
+            Summary.session_id == session_id,
+            Summary.superseded_by.is_(None),
+            Summary.erased_at.is_(None),
+        )
+    )
+    return erased_end is not None and erased_end > (live_end or 0)
