@@ -11,11 +11,16 @@ from api.db.models import Message, Session, Summary, SummaryMessage
 
 
 async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
-    """Every way the session breaks invariants 1 (no message lost) and 2 (contiguous live)."""
+    """Every way the session breaks invariants 1 (no message lost; removed ones left out) and 2
+    (contiguous live summaries)."""
     live = list(
         await db.scalars(
             select(Summary)
-            .where(Summary.session_id == session_id, Summary.superseded_by.is_(None))
+            .where(
+                Summary.session_id == session_id,
+                Summary.superseded_by.is_(None),
+                Summary.erased_at.is_(None),
+            )
             .order_by(Summary.first_seq)
         )
     )
@@ -40,11 +45,18 @@ async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
         ).scalars()
     )
     messages = (
-        await db.execute(select(Message.id, Message.seq).where(Message.session_id == session_id))
+        await db.execute(
+            select(Message.id, Message.seq, Message.removed_at).where(
+                Message.session_id == session_id
+            )
+        )
     ).all()
-    for message_id, seq in messages:
+    for message_id, seq, removed_at in messages:
         count = links.get(message_id, 0)
-        if seq <= pinned and count != 0:
+        if removed_at is not None:
+            if count:
+                problems.append(f"removed message seq {seq} is linked to a live summary")
+        elif seq <= pinned and count != 0:
             problems.append(f"pinned message seq {seq} is linked")
         elif pinned < seq <= newest_last and count != 1:
             problems.append(f"message seq {seq} is linked to {count} live summaries")
