@@ -13,7 +13,7 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api import metrics, store
+from api import items, metrics, store
 from api.compaction import proactive_reason, schedule_if_due
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
@@ -24,7 +24,7 @@ from api.db.transactions import (
     retrying,
 )
 from api.errors import Conflict, PayloadTooLarge
-from api.schemas import AppendResponse, MessageIn, MessageOut, SummarizationStatus
+from api.schemas import AppendResponse, ItemIn, MessageIn, MessageOut, SummarizationStatus
 from api.settings import Settings, SummaryPolicy
 from api.store import pg_append, sqlite_append
 from summarizer.text import OFFLOAD_CHARS
@@ -66,8 +66,43 @@ def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMess
     )
 
 
-def new_messages(messages: Sequence[MessageIn], max_bytes: int) -> list[store.NewMessage]:
-    return [new_message(message, max_bytes, index) for index, message in enumerate(messages)]
+def new_item(given: ItemIn, max_bytes: int, index: int) -> store.NewMessage:
+    """A Responses item ready to store: its verbatim text, and its chat reading (what the
+    summarizer, the cut rules and the token count read)."""
+    text = items.item_text(given.item)
+    size = len(text.encode())
+    if size > max_bytes:
+        raise PayloadTooLarge(f"items[{index}].item is {size} bytes; the limit is {max_bytes}")
+    view = items.projection(given.item)
+    content = view.get("content")
+    return store.NewMessage(
+        role=view["role"],
+        content=content if isinstance(content, str) else None,
+        content_parts=content if isinstance(content, list) else None,
+        name=None,
+        tool_calls=view.get("tool_calls"),
+        tool_call_id=view.get("tool_call_id"),
+        metadata=given.metadata,
+        client_id=given.client_id,
+        token_count=count_message(view),
+        item=text,
+    )
+
+
+def new_messages(messages: Sequence[MessageIn | ItemIn], max_bytes: int) -> list[store.NewMessage]:
+    return [
+        new_item(message, max_bytes, index)
+        if isinstance(message, ItemIn)
+        else new_message(message, max_bytes, index)
+        for index, message in enumerate(messages)
+    ]
+
+
+def _text_size(message: MessageIn | ItemIn) -> int:
+    """About how much text a message holds: a large batch is prepared off the event loop."""
+    if isinstance(message, ItemIn):
+        return len(str(message.item))
+    return len(str(message.content or ""))
 
 
 async def append(
@@ -75,11 +110,11 @@ async def append(
     settings: Settings,
     tenant: str,
     external_id: str,
-    messages: Sequence[MessageIn],
+    messages: Sequence[MessageIn | ItemIn],
 ) -> AppendResponse:
     """Store a batch; when the backlog reaches a limit, record a job (same transaction)."""
     prepare = partial(new_messages, messages, settings.max_message_bytes)
-    size = sum(len(str(message.content or "")) for message in messages)
+    size = sum(_text_size(message) for message in messages)
     batch = await asyncio.to_thread(prepare) if size > OFFLOAD_CHARS else prepare()
     outcome, reason = await store_batch(database, settings, tenant, external_id, batch)
     return AppendResponse(

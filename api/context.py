@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from api.items import developer_item, missing_output
 from summarizer.tokens import count_message
 
 TRUNCATION_MARKER = "[Earlier messages truncated to manage context length]"
@@ -15,10 +16,12 @@ MISSING_TOOL_RESULT = "[No result was recorded for this tool call]"
 
 @dataclass(frozen=True)
 class Item:
-    """One chat message in OpenAI shape with its token count."""
+    """One chat message in OpenAI shape with its token count; `shown`, when set, is what the
+    context holds for it instead (the message in the view's format: Responses items)."""
 
     message: dict[str, Any]
     tokens: int
+    shown: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,12 @@ history load sends it again, so counting it each time was a quarter of a load's 
 them (a few MB of text) cover the sessions in active use."""
 
 
-def summary_message(first_seq: int, last_seq: int, text: str) -> Item:
+def summary_message(first_seq: int, last_seq: int, text: str, responses: bool = False) -> Item:
+    """A summary as the system message heading the context (a `developer` item in the
+    Responses view)."""
     content = f"Summary of earlier conversation (messages {first_seq}-{last_seq}):\n{text}"
-    return Item({"role": "system", "content": content}, _system_message_tokens(content))
+    shown = [developer_item(content)] if responses else None
+    return Item({"role": "system", "content": content}, _system_message_tokens(content), shown)
 
 
 @lru_cache(maxsize=SUMMARY_TOKEN_CACHE_SIZE)
@@ -50,6 +56,7 @@ def assemble(
     max_tokens: int | None,
     not_loaded: int = 0,
     pinned: Sequence[Item] = (),
+    responses: bool = False,
 ) -> AssembledContext:
     """The pinned prefix, summaries, then the messages with tool pairs repaired; fit to
     `max_tokens`.
@@ -58,16 +65,17 @@ def assemble(
     tool call with its results counts as one) are dropped behind one marker message; the
     newest unit always stays. If that is not enough, the oldest summaries go too.
     `not_loaded` counts older messages the loader left unread because the budget was
-    already spent: they are dropped as well.
+    already spent: they are dropped as well. With `responses`, the marker and the placeholder
+    results the context adds are Responses items.
     """
     pinned_tokens = sum(item.tokens for item in pinned)
     if max_tokens is not None:
         max_tokens -= pinned_tokens
-    units = tool_safe_units(messages)
+    units = tool_safe_units(messages, responses)
     kept_summaries = list(summaries)
     dropped = not_loaded
     if max_tokens is not None and (not_loaded or _tokens(kept_summaries, units) > max_tokens):
-        marker = _marker()
+        marker = _marker(responses)
         budget = max_tokens - marker.tokens - sum(item.tokens for item in kept_summaries)
         kept: list[list[Item]] = []
         for unit in reversed(units):
@@ -85,13 +93,13 @@ def assemble(
             kept_summaries.append(marker)
     items = [*pinned, *kept_summaries] + [item for unit in units for item in unit]
     return AssembledContext(
-        messages=[item.message for item in items],
+        messages=[shown for item in items for shown in item.shown or (item.message,)],
         token_estimate=sum(item.tokens for item in items),
         truncated_messages=dropped,
     )
 
 
-def tool_safe_units(messages: Sequence[Item]) -> list[list[Item]]:
+def tool_safe_units(messages: Sequence[Item], responses: bool = False) -> list[list[Item]]:
     """Group messages into units valid for an OpenAI-compatible API.
 
     An assistant message with `tool_calls` is followed by one result per call: the stored
@@ -115,7 +123,7 @@ def tool_safe_units(messages: Sequence[Item]) -> list[list[Item]]:
                 call_id = call["id"]
                 result = results.get(call_id)
                 if result is None or call_id in used:
-                    result = _placeholder(call_id)
+                    result = _placeholder(call_id, responses)
                 used.add(call_id)
                 unit.append(result)
         units.append(unit)
@@ -128,11 +136,13 @@ def _tokens(summaries: Sequence[Item], units: Sequence[Sequence[Item]]) -> int:
     )
 
 
-def _placeholder(call_id: str) -> Item:
+def _placeholder(call_id: str, responses: bool) -> Item:
     message = {"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT}
-    return Item(message, count_message(message))
+    shown = [missing_output(call_id, MISSING_TOOL_RESULT)] if responses else None
+    return Item(message, count_message(message), shown)
 
 
-def _marker() -> Item:
+def _marker(responses: bool) -> Item:
     message = {"role": "system", "content": TRUNCATION_MARKER}
-    return Item(message, count_message(message))
+    shown = [developer_item(TRUNCATION_MARKER)] if responses else None
+    return Item(message, count_message(message), shown)

@@ -67,6 +67,10 @@ class SessionExists(Conflict):
         super().__init__(f"session {session_id!r} already exists")
 
 
+class FormatConflict(Conflict):
+    """A batch in another message format than the session holds."""
+
+
 class SummaryRangeConflict(Conflict):
     """A summary's range does not continue the live summaries (a concurrent writer won)."""
 
@@ -90,6 +94,12 @@ class UnsupportedMediaType(PrecisError):
 
 
 class ValidationFailed(PrecisError):
+    status_code = 422
+
+
+class UnfaithfulView(PrecisError):
+    """The history cannot be shown in the asked format without losing or inventing data."""
+
     status_code = 422
 
 

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, TypeGuard
 
-from api.schemas import check_json_value
+from api.json_values import check_json_value
 
 JSON = dict[str, Any]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import suppress
 from functools import partial
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
 from fastapi.dependencies.models import Dependant
@@ -43,6 +43,7 @@ from api.errors import (
     SummarizationTimeout,
     SummaryNotFound,
     Unauthorized,
+    UnfaithfulView,
     UnsupportedMediaType,
     ValidationFailed,
     responses,
@@ -56,6 +57,7 @@ from api.schemas import (
     CompactResponse,
     Health,
     History,
+    MessageFormat,
     MessageList,
     MessageOut,
     PoppedMessage,
@@ -243,11 +245,12 @@ async def append_messages(
     settings: AppSettings,
     worker: AppWorker,
 ) -> Response:
-    for index, message in enumerate(body.messages):
-        where = f"messages[{index}].metadata"
+    name = "messages" if body.messages is not None else "items"
+    for index, message in enumerate(body.batch):
+        where = f"{name}[{index}].metadata"
         check_metadata_size(message.metadata, where, settings.max_metadata_bytes)
     with metrics.APPEND_SECONDS.time(), database_faults_as_503():
-        answer = await appending.append(database, settings, tenant, session_id, body.messages)
+        answer = await appending.append(database, settings, tenant, session_id, body.batch)
     if answer.summarization.scheduled:
         # The append has committed its job: the worker finds it. (A background task would
         # run this plain function in a worker thread, a thread hop per append.)
@@ -336,7 +339,7 @@ async def list_messages(
 @router.get(
     "/sessions/{session_id}/history",
     response_model=History,
-    responses=responses(*COMMON, SessionNotFound),
+    responses=responses(*COMMON, SessionNotFound, UnfaithfulView),
 )
 async def history(
     session_id: SessionPath,
@@ -346,10 +349,12 @@ async def history(
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
     max_tokens: Annotated[int | None, Query(ge=1, le=MAX_HISTORY_TOKENS)] = None,
     context_format: Annotated[
-        Literal["openai"],
+        MessageFormat,
         Query(
             alias="format",
-            description="Shape of `context`: OpenAI chat messages, the one format so far.",
+            description="Shape of `context`: OpenAI chat messages (`openai`) or Responses API "
+            "input items (`responses`), whatever format the session holds; 422 "
+            "`UnfaithfulView` when a message has no exact shape in it.",
         ),
     ] = "openai",
 ) -> Response:
@@ -358,7 +363,7 @@ async def history(
     with database_faults_as_503(), metrics.HISTORY_SECONDS.time():
         async with database.reading() as db:
             loaded = await service.history(
-                db, compactor, tenant, session_id, summary_limit, max_tokens
+                db, compactor, tenant, session_id, summary_limit, max_tokens, context_format
             )
     return serialized(loaded)
 

@@ -6,12 +6,14 @@ integer, `true` is not 1) and unknown fields are refused.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.items import check_item, parse_item
+from api.json_values import check_json_value
 from api.settings import JSON_INTEGER, SummaryOverrides
 from summarizer.triggers import CompactTrigger, ProactiveReason
 
@@ -36,45 +38,6 @@ ParticipantName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 """`developer` is OpenAI's newer name for `system`; both are accepted and kept as given."""
-
-MAX_JSON_DEPTH = 16
-"""Deepest nesting accepted in metadata and content: enough for real data, bounded for safety."""
-
-MAX_JSON_INT = 2**63 - 1
-"""Largest integer accepted in JSON, so every database stores it exactly."""
-
-
-def check_json_value(value: Any, where: str, depth: int = 0) -> None:
-    """Reject what the databases cannot store faithfully: NUL, lone surrogates, NaN, huge ints."""
-    if depth > MAX_JSON_DEPTH:
-        raise ValueError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels")
-    if isinstance(value, str):
-        check_text(value, where)
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, int):
-        if abs(value) > MAX_JSON_INT:
-            raise ValueError(f"{where}: integer out of the 64-bit range")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{where}: numbers must be finite")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text(str(key), where)
-            check_json_value(item, f"{where}.{key}", depth + 1)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            check_json_value(item, f"{where}[{index}]", depth + 1)
-
-
-def check_text(text: str, where: str) -> None:
-    """Text must be valid Unicode without NUL: PostgreSQL stores neither NUL nor lone surrogates."""
-    if "\x00" in text:
-        raise ValueError(f"{where}: NUL characters are not accepted")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{where}: lone surrogate characters are not accepted") from exc
 
 
 class TextPart(BaseModel):
@@ -155,24 +118,58 @@ class MessageIn(BaseModel):
         return self.model_dump(exclude_none=True, exclude={"metadata", "client_id"})
 
 
-class AppendRequest(BaseModel):
+class ItemIn(BaseModel):
+    """A Responses API item to append, stored verbatim, with Precis' own `metadata` and
+    `client_id` beside it."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    messages: Annotated[list[MessageIn], Field(min_length=1, max_length=500)]
+
+    item: dict[str, Any] = Field(
+        description="The item as the Responses API or the Agents SDK writes it (`message`, "
+        "`function_call`, `function_call_output`, `reasoning`, or any other `type`); kept as "
+        "given, every key in its order."
+    )
+    metadata: dict[str, Any] | None = None
+    client_id: ClientId | None = None
 
     @model_validator(mode="after")
-    def _one_message_per_client_id(self) -> AppendRequest:
-        """A repeated `client_id` must repeat its message: only the first would be stored."""
+    def _an_item(self) -> ItemIn:
+        check_item(self.item, "item")
+        check_json_value(self.metadata, "metadata")
+        return self
+
+
+class AppendRequest(BaseModel):
+    """Chat messages (`messages`) or Responses items (`items`): a session holds one format."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    messages: Annotated[list[MessageIn], Field(min_length=1, max_length=500)] | None = None
+    items: Annotated[list[ItemIn], Field(min_length=1, max_length=500)] | None = None
+
+    @model_validator(mode="after")
+    def _one_format_and_one_message_per_client_id(self) -> AppendRequest:
+        """One of the two lists; a repeated `client_id` must repeat its message: only the first
+        would be stored."""
+        if (self.messages is None) == (self.items is None):
+            raise ValueError("give either `messages` (chat messages) or `items` (Responses items)")
+        name = "messages" if self.messages is not None else "items"
+        batch = self.batch
         first_of: dict[str, int] = {}
-        for index, message in enumerate(self.messages):
+        for index, message in enumerate(batch):
             if message.client_id is None:
                 continue
             first = first_of.setdefault(message.client_id, index)
-            if message != self.messages[first]:
+            if message != batch[first]:
                 raise ValueError(
-                    f"messages[{index}] repeats the client_id {message.client_id!r} of "
-                    f"messages[{first}] with a different message"
+                    f"{name}[{index}] repeats the client_id {message.client_id!r} of "
+                    f"{name}[{first}] with a different message"
                 )
         return self
+
+    @property
+    def batch(self) -> Sequence[MessageIn | ItemIn]:
+        """The messages or the items, whichever was given."""
+        return self.messages if self.messages is not None else self.items or []
 
 
 class MessageOut(BaseModel):
@@ -187,10 +184,15 @@ class MessageOut(BaseModel):
     client_id: str | None
     token_count: int
     created_at: datetime
+    item: dict[str, Any] | None = Field(
+        description="In a `responses` session, the item as appended; the fields above are "
+        "then how the summarizer reads it."
+    )
 
     @classmethod
     def from_row(cls, row: MessageRow) -> MessageOut:
-        return cls.model_validate({**row._asdict(), "content": row.body})
+        item = None if row.item is None else parse_item(row.item)
+        return cls.model_validate({**row._asdict(), "content": row.body, "item": item})
 
 
 class PoppedMessage(BaseModel):
@@ -216,11 +218,19 @@ class MessageList(BaseModel):
     next_cursor: str | None
 
 
+MessageFormat = Literal["openai", "responses"]
+"""How a session's messages are written: OpenAI chat messages, or Responses API items."""
+
+
 class SessionCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     id: SessionId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     settings: SummaryOverrides = Field(default_factory=SummaryOverrides)
+    format: MessageFormat | None = Field(
+        default=None,
+        description="The session's message format; when absent, its first append fixes it.",
+    )
 
     @model_validator(mode="after")
     def _storable(self) -> SessionCreate:
@@ -245,6 +255,10 @@ class SessionOut(BaseModel):
     id: str
     metadata: dict[str, Any]
     settings: dict[str, Any]
+    format: MessageFormat | None = Field(
+        description="`openai` (chat messages) or `responses` (Responses items); null until "
+        "the first append fixes it."
+    )
     message_count: int
     summary_count: int
     last_seq: int

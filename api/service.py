@@ -10,7 +10,7 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import store
+from api import items, store
 from api.compaction import Compactor
 from api.context import AssembledContext, Item, assemble, summary_message
 from api.db.faults import describe_fault
@@ -20,12 +20,14 @@ from api.errors import (
     MessageNotFound,
     SummarizationInProgress,
     SummarizationTimeout,
+    UnfaithfulView,
 )
 from api.locks import CompactionBusy
 from api.schemas import (
     CompactRequest,
     CompactResponse,
     History,
+    MessageFormat,
     MessageOut,
     SessionCreate,
     SessionOut,
@@ -55,6 +57,7 @@ async def create_session(db: AsyncSession, tenant: str, body: SessionCreate) -> 
         external_id,
         body.metadata,
         body.settings.model_dump(exclude_none=True),
+        body.format,
     )
     return SessionOut.from_row(session, 0)
 
@@ -133,16 +136,48 @@ async def list_messages(
     return [MessageOut.from_row(message) for message in page], next_cursor
 
 
-def loaded_context(rows: store.LoadedRows, max_tokens: int | None) -> AssembledContext:
-    """The context a history load answers: the pinned prefix, the summaries as messages and the
-    loaded messages, under `max_tokens`."""
+def loaded_context(
+    rows: store.LoadedRows, max_tokens: int | None, view: MessageFormat = "openai"
+) -> AssembledContext:
+    """The context a history load answers in the `view` format: the pinned prefix, the
+    summaries as messages and the loaded messages, under `max_tokens`.
+
+    Raises `UnfaithfulView` when a message has no faithful shape in `view` (a Responses
+    `reasoning` item in the chat view, a named chat message in the Responses view)."""
+    responses = view == "responses"
     return assemble(
-        [summary_message(s.first_seq, s.last_seq, s.summary_text) for s in rows.summaries],
-        [Item(message.openai(), message.token_count) for message in rows.messages],
+        [
+            summary_message(s.first_seq, s.last_seq, s.summary_text, responses)
+            for s in rows.summaries
+        ],
+        [_context_item(message, view) for message in rows.messages],
         max_tokens,
         not_loaded=rows.not_loaded,
-        pinned=[Item(message.openai(), message.token_count) for message in rows.pinned],
+        pinned=[_context_item(message, view) for message in rows.pinned],
+        responses=responses,
     )
+
+
+def _context_item(message: store.MessageRow, view: MessageFormat) -> Item:
+    """A stored message in the context: its chat reading for the rules (pairs, budget), shown
+    in `view`: a Responses item as appended, or converted where that is exact."""
+    if message.item is None and view == "openai":
+        return Item(message.openai(), message.token_count)
+    where = f"message seq {message.seq}"
+    try:
+        if message.item is None:
+            shown = items.chat_to_items(message.openai(), where)
+        elif view == "responses":
+            shown = [items.parse_item(message.item)]
+        else:
+            shown = [items.item_to_chat(items.parse_item(message.item), where)]
+    except items.Unfaithful as exc:
+        raise UnfaithfulView(f"{exc}; load this session with format={_other(view)}") from exc
+    return Item(message.openai(), message.token_count, shown)
+
+
+def _other(view: MessageFormat) -> MessageFormat:
+    return "openai" if view == "responses" else "responses"
 
 
 async def history(
@@ -152,12 +187,14 @@ async def history(
     external_id: str,
     summary_limit: int | None,
     max_tokens: int | None,
+    view: MessageFormat = "openai",
 ) -> History:
-    """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate."""
+    """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate.
+    `view`: the format of `context`."""
     session, job_pending = await store.session_for_history(db, tenant, external_id)
     policy = compactor.settings.policy(session.settings)
     limit = summary_limit or policy.summary_limit
-    loaded = await load_history(db, compactor, session, job_pending, limit, max_tokens)
+    loaded = await load_history(db, compactor, session, job_pending, limit, max_tokens, view)
     if (
         max_tokens is not None
         and loaded.truncated_messages > 0
@@ -194,7 +231,9 @@ async def history(
             if summary is not None:
                 # One compaction only: whatever it achieved, truncation does the rest.
                 session, job_pending = await store.session_for_history(db, tenant, external_id)
-                loaded = await load_history(db, compactor, session, job_pending, limit, max_tokens)
+                loaded = await load_history(
+                    db, compactor, session, job_pending, limit, max_tokens, view
+                )
     return loaded
 
 
@@ -205,10 +244,11 @@ async def load_history(
     job_pending: bool,
     summary_limit: int,
     max_tokens: int | None,
+    view: MessageFormat = "openai",
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`."""
     rows = await store.load_rows(db, session, summary_limit, max_tokens)
-    context = loaded_context(rows, max_tokens)
+    context = loaded_context(rows, max_tokens, view)
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from api.json_values import MAX_JSON_DEPTH
 from api.main import create_app
-from api.schemas import MAX_JSON_DEPTH
 from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 

@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -96,6 +96,9 @@ class Session(Base):
     """Seq of the last leading system/developer message (0: none): the pinned prefix."""
     removed_count: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     """Messages removed (tombstones): the session holds `last_seq - removed_count` messages."""
+    format: Mapped[str | None] = mapped_column(String(16))
+    """`openai` (chat messages) or `responses` (Responses API items); fixed by the session's
+    creation or its first append (None until then)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -133,6 +136,9 @@ class Message(Base):
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", OptionalJSON)
     client_id: Mapped[str | None] = mapped_column(String(256))
     token_count: Mapped[int] = mapped_column(Integer)
+    item: Mapped[str | None] = mapped_column(Text)
+    """A Responses API item as appended (its JSON text, every key in order): the message of a
+    `responses` session; the columns above then hold how the summarizer reads it."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     append_id: Mapped[int | None] = mapped_column(BigInteger)
     """The random id of the request that stored the message, set by PostgreSQL's

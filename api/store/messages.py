@@ -15,6 +15,7 @@ from sqlalchemy import Table, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Message
+from api.errors import FormatConflict
 from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, NewMessage, SessionRow
 
 _MESSAGE_TABLE = cast(Table, Message.__table__)
@@ -60,6 +61,24 @@ def in_batch_order(
             by_client_id[new.client_id] = row
         answer.append(row)
     return answer
+
+
+def batch_format(batch: Sequence[NewMessage]) -> str:
+    """The message format of a batch (an append holds one format)."""
+    return "responses" if batch[0].item is not None else "openai"
+
+
+def check_format(external_id: str, held: str | None, batch: Sequence[NewMessage]) -> None:
+    """Refuse a batch in the other format than the session's (`held`; None: not fixed yet)."""
+    given = batch_format(batch)
+    if held is not None and held != given:
+        raise FormatConflict(
+            f"session {external_id!r} holds {FORMAT_NAMES[held]}; this batch is "
+            f"{FORMAT_NAMES[given]} (a session holds one format)"
+        )
+
+
+FORMAT_NAMES = {"openai": "chat messages (`messages`)", "responses": "Responses items (`items`)"}
 
 
 async def messages_in_range(

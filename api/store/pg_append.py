@@ -26,27 +26,27 @@ from api.db import driver
 from api.db.faults import connection_lost
 from api.db.models import utcnow
 from api.errors import Conflict
-from api.store.messages import AppendOutcome, in_batch_order
+from api.store.messages import AppendOutcome, batch_format, check_format, in_batch_order
 from api.store.rows import MessageRow, NewMessage, SessionRow
 
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
 
 _SESSION_RETURNING = (
     "id, tenant, external_id, metadata, settings, last_seq, pinned_seq, created_at, updated_at, "
-    "removed_count"
+    "removed_count, format"
 )
 _MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_parts, name, tool_calls, tool_call_id, "
-    "metadata, client_id, token_count, created_at, removed_at"
+    "metadata, client_id, token_count, item, created_at, removed_at"
 )
 
 APPEND = f"""
 WITH batch AS (
     SELECT * FROM unnest(
         $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-        $10::text[], $11::int[]
+        $10::text[], $11::int[], $17::text[]
     ) WITH ORDINALITY AS b(role, content, content_parts, name, tool_calls, tool_call_id,
-                           metadata, client_id, token_count, ord)
+                           metadata, client_id, token_count, item, ord)
 ),
 known AS (
     SELECT m.client_id FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
@@ -70,15 +70,16 @@ updated AS (
         updated_at = $12,
         last_seq = s.last_seq + c.fresh,
         pinned_seq = CASE WHEN s.pinned_seq = s.last_seq THEN s.last_seq + c.leading
-                          ELSE s.pinned_seq END
+                          ELSE s.pinned_seq END,
+        format = coalesce(s.format, $18)
     FROM counts AS c
-    WHERE s.tenant = $1 AND s.external_id = $2
+    WHERE s.tenant = $1 AND s.external_id = $2 AND (s.format IS NULL OR s.format = $18)
     RETURNING {", ".join(f"s.{column}" for column in _SESSION_RETURNING.split(", "))}
 ),
 created AS (
     INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
-                          created_at, updated_at)
-    SELECT $1, $2, '{{}}', '{{}}', c.fresh, c.leading, $12, $12 FROM counts AS c
+                          created_at, updated_at, format)
+    SELECT $1, $2, '{{}}', '{{}}', c.fresh, c.leading, $12, $12, $18 FROM counts AS c
     WHERE NOT EXISTS (SELECT 1 FROM updated)
     ON CONFLICT (tenant, external_id) DO NOTHING
     RETURNING {_SESSION_RETURNING}
@@ -88,10 +89,11 @@ session AS (
 ),
 inserted AS (
     INSERT INTO messages (session_id, seq, role, content, content_parts, name, tool_calls,
-                          tool_call_id, metadata, client_id, token_count, created_at, append_id)
+                          tool_call_id, metadata, client_id, token_count, item, created_at,
+                          append_id)
     SELECT s.id, s.last_seq - c.fresh + f.n, f.role, f.content, f.content_parts::jsonb, f.name,
            f.tool_calls::jsonb, f.tool_call_id, f.metadata::jsonb, f.client_id, f.token_count,
-           $12, $13
+           f.item, $12, $13
     FROM session AS s, counts AS c, fresh AS f
     RETURNING id, seq, token_count
 ),
@@ -119,7 +121,9 @@ FROM session AS s, backlog AS k
 """
 """$1 tenant, $2 external id, $3-$11 the batch's columns (JSON as text), $12 the time,
 $13 the append id, $14-$16 the server's `dynamic_summary_enabled`, `pin_system` and
-`message_limit` (a session's own settings override them, as `Settings.policy` does).
+`message_limit` (a session's own settings override them, as `Settings.policy` does), $17 the
+batch's Responses items (JSON text, or NULLs), $18 its format: a session holding the other
+format is left alone, and the statement answers no row.
 
 The backlog's tokens (existing messages from the statement's snapshot, the new ones from
 `inserted`) are counted only when they can matter: the session summarizes and its backlog is
@@ -137,6 +141,9 @@ ORDER BY seq
 
 
 _SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
+
+_FORMAT = "SELECT format FROM sessions WHERE tenant = $1 AND external_id = $2"
+
 
 _RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')"
 
@@ -205,6 +212,8 @@ def arguments(
         defaults.summarize,
         defaults.pin_system,
         defaults.message_limit,
+        [message.item for message in batch],
+        batch_format(batch),
     ]
 
 
@@ -234,6 +243,8 @@ async def append(
         try:
             row = await connection.fetchrow(APPEND, *values)
             if row is None:
+                held = await connection.fetchval(_FORMAT, tenant, external_id)
+                check_format(external_id, held, batch)
                 return None
             session = SessionRow._make(row[: len(SessionRow._fields)])
             ids: list[int] = row["ids"] or []

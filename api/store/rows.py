@@ -41,6 +41,7 @@ class SessionRow(NamedTuple):
     created_at: datetime
     updated_at: datetime
     removed_count: int
+    format: str | None
 
 
 SESSION_COLUMNS = _columns(Session, SessionRow._fields)
@@ -62,6 +63,7 @@ class MessageRow(NamedTuple):
     metadata: dict[str, Any] | None
     client_id: str | None
     token_count: int
+    item: str | None
     created_at: datetime
     removed_at: datetime | None
 
@@ -146,3 +148,5 @@ class NewMessage(NamedTuple):
     metadata: dict[str, Any] | None
     client_id: str | None
     token_count: int
+    item: str | None = None
+    """A Responses API item's JSON text as appended; the fields above are its chat reading."""

@@ -33,6 +33,7 @@ async def _insert_session(
     external_id: str,
     metadata: dict[str, Any],
     settings: dict[str, Any],
+    message_format: str | None,
 ) -> SessionRow | None:
     """INSERT a new, empty session; None if the id is taken (a concurrent request's included)."""
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
@@ -46,6 +47,7 @@ async def _insert_session(
             settings=settings,
             last_seq=0,
             pinned_seq=0,
+            format=message_format,
             created_at=now,
             updated_at=now,
         )
@@ -62,8 +64,10 @@ async def create_session(
     external_id: str,
     metadata: dict[str, Any],
     settings: dict[str, Any],
+    message_format: str | None = None,
 ) -> SessionRow:
-    session = await _insert_session(db, tenant, external_id, metadata, settings)
+    """A new, empty session; `message_format` None leaves the format to its first append."""
+    session = await _insert_session(db, tenant, external_id, metadata, settings, message_format)
     if session is None:
         raise SessionExists(external_id)
     return session

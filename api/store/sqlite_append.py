@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.db import driver
 from api.db.models import Message, Session, utcnow
-from api.store.messages import AppendOutcome, in_batch_order
+from api.store.messages import AppendOutcome, batch_format, check_format, in_batch_order
 from api.store.pg_append import Appended, BacklogDefaults, CountedBacklog
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.sessions import leading_pinned
@@ -53,15 +53,16 @@ UPDATE_SESSION = f"""
 UPDATE sessions SET
     updated_at = ?,
     last_seq = last_seq + ?,
-    pinned_seq = CASE WHEN pinned_seq = last_seq THEN last_seq + ? ELSE pinned_seq END
+    pinned_seq = CASE WHEN pinned_seq = last_seq THEN last_seq + ? ELSE pinned_seq END,
+    format = coalesce(format, ?)
 WHERE tenant = ? AND external_id = ?
 RETURNING {_SESSION_NAMES}
 """
 
 CREATE_SESSION = f"""
 INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
-                      created_at, updated_at)
-VALUES (?, ?, '{{}}', '{{}}', ?, ?, ?, ?)
+                      created_at, updated_at, format)
+VALUES (?, ?, '{{}}', '{{}}', ?, ?, ?, ?, ?)
 RETURNING {_SESSION_NAMES}
 """
 
@@ -96,6 +97,8 @@ SELECT (SELECT coalesce(max(last_seq), 0) FROM session_summaries
         WHERE session_id = ? AND superseded_by IS NULL AND erased_at IS NULL),
        EXISTS (SELECT 1 FROM summary_jobs WHERE session_id = ?)
 """
+
+FORMAT = "SELECT format FROM sessions WHERE tenant = ? AND external_id = ?"
 
 TOKENS_AFTER = "SELECT coalesce(sum(token_count), 0) FROM messages WHERE session_id = ? AND seq > ?"
 
@@ -140,15 +143,19 @@ def _append(
     batch: Sequence[NewMessage],
     defaults: BacklogDefaults,
 ) -> Appended:
+    held = connection.execute(FORMAT, (tenant, external_id)).fetchone()
+    check_format(external_id, held[0] if held else None, batch)
     stored = _stored(connection, tenant, external_id, batch)
     fresh = _fresh(batch, stored)
     now = utcnow()
     at = encode_time(now)
-    reserve, leading = len(fresh), leading_pinned(fresh)
-    row = connection.execute(UPDATE_SESSION, (at, reserve, leading, tenant, external_id)).fetchone()
+    reserve, leading, given = len(fresh), leading_pinned(fresh), batch_format(batch)
+    row = connection.execute(
+        UPDATE_SESSION, (at, reserve, leading, given, tenant, external_id)
+    ).fetchone()
     if row is None:
         row = connection.execute(
-            CREATE_SESSION, (tenant, external_id, reserve, leading, at, at)
+            CREATE_SESSION, (tenant, external_id, reserve, leading, at, at, given)
         ).fetchone()
     session = SessionRow._make(driver.decode([row], _SESSION_DECODERS)[0])
     inserted = _insert(connection, session, fresh, now)

@@ -45,6 +45,7 @@ from api.auth import authenticate
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.db.transactions import Database
 from api.errors import PrecisError, Unauthorized
+from api.items import parse_item
 from api.service import loaded_context
 from api.settings import Settings, get_settings
 from scripts.bench.lib import served_app
@@ -229,6 +230,7 @@ def message_out(row: store.MessageRow) -> dict[str, Any]:
         "client_id": row.client_id,
         "token_count": row.token_count,
         "created_at": row.created_at,
+        "item": None if row.item is None else parse_item(row.item),
     }
 
 
