@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 from api.items import developer_item, missing_output
+from summarizer.cuts import legal_cuts
 from summarizer.tokens import count_message
 
 TRUNCATION_MARKER = "[Earlier messages truncated to manage context length]"
@@ -104,8 +106,12 @@ def tool_safe_units(messages: Sequence[Item], responses: bool = False) -> list[l
 
     An assistant message with `tool_calls` is followed by one result per call: the stored
     result, or a placeholder when none is in the window. A tool result whose call is not
-    in the window is dropped.
+    in the window is dropped. With `responses` (Responses items, where an output need not
+    follow its call at once), the items keep their stored order: a unit runs from one legal
+    cut to the next.
     """
+    if responses:
+        return _item_units(messages)
     results: dict[str, Item] = {}
     for item in messages:
         call_id = item.message.get("tool_call_id")
@@ -127,6 +133,31 @@ def tool_safe_units(messages: Sequence[Item], responses: bool = False) -> list[l
                 used.add(call_id)
                 unit.append(result)
         units.append(unit)
+    return units
+
+
+def _item_units(messages: Sequence[Item]) -> list[list[Item]]:
+    """Responses items in stored order, grouped between legal cuts, so no call is parted from
+    its outputs; an output whose call is not in the window is dropped, and a call without an
+    output gets a placeholder at the end of its unit."""
+    declared: set[str] = set()
+    kept: list[Item] = []
+    for item in messages:
+        if item.message["role"] == "tool" and item.message.get("tool_call_id") not in declared:
+            continue
+        declared.update(call["id"] for call in item.message.get("tool_calls") or ())
+        kept.append(item)
+    answered = {item.message.get("tool_call_id") for item in kept}
+    cuts = legal_cuts([item.message for item in kept])
+    units = [kept[start:end] for start, end in pairwise(cuts) if end > start]
+    for unit in units:
+        unanswered = [
+            call["id"]
+            for item in unit
+            for call in item.message.get("tool_calls") or ()
+            if call["id"] not in answered
+        ]
+        unit.extend(_placeholder(call_id, True) for call_id in unanswered)
     return units
 
 
