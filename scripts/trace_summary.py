@@ -7,6 +7,11 @@
 `--session` is looked up in every tenant unless `--tenant` names one; an id that several
 tenants have must be given with `--tenant`.
 
+Removals show as they are stored: a removed message is a tombstone, `[removed at <time>]`
+without content; a summary a removal reached is erased, its state `erased at <time>` and its
+text gone, and the summaries made again after it (trigger_reason `erasure`) follow it in the
+session's tree.
+
 Reads DATABASE_URL (or --database-url) and never writes: the database is opened read-only.
 Exit status: 0 on success, 2 when the id is unknown or ambiguous or the database cannot be
 read (one line on stderr).
@@ -183,6 +188,7 @@ class SessionTrace:
     session: SessionRow
     roots: list[Node]
     summary_count: int
+    erased_count: int = 0
 
 
 @dataclass
@@ -218,12 +224,16 @@ async def trace_session(db: AsyncSession, external_id: str, tenant: str | None) 
     session = await audit.find_session(db, external_id, tenant)
     summaries = await audit.session_summaries(db, session.id)
     return SessionTrace(
-        session=session, roots=summary_forest(summaries), summary_count=len(summaries)
+        session=session,
+        roots=summary_forest(summaries),
+        summary_count=len(summaries),
+        erased_count=sum(1 for summary in summaries if summary.erased_at is not None),
     )
 
 
 def summary_forest(summaries: Sequence[SummaryRow]) -> list[Node]:
-    """Live summaries with the trees they absorbed; orphans and cycles show up as roots too."""
+    """Summaries absorbed by none (live or erased) with the trees they absorbed, in seq order;
+    orphans and cycles show up as roots too."""
     by_id = {summary.id: summary for summary in summaries}
     children: dict[int, list[SummaryRow]] = {}
     for summary in summaries:
@@ -268,12 +278,17 @@ def session_json(session: SessionRow) -> dict[str, Any]:
     }
 
 
+def optional_time(value: datetime | None) -> str | None:
+    return None if value is None else timestamp(value).isoformat()
+
+
 def message_json(message: MessageRow) -> dict[str, Any]:
     return {
         "id": message.id,
         "seq": message.seq,
         "role": message.role,
         "created_at": timestamp(message.created_at).isoformat(),
+        "removed_at": optional_time(message.removed_at),
         "content": message.body,
         "tool_calls": message.tool_calls,
         "tool_call_id": message.tool_call_id,
@@ -292,6 +307,7 @@ def summary_json(
         "last_seq": summary.last_seq,
         "message_count": summary.message_count,
         "superseded_by": summary.superseded_by,
+        "erased_at": optional_time(summary.erased_at),
         "model": summary.model,
         "created_at": timestamp(summary.created_at).isoformat(),
         "metadata": summary.metadata,
@@ -360,7 +376,13 @@ def wrapped(label: str, text: str, margin: str, width: int) -> list[str]:
 
 
 def status(summary: SummaryRow) -> str:
+    if summary.erased_at is not None:
+        return f"erased at {short_time(summary.erased_at)}"
     return "live" if summary.superseded_by is None else f"superseded by {summary.superseded_by}"
+
+
+def is_live(summary: SummaryRow) -> bool:
+    return summary.superseded_by is None and summary.erased_at is None
 
 
 def summary_heading(summary: SummaryRow) -> str:
@@ -372,6 +394,8 @@ def summary_heading(summary: SummaryRow) -> str:
 
 
 def message_text(message: MessageRow) -> str:
+    if message.removed_at is not None:
+        return f"[removed at {short_time(message.removed_at)}]"
     content = message.body
     return describe_content(content, message.tool_calls, message.tool_call_id)
 
@@ -392,12 +416,19 @@ def render_node(node: Node, depth: int, width: int, full: bool) -> list[str]:
         margin + summary_heading(summary),
         f"{margin}  model {summary.model} · created {short_time(summary.created_at)} UTC",
         *wrapped("metadata: ", metadata_line(summary.metadata), margin + "  ", width),
-        f"{margin}  text:",
-        *(f"{margin}    {line}".rstrip() for line in summary.summary_text.splitlines()),
     ]
+    if summary.erased_at is None:  # an erased summary has no text left
+        lines.append(f"{margin}  text:")
+        lines.extend(f"{margin}    {line}".rstrip() for line in summary.summary_text.splitlines())
     if node.children:
         count = len(node.children)
-        lines.append(f"{margin}  absorbed {count} {'summary' if count == 1 else 'summaries'}:")
+        absorbed = f"absorbed {count} {'summary' if count == 1 else 'summaries'}"
+        given_back = node.children[0].summary.first_seq - 1
+        if summary.erased_at is not None and given_back >= summary.first_seq:
+            # its erasure made the summaries it had absorbed before the removal live again
+            back = f"seqs {summary.first_seq}..{given_back}"
+            absorbed += f" ({back}: made live again when it was erased)"
+        lines.append(f"{margin}  {absorbed}:")
         for child in node.children:
             lines.append("")
             lines.extend(render_node(child, depth + 2, width, full))
@@ -464,10 +495,12 @@ def render(trace: Trace, width: int, full: bool) -> list[str]:
 
 def render_session(trace: SessionTrace, width: int) -> list[str]:
     session = trace.session
-    live = sum(1 for root in trace.roots if root.summary.superseded_by is None)
+    live = sum(1 for root in trace.roots if is_live(root.summary))
+    removed = f" ({session.removed_count} removed)" if session.removed_count else ""
+    erased = f", {trace.erased_count} erased" if trace.erased_count else ""
     lines = [
-        f"{session_title(session).capitalize()}: {session.last_seq} messages, "
-        f"{trace.summary_count} summaries ({live} live)"
+        f"{session_title(session).capitalize()}: {session.last_seq} messages{removed}, "
+        f"{trace.summary_count} summaries ({live} live{erased})"
     ]
     if not trace.roots:
         return [*lines, "No summaries yet."]
@@ -484,11 +517,22 @@ def render_message(trace: MessageTrace, width: int, full: bool) -> list[str]:
     body = text.splitlines() if full else [clip(text, width - 2)]
     lines.extend(f"  {line}".rstrip() for line in body)
     lines.append("")
-    if not trace.summaries:
+    count = len(trace.summaries)
+    summaries = f"{count} {'summary' if count == 1 else 'summaries'}"
+    if message.removed_at is not None:
+        removed = f"Removed at {short_time(message.removed_at)} UTC"
+        if not trace.summaries:
+            lines.append(f"{removed}; no summary had covered it.")
+            return lines
+        erased = all(summary.erased_at is not None for summary in trace.summaries)
+        lines.append(
+            f"{removed}; it was covered by {summaries}{', all now erased' if erased else ''}:"
+        )
+    elif not trace.summaries:
         lines.append("No summary covers this message yet.")
         return lines
-    count = len(trace.summaries)
-    lines.append(f"Covered by {count} {'summary' if count == 1 else 'summaries'}, live first:")
+    else:
+        lines.append(f"Covered by {summaries}, live first:")
     rows = [summary_row(summary) for summary in trace.summaries]
     lines.extend(format_table(SUMMARY_HEADERS, rows, width))
     return lines

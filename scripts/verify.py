@@ -8,10 +8,16 @@ tenants have must be given with `--tenant`.
 Checks, per session: seqs are contiguous from 1 and `sessions.last_seq` is the newest seq;
 token counts are present; every summary's `first_message_id` and `last_message_id` are the
 messages at its first and last seq, and it links exactly the messages of its seq range;
-live summaries are contiguous, non-overlapping and start at seq 1 (invariant 2); every
-message up to the newest live summary is linked to exactly one live summary (invariant 1);
-superseded chains point to a higher-level summary of the same session containing the
-range, without cycles, and a roll-up's absorbed summaries tile its range.
+live summaries (neither superseded nor erased) are contiguous, non-overlapping and start at
+seq 1 (invariant 2); every message up to the newest live summary, unless removed, is linked
+to exactly one live summary, and no removed one is (invariant 1); superseded chains point to
+a higher-level summary of the same session containing the range, without cycles, and a
+roll-up's absorbed summaries tile its range.
+
+Removals: a removed message is a tombstone holding nothing but its seq, role and times, and
+`sessions.removed_count` counts them; an erased summary keeps no text and no prompt, keeps
+the links it was made with, and what it had absorbed is either erased too or live again. The
+last line counts the tombstones and erased summaries found.
 
 Reads DATABASE_URL (or --database-url) and never writes: the database is opened read-only.
 Each session is checked in one read snapshot, so a running server does not cause false
@@ -61,6 +67,9 @@ LINKS = "links"
 LIVE = "live_ranges"
 COVERAGE = "coverage"
 CHAIN = "chain"
+TOMBSTONE = "tombstone"
+ERASED = "erased"
+REMOVED_COUNT = "removed_count"
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,10 @@ class SessionCheck:
     violations: list[Violation] = field(default_factory=list)
     message_count: int = 0
     summary_count: int = 0
+    removed_count: int = 0
+    """Tombstones among `message_count`."""
+    erased_count: int = 0
+    """Erased summaries among `summary_count`."""
 
 
 def label(session: SessionRow) -> str:
@@ -85,6 +98,10 @@ def label(session: SessionRow) -> str:
 
 def span(summary: SummaryRow) -> str:
     return f"summary {summary.id} (seqs {summary.first_seq}..{summary.last_seq})"
+
+
+def is_live(summary: SummaryRow) -> bool:
+    return summary.superseded_by is None and summary.erased_at is None
 
 
 def seq_range(first: int, last: int) -> str:
@@ -107,14 +124,20 @@ async def check_session(db: AsyncSession, session: SessionRow) -> SessionCheck:
     violations = [
         *await check_seqs(db, session, stats),
         *await check_token_counts(db, session),
+        *await check_tombstones(db, session),
+        *check_removed_count(session, stats),
         *check_summary_ranges(summaries),
+        *check_erased(summaries),
         *await check_message_ids(db, session, summaries),
         *await check_links(db, session, summaries),
         *check_live_ranges(session, summaries),
         *await check_coverage(db, session, summaries),
         *await check_chains(db, summaries),
     ]
-    return SessionCheck(label(session), violations, stats.count, len(summaries))
+    erased = sum(1 for summary in summaries if summary.erased_at is not None)
+    return SessionCheck(
+        label(session), violations, stats.count, len(summaries), stats.removed, erased
+    )
 
 
 async def check_seqs(
@@ -152,6 +175,45 @@ async def check_token_counts(db: AsyncSession, session: SessionRow) -> list[Viol
     return [Violation(TOKENS, f"token_count missing or negative: {refs(sample)}")]
 
 
+async def check_tombstones(db: AsyncSession, session: SessionRow) -> list[Violation]:
+    """A removed message keeps nothing of what was appended."""
+    sample = await integrity.tombstones_with_content(db, session.id)
+    if sample.total == 0:
+        return []
+    return [Violation(TOMBSTONE, f"removed messages still hold content: {refs(sample)}")]
+
+
+def check_removed_count(session: SessionRow, stats: integrity.MessageStats) -> list[Violation]:
+    if session.removed_count == stats.removed:
+        return []
+    return [
+        Violation(
+            REMOVED_COUNT,
+            f"sessions.removed_count is {session.removed_count} "
+            f"but the session has {stats.removed} removed {plural(stats.removed, 'message')}",
+        )
+    ]
+
+
+def check_erased(summaries: Sequence[SummaryRow]) -> list[Violation]:
+    """An erased summary keeps neither its text nor its prompt."""
+    found: list[Violation] = []
+    for summary in summaries:
+        if summary.erased_at is None:
+            continue
+        kept = " and ".join(
+            name
+            for name, value in (
+                ("summary_text", summary.summary_text),
+                ("summary_prompt", summary.summary_prompt),
+            )
+            if value
+        )
+        if kept:
+            found.append(Violation(ERASED, f"erased {span(summary)} still holds its {kept}"))
+    return found
+
+
 def check_summary_ranges(summaries: Sequence[SummaryRow]) -> list[Violation]:
     return [
         Violation(RANGE, f"{span(summary)} is not a valid seq range")
@@ -173,9 +235,13 @@ async def check_message_ids(
 
 def end_mismatch_detail(summary: SummaryRow, mismatch: integrity.EndMismatch) -> str:
     if mismatch.actual_id is None:
-        actual = f"the session has no message at seq {mismatch.seq}"
-    else:
+        actual = "its range holds no message it can have been made from"
+    elif mismatch.actual_seq == mismatch.seq:
         actual = f"seq {mismatch.seq} is message {mismatch.actual_id}"
+    else:
+        # the end seq is a tombstone removed before the summary was made, or missing
+        at_end = f"seq {mismatch.actual_seq} (message {mismatch.actual_id})"
+        actual = f"its {mismatch.end} message is {at_end}"
     recorded = f"message {mismatch.recorded_id}"
     if mismatch.recorded_session_id is None:
         points = f"no message has id {mismatch.recorded_id}"
@@ -192,12 +258,14 @@ def end_mismatch_detail(summary: SummaryRow, mismatch: integrity.EndMismatch) ->
 async def check_links(
     db: AsyncSession, session: SessionRow, summaries: Sequence[SummaryRow]
 ) -> list[Violation]:
-    """Each summary links exactly the messages of its range (a roll-up: all of them)."""
+    """Each summary links exactly the messages of its range (a roll-up: all of them) that
+    are not removed; an erased summary keeps its links, so it may also link messages removed
+    after it was made, and its `message_count` is the number of its links."""
     by_id = {summary.id: summary for summary in summaries}
     found: list[Violation] = []
     for stats in await integrity.link_stats(db, session.id):
         summary = by_id[stats.summary_id]
-        if stats.in_range < stats.range_messages:
+        if stats.kept_in_range < stats.range_messages:
             sample = await integrity.unlinked_in_range(db, summary)
             found.append(
                 Violation(
@@ -211,6 +279,24 @@ async def check_links(
             found.append(
                 Violation(LINKS, f"{span(summary)} links messages outside it: {refs(sample)}")
             )
+        if summary.erased_at is not None:
+            if summary.message_count != stats.linked:
+                found.append(
+                    Violation(
+                        LINKS,
+                        f"erased {span(summary)} records message_count {summary.message_count} "
+                        f"but links {stats.linked} messages",
+                    )
+                )
+            continue
+        if stats.removed_linked:
+            sample = await integrity.removed_linked(db, summary)
+            found.append(
+                Violation(
+                    LINKS,
+                    f"{span(summary)} is not erased but links removed messages: {refs(sample)}",
+                )
+            )
         if summary.message_count != stats.range_messages:
             found.append(
                 Violation(
@@ -223,7 +309,7 @@ async def check_links(
 
 
 def live_of(summaries: Sequence[SummaryRow]) -> list[SummaryRow]:
-    live = [summary for summary in summaries if summary.superseded_by is None]
+    live = [summary for summary in summaries if is_live(summary)]
     return sorted(live, key=lambda summary: (summary.first_seq, summary.last_seq))
 
 
@@ -269,25 +355,36 @@ def check_live_ranges(session: SessionRow, summaries: Sequence[SummaryRow]) -> l
 async def check_coverage(
     db: AsyncSession, session: SessionRow, summaries: Sequence[SummaryRow]
 ) -> list[Violation]:
-    """Invariant 1: every message up to the newest live summary's end is in exactly one."""
+    """Invariant 1: every message up to the newest live summary's end, unless removed, is in
+    exactly one; a removed message is in none."""
     live = live_of(summaries)
     if not live:
         return []
+    found: list[Violation] = []
     through = max(summary.last_seq for summary in live)
     # the pinned prefix before the oldest live summary is never summarized
     pinned = min(live[0].first_seq - 1, session.pinned_seq)
     total, problems = await integrity.coverage_problems(db, session.id, through, after_seq=pinned)
-    if total == 0:
-        return []
-    shown = ", ".join(
-        f"seq {p.message.seq} (message {p.message.id}) is in {p.live_links}" for p in problems
-    )
-    more = f" and {total - len(problems)} more" if total > len(problems) else ""
-    detail = (
-        f"{total} {plural(total, 'message')} up to seq {through} (the newest live summary's "
-        f"end) {'is' if total == 1 else 'are'} not in exactly one live summary: {shown}{more}"
-    )
-    return [Violation(COVERAGE, detail)]
+    if total:
+        shown = ", ".join(
+            f"seq {p.message.seq} (message {p.message.id}) is in {p.live_links}" for p in problems
+        )
+        more = f" and {total - len(problems)} more" if total > len(problems) else ""
+        detail = (
+            f"{total} {plural(total, 'message')} up to seq {through} (the newest live summary's "
+            f"end) {'is' if total == 1 else 'are'} not in exactly one live summary: {shown}{more}"
+        )
+        found.append(Violation(COVERAGE, detail))
+    removed = await integrity.removed_in_live(db, session.id)
+    if removed.total:
+        found.append(
+            Violation(
+                COVERAGE,
+                f"{removed.total} removed {plural(removed.total, 'message')} "
+                f"{'is' if removed.total == 1 else 'are'} in a live summary: {refs(removed)}",
+            )
+        )
+    return found
 
 
 async def check_chains(db: AsyncSession, summaries: Sequence[SummaryRow]) -> list[Violation]:
@@ -313,6 +410,9 @@ def chain_link_problems(summary: SummaryRow, parent: SummaryRow | None) -> list[
     if parent.session_id != summary.session_id:
         return [Violation(CHAIN, f"{head} of another session (internal id {parent.session_id})")]
     found: list[Violation] = []
+    if parent.erased_at is not None and summary.erased_at is None:
+        # the erasure of a roll-up makes what it absorbed live again, unless it erased that too
+        found.append(Violation(CHAIN, f"{head}, which is erased, but is neither erased nor live"))
     if parent.level <= summary.level:
         found.append(
             Violation(
@@ -348,7 +448,9 @@ def cycles(summaries: Sequence[SummaryRow]) -> list[Violation]:
 
 
 def rollup_tiling(summaries: Sequence[SummaryRow]) -> list[Violation]:
-    """A roll-up absorbed summaries that together cover exactly its range."""
+    """A roll-up absorbed summaries that together cover exactly its range. An erased roll-up
+    keeps only those its removal reached: they tile the end of its range, from some seq on
+    (the ones before are live again)."""
     absorbed: dict[int, list[SummaryRow]] = {}
     for summary in summaries:
         if summary.superseded_by is not None:
@@ -363,7 +465,10 @@ def rollup_tiling(summaries: Sequence[SummaryRow]) -> list[Violation]:
             continue
         covered = [(child.first_seq, child.last_seq) for child in children]
         contiguous = all(b[0] == a[1] + 1 for a, b in pairwise(covered))
-        if not contiguous or (covered[0][0], covered[-1][1]) != (rollup.first_seq, rollup.last_seq):
+        start = covered[0][0]
+        if rollup.erased_at is not None and rollup.first_seq <= start:
+            start = rollup.first_seq
+        if not contiguous or (start, covered[-1][1]) != (rollup.first_seq, rollup.last_seq):
             ranges = ", ".join(f"{first}..{last}" for first, last in covered)
             found.append(
                 Violation(CHAIN, f"roll-up {span(rollup)} absorbed summaries covering {ranges}")
@@ -404,6 +509,8 @@ class Totals:
     summaries: int = 0
     violations: int = 0
     bad_sessions: int = 0
+    removed: int = 0
+    erased: int = 0
 
 
 class Report:
@@ -419,6 +526,8 @@ class Report:
         totals.sessions += 1
         totals.messages += check.message_count
         totals.summaries += check.summary_count
+        totals.removed += check.removed_count
+        totals.erased += check.erased_count
         if check.violations:
             totals.violations += len(check.violations)
             totals.bad_sessions += 1
@@ -431,11 +540,13 @@ class Report:
     def finish(self) -> None:
         self.progress.clear()
         t = self.totals
-        checked = (
-            f"Checked {t.sessions} {plural(t.sessions, 'session')} "
-            f"({t.messages} {plural(t.messages, 'message')}, "
-            f"{t.summaries} {plural(t.summaries, 'summary', 'summaries')})"
-        )
+        messages = f"{t.messages} {plural(t.messages, 'message')}"
+        summaries = f"{t.summaries} {plural(t.summaries, 'summary', 'summaries')}"
+        if t.removed or t.erased:
+            counted = f"{messages}, {t.removed} removed; {summaries}, {t.erased} erased"
+        else:
+            counted = f"{messages}, {summaries}"
+        checked = f"Checked {t.sessions} {plural(t.sessions, 'session')} ({counted})"
         if t.violations == 0:
             self.out.write(f"{checked}: no violations.\n")
         else:

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,7 +19,15 @@ from api import store
 from api.store import audit
 from scripts import trace_summary
 from scripts.bench.scratch_db import REPO_ROOT
-from tests.helpers import append_batch
+from tests.helpers import (
+    WAIT_SECONDS,
+    append,
+    append_batch,
+    assistant,
+    tool_call,
+    tool_result,
+    user,
+)
 
 LONG_LINE = "word " * 200
 
@@ -152,6 +161,88 @@ async def trace_json(database_url: str, *args: str) -> Any:
 @pytest.fixture
 async def seeded(db: AsyncSession) -> Seeded:
     return await seed_session(db)
+
+
+REMOVALS = pytest.mark.parametrize(
+    "settings_overrides", [{"summary_message_limit": 10_000}], indirect=True, ids=["local"]
+)
+"""The app of `client` with the built-in local model, whose background worker runs only the
+re-making a removal asks for (no message limit is reached)."""
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A session built through the HTTP API: six messages summarized as 1..2 and 3..4 (rolled
+    up into 1..4, level 1) and 5..6; then seq 3 removed, which erased the roll-up, 3..4 and
+    5..6 and made 1..2 live again; then 3..6 made again by the background job (trigger_reason
+    "erasure"); then a tool call and its result (seqs 7, 8) appended and popped, linked to no
+    summary. Summaries are the API's, by name; messages as appended, by seq."""
+
+    external_id: str
+    messages: dict[int, dict[str, Any]]
+    first: dict[str, Any]
+    second: dict[str, Any]
+    rollup: dict[str, Any]
+    third: dict[str, Any]
+    remade: dict[str, Any]
+
+
+async def compact(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
+    answer = await client.post(
+        f"/v1/sessions/{sid}/compact", json={"trigger": "manual", "keep_last_n": 0}
+    )
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def every_summary(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    answer = await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true&limit=100")
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["summaries"])
+
+
+async def wait_for_remake(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
+    """The live summary the background job made again after an erasure."""
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        live = (await client.get(f"/v1/sessions/{sid}/summaries")).json()["summaries"]
+        remade = [s for s in live if s["metadata"]["trigger_reason"] == "erasure"]
+        if remade:
+            return dict(remade[0])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the erased range of {sid} was not made again within {WAIT_SECONDS} s")
+
+
+async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
+    settings = {"summary_limit": 2, "keep_last_n": 0}
+    created = await client.post("/v1/sessions", json={"id": sid, "settings": settings})
+    assert created.status_code == 201, created.text
+    messages: list[dict[str, Any]] = []
+    for part in range(3):
+        said = user(
+            f"part {part} asks", name="alice", metadata={"part": part}, client_id=f"q{part}"
+        )
+        messages += (await append(client, sid, said, assistant(f"part {part} answers")))["messages"]
+        await compact(client, sid)
+    removed = await client.delete(f"/v1/sessions/{sid}/messages/{messages[2]['id']}")
+    assert removed.status_code == 204, removed.text
+    remade = await wait_for_remake(client, sid)
+    messages += (await append(client, sid, tool_call("c1"), tool_result("c1")))["messages"]
+    popped = await client.post(f"/v1/sessions/{sid}/messages/pop")
+    assert popped.status_code == 200, popped.text
+    by_range = {
+        (s["first_seq"], s["last_seq"], s["level"]): s for s in await every_summary(client, sid)
+    }
+    assert set(by_range) == {(1, 2, 0), (3, 4, 0), (1, 4, 1), (5, 6, 0), (3, 6, 0)}
+    return Removed(
+        external_id=sid,
+        messages={message["seq"]: message for message in messages},
+        first=by_range[1, 2, 0],
+        second=by_range[3, 4, 0],
+        rollup=by_range[1, 4, 1],
+        third=by_range[5, 6, 0],
+        remade=remade,
+    )
 
 
 # --- by summary -----------------------------------------------------------------------------
@@ -344,6 +435,172 @@ async def test_message_after_the_newest_summary_is_reported_as_not_summarized(
     assert code == 0
     assert "No summary covers this message yet." in out
     assert answer["summaries"] == []
+
+
+# --- removals -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def removed(client: httpx.AsyncClient, sid: str) -> Removed:
+    return await removal_session(client, sid)
+
+
+def parsed_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def shown_time(value: str) -> str:
+    """An API or JSON timestamp as the text output shows it."""
+    return trace_summary.short_time(parsed_time(value))
+
+
+@REMOVALS
+async def test_a_tombstone_shows_among_the_sources_as_removed_without_content(
+    database_url: str, removed: Removed
+) -> None:
+    tombstone = removed.messages[3]
+    answer = await trace_json(database_url, str(removed.second["id"]))
+    code, out, err = await trace(database_url, str(removed.second["id"]))
+
+    first, second = answer["summary"]["messages"]
+    assert (first["id"], first["seq"], first["role"]) == (tombstone["id"], 3, "user")
+    assert first["content"] is None and first["removed_at"] is not None
+    assert parsed_time(first["created_at"]) == parsed_time(tombstone["created_at"])
+    assert (second["seq"], second["content"], second["removed_at"]) == (4, "part 1 answers", None)
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if line.split()[:2] == ["3", str(tombstone["id"])]]
+    assert row.split()[2] == "user"
+    assert row.endswith(f"  [removed at {shown_time(first['removed_at'])}]")
+    assert "part 1 asks" not in out and "alice" not in out
+
+
+@REMOVALS
+async def test_an_erased_summary_shows_when_it_was_erased_instead_of_its_state_and_no_text(
+    database_url: str, removed: Removed
+) -> None:
+    rollup, second = removed.rollup, removed.second
+    code, out, err = await trace(database_url, str(rollup["id"]))
+    answer = (await trace_json(database_url, str(rollup["id"])))["summary"]
+
+    assert code == 0, err
+    erased_at = shown_time(rollup["erased_at"])
+    assert (
+        f"Summary {rollup['id']} · level 1 · seqs 1..4 · 4 messages · erased at {erased_at}" in out
+    )
+    assert (
+        f"Summary {second['id']} · level 0 · seqs 3..4 · 2 messages · erased at {erased_at}" in out
+    )
+    headings = [line.strip() for line in out.splitlines() if line.strip().startswith("Summary ")]
+    assert len(headings) == 2 and all(
+        line.endswith(f" · erased at {erased_at}") for line in headings
+    )
+    assert not any(line.strip() == "text:" for line in out.splitlines())
+    assert "absorbed 1 summary (seqs 1..2: made live again when it was erased):" in out
+    assert parsed_time(answer["erased_at"]) == parsed_time(rollup["erased_at"])
+    assert (answer["summary_text"], answer["superseded_by"]) == ("", None)
+    [child] = answer["children"]
+    assert (child["id"], child["superseded_by"], child["summary_text"]) == (
+        second["id"],
+        rollup["id"],
+        "",
+    )
+    assert parsed_time(child["erased_at"]) == parsed_time(second["erased_at"])
+    live = (await trace_json(database_url, str(removed.first["id"])))["summary"]
+    assert live["erased_at"] is None and live["summary_text"]
+    _, live_text, _ = await trace(database_url, str(removed.first["id"]))
+    assert "seqs 1..2 · 2 messages · live" in live_text and "  text:" in live_text
+
+
+@REMOVALS
+async def test_message_trace_of_a_removed_message_names_the_erased_summaries_that_covered_it(
+    database_url: str, removed: Removed
+) -> None:
+    tombstone = removed.messages[3]
+    code, out, err = await trace(database_url, "--message", str(tombstone["id"]))
+    answer = await trace_json(database_url, "--message", str(tombstone["id"]))
+
+    assert code == 0, err
+    removed_at = shown_time(answer["message"]["removed_at"])
+    lines = out.splitlines()
+    assert lines[0].startswith(f"Message {tombstone['id']} · seq 3 · user · ")
+    assert lines[1] == f"  [removed at {removed_at}]"
+    assert lines[3] == (
+        f"Removed at {removed_at} UTC; it was covered by 2 summaries, all now erased:"
+    )
+    rows = [line.split() for line in lines[5:]]
+    assert [row[0] for row in rows] == [str(removed.rollup["id"]), str(removed.second["id"])]
+    assert all(row[4:6] == ["erased", "at"] for row in rows)
+    assert answer["message"]["content"] is None
+    assert [s["id"] for s in answer["summaries"]] == [removed.rollup["id"], removed.second["id"]]
+    assert all(s["erased_at"] is not None for s in answer["summaries"])
+
+
+@REMOVALS
+async def test_message_trace_of_a_removed_message_no_summary_covered_says_so(
+    database_url: str, removed: Removed
+) -> None:
+    result = removed.messages[8]  # popped with its call, after the newest summary
+    code, out, _ = await trace(database_url, "--message", str(result["id"]))
+    answer = await trace_json(database_url, "--message", str(result["id"]))
+
+    assert code == 0
+    removed_at = shown_time(answer["message"]["removed_at"])
+    assert out.splitlines()[3] == f"Removed at {removed_at} UTC; no summary had covered it."
+    assert answer["summaries"] == []
+    assert (answer["message"]["content"], answer["message"]["tool_call_id"]) == (None, None)
+
+
+@REMOVALS
+async def test_message_trace_lists_live_then_superseded_then_erased_summaries(
+    database_url: str, removed: Removed
+) -> None:
+    kept = removed.messages[4]  # in the erased roll-up and 3..4, then in the re-made 3..6
+
+    answer = await trace_json(database_url, "--message", str(kept["id"]))
+
+    assert answer["message"]["removed_at"] is None
+    assert [s["id"] for s in answer["summaries"]] == [
+        removed.remade["id"],
+        removed.rollup["id"],
+        removed.second["id"],
+    ]
+    assert [s["erased_at"] is None for s in answer["summaries"]] == [True, False, False]
+
+
+@REMOVALS
+async def test_session_tree_shows_erased_summaries_and_the_summary_made_again_after_them(
+    database_url: str, removed: Removed
+) -> None:
+    code, out, err = await trace(database_url, "--session", removed.external_id)
+    answer = await trace_json(database_url, "--session", removed.external_id)
+
+    assert code == 0, err
+    assert "8 messages (3 removed), 5 summaries (2 live, 3 erased)" in out
+    table = out.splitlines()[2:]
+    assert table[0].split() == list(trace_summary.SUMMARY_HEADERS)
+    erased = ["erased", "at", *shown_time(removed.rollup["erased_at"]).split()]
+    rows = [line.split() for line in table[1:]]
+    assert [row[:4] for row in rows] == [
+        [str(removed.rollup["id"]), "1", "1..4", "4"],
+        [str(removed.second["id"]), "0", "3..4", "2"],
+        [str(removed.first["id"]), "0", "1..2", "2"],
+        [str(removed.remade["id"]), "0", "3..6", "3"],
+        [str(removed.third["id"]), "0", "5..6", "2"],
+    ]
+    assert table[2].startswith(f"  {removed.second['id']} "), "under the roll-up that absorbed it"
+    assert [row[4:8] for row in rows if row[4] == "erased"] == [erased] * 3
+    assert rows[2][4] == "live"
+    assert rows[3][4:7] == ["live", "proactive", "erasure"], "the re-made summary says why"
+    roots = answer["summaries"]
+    assert [root["id"] for root in roots] == [
+        removed.rollup["id"],
+        removed.first["id"],
+        removed.remade["id"],
+        removed.third["id"],
+    ]
+    assert [root["erased_at"] is None for root in roots] == [False, True, True, False]
+    assert roots[2]["metadata"]["trigger_reason"] == "erasure"
+    assert [child["id"] for child in roots[0]["children"]] == [removed.second["id"]]
 
 
 # --- errors and entry points ----------------------------------------------------------------

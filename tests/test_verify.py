@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
@@ -21,7 +22,16 @@ from api.store import audit
 from scripts import verify
 from tests.conftest import migrated_database
 from tests.helpers import append_batch
-from tests.test_trace_summary import CONVERSATION, Seeded, new_message, seed_session, trace
+from tests.test_trace_summary import (
+    CONVERSATION,
+    REMOVALS,
+    Removed,
+    Seeded,
+    new_message,
+    removal_session,
+    seed_session,
+    trace,
+)
 
 
 async def run_verify(database_url: str, *args: str) -> tuple[int, str, str]:
@@ -309,6 +319,188 @@ async def test_a_missing_database_exits_2(tmp_path: Any) -> None:
 
     assert (code, out) == (2, "")
     assert err.startswith("verify: no SQLite database at")
+
+
+# --- removals -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def removed(client: httpx.AsyncClient, sid: str) -> Removed:
+    return await removal_session(client, sid)
+
+
+@REMOVALS
+async def test_removed_messages_and_an_erased_rollup_verify_clean_and_are_counted(
+    database_url: str, removed: Removed
+) -> None:
+    code, out, err = await run_verify(database_url)
+    alone = await run_verify(database_url, "--session", removed.external_id)
+
+    assert (code, err) == (0, "")
+    counted = "8 messages, 3 removed; 5 summaries, 3 erased"
+    assert out == f"Checked 1 session ({counted}): no violations.\n"
+    assert alone == (0, out, "")
+
+
+@REMOVALS
+@pytest.mark.parametrize(
+    "kept",
+    [
+        pytest.param("content = 'part 1 asks'", id="content"),
+        pytest.param(
+            """content_parts = '[{"type": "text", "text": "part 1 asks"}]'""", id="content_parts"
+        ),
+        pytest.param("name = 'alice'", id="name"),
+        pytest.param("""tool_calls = '[{"id": "c9", "type": "function"}]'""", id="tool_calls"),
+        pytest.param("tool_call_id = 'c9'", id="tool_call_id"),
+        pytest.param("""metadata = '{"part": 1}'""", id="metadata"),
+        pytest.param("client_id = 'q1'", id="client_id"),
+        pytest.param("""item = '{"role": "user", "content": "part 1 asks"}'""", id="item"),
+        pytest.param("token_count = 9", id="token_count"),
+    ],
+)
+async def test_a_tombstone_still_holding_content_is_named(
+    database_url: str, db: AsyncSession, removed: Removed, kept: str
+) -> None:
+    tombstone = removed.messages[3]
+    await corrupt(db, f"UPDATE messages SET {kept} WHERE id = :m", m=tombstone["id"])
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    assert report_lines(out, "tombstone") == [
+        f"default/{removed.external_id}  tombstone      removed messages still hold content: "
+        f"seq 3 (message {tombstone['id']})"
+    ]
+    assert out.endswith("1 violation in 1 session.\n")
+
+
+@REMOVALS
+@pytest.mark.parametrize(
+    ("kept", "named"),
+    [
+        pytest.param("summary_text = 'part 1 asks'", "summary_text", id="text"),
+        pytest.param("summary_prompt = 'part 1 asks'", "summary_prompt", id="prompt"),
+        pytest.param(
+            "summary_text = 'a', summary_prompt = 'b'", "summary_text and summary_prompt", id="both"
+        ),
+    ],
+)
+async def test_an_erased_summary_still_holding_text_or_prompt_is_named(
+    database_url: str, db: AsyncSession, removed: Removed, kept: str, named: str
+) -> None:
+    rollup = removed.rollup["id"]
+    await corrupt(db, f"UPDATE session_summaries SET {kept} WHERE id = :s", s=rollup)
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    assert report_lines(out, "erased") == [
+        f"default/{removed.external_id}  erased         "
+        f"erased summary {rollup} (seqs 1..4) still holds its {named}"
+    ]
+    assert out.endswith("1 violation in 1 session.\n")
+
+
+@REMOVALS
+async def test_a_removed_count_that_is_not_the_number_of_tombstones_is_named(
+    database_url: str, db: AsyncSession, removed: Removed
+) -> None:
+    await corrupt(
+        db, "UPDATE sessions SET removed_count = 1 WHERE external_id = :s", s=removed.external_id
+    )
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    assert report_lines(out, "removed_count") == [
+        f"default/{removed.external_id}  removed_count  "
+        "sessions.removed_count is 1 but the session has 3 removed messages"
+    ]
+    assert out.endswith("1 violation in 1 session.\n")
+
+
+@REMOVALS
+async def test_a_removed_message_linked_to_a_live_summary_is_named(
+    database_url: str, db: AsyncSession, removed: Removed
+) -> None:
+    tombstone, remade = removed.messages[3]["id"], removed.remade["id"]
+    await corrupt(
+        db,
+        "INSERT INTO session_summary_messages (summary_id, message_id) VALUES (:s, :m)",
+        s=remade,
+        m=tombstone,
+    )
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    assert report_lines(out, "coverage") == [
+        f"default/{removed.external_id}  coverage       "
+        f"1 removed message is in a live summary: seq 3 (message {tombstone})"
+    ]
+    assert report_lines(out, "links") == [
+        f"default/{removed.external_id}  links          summary {remade} (seqs 3..6) is not "
+        f"erased but links removed messages: seq 3 (message {tombstone})"
+    ]
+
+
+@REMOVALS
+async def test_an_erased_summary_counts_as_live_nowhere(
+    database_url: str, db: AsyncSession, removed: Removed
+) -> None:
+    # 5..6 erased but not superseded: were it live, it would overlap the re-made 3..6
+    await corrupt(
+        db, "UPDATE session_summaries SET erased_at = NULL WHERE id = :s", s=removed.third["id"]
+    )
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    [overlap] = report_lines(out, "live_ranges")
+    assert f"and summary {removed.third['id']} (seqs 5..6) overlap on seqs 5..6" in overlap
+
+
+@REMOVALS
+async def test_a_summary_left_absorbed_by_an_erased_rollup_is_named(
+    database_url: str, db: AsyncSession, removed: Removed
+) -> None:
+    first, rollup = removed.first["id"], removed.rollup["id"]
+    await corrupt(
+        db, "UPDATE session_summaries SET superseded_by = :p WHERE id = :s", p=rollup, s=first
+    )
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    assert report_lines(out, "chain") == [
+        f"default/{removed.external_id}  chain          summary {first} (seqs 1..2) is superseded "
+        f"by summary {rollup}, which is erased, but is neither erased nor live"
+    ]
+
+
+@REMOVALS
+async def test_a_first_message_id_naming_a_tombstone_removed_before_the_summary_is_named(
+    database_url: str, db: AsyncSession, removed: Removed
+) -> None:
+    # the re-made 3..6 starts at the tombstone: its first message is seq 4
+    remade, tombstone, fourth = removed.remade["id"], removed.messages[3], removed.messages[4]
+    await corrupt(
+        db,
+        "UPDATE session_summaries SET first_message_id = :m WHERE id = :s",
+        m=tombstone["id"],
+        s=remade,
+    )
+
+    code, out, _ = await run_verify(database_url)
+
+    assert code == 1
+    assert report_lines(out, "message_ids") == [
+        f"default/{removed.external_id}  message_ids    summary {remade} (seqs 3..6) records "
+        f"first_message_id {tombstone['id']}, but its first message is seq 4 "
+        f"(message {fourth['id']}); message {tombstone['id']} is seq 3"
+    ]
+    assert out.endswith("1 violation in 1 session.\n")
 
 
 # --- read-only --------------------------------------------------------------------------------

@@ -161,7 +161,8 @@ async def absorbed_summaries(db: AsyncSession, summary_id: int) -> list[SummaryR
 
 
 async def session_summaries(db: AsyncSession, session_id: int) -> list[SummaryRow]:
-    """Every summary of a session, live and superseded, by range then highest level first."""
+    """Every summary of a session, live, superseded and erased, by range then highest level
+    first."""
     return await _summaries(
         db,
         select(*SUMMARY_COLUMNS)
@@ -171,13 +172,19 @@ async def session_summaries(db: AsyncSession, session_id: int) -> list[SummaryRo
 
 
 async def summaries_covering(db: AsyncSession, message_id: int) -> list[SummaryRow]:
-    """The summaries linking a message: the live one first, then down the superseded chain."""
+    """The summaries linking a message: the live one first, then down the superseded chain,
+    then the erased ones (an erased summary keeps its links), each highest level first."""
     return await _summaries(
         db,
         select(*SUMMARY_COLUMNS)
         .join(SummaryMessage, SummaryMessage.summary_id == Summary.id)
         .where(SummaryMessage.message_id == message_id)
-        .order_by(Summary.superseded_by.is_not(None), Summary.level.desc(), Summary.id),
+        .order_by(
+            Summary.erased_at.is_not(None),
+            Summary.superseded_by.is_not(None),
+            Summary.level.desc(),
+            Summary.id,
+        ),
     )
 
 

@@ -2,6 +2,11 @@
 
 Every query is scoped to one session and bounded by a `limit` where it can return many rows,
 so a check's memory does not grow with the session. They run on `audit.read_only_engine`.
+
+Removals (`api.store.removal`) shape what must hold: a removed message stays as a tombstone
+keeping its seq, linked to no live summary; an erased summary keeps the links it was made
+with (some of them now tombstones) and is not live; a summary made after a removal links the
+messages of its range that were not removed.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ EXAMPLE_LIMIT = 5
 
 @dataclass(frozen=True)
 class MessageStats:
-    """Count and seq bounds of a session's messages."""
+    """Count (tombstones included), seq bounds and tombstones of a session's messages."""
 
     count: int
     min_seq: int | None
     max_seq: int | None
+    removed: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,13 +64,16 @@ class LinkStats:
     """Links of one summary against the messages of its seq range.
 
     `linked`: links it has; `in_range`: links to messages of its session inside its range;
-    `range_messages`: messages of its session inside its range.
+    `kept_in_range`: those of them to messages not removed; `range_messages`: messages of its
+    session inside its range that are not removed; `removed_linked`: links to tombstones.
     """
 
     summary_id: int
     linked: int
     in_range: int
+    kept_in_range: int
     range_messages: int
+    removed_linked: int
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,25 @@ class CoverageProblem:
     live_links: int
 
 
+_REMOVED = Message.removed_at.is_not(None)
+_KEPT = Message.removed_at.is_(None)
+_LIVE = and_(Summary.superseded_by.is_(None), Summary.erased_at.is_(None))
+
+
+def _count_where(condition: Any) -> Any:
+    """A portable `count(*) FILTER (WHERE condition)`: 0, not NULL, over no rows."""
+    return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+
 async def message_stats(db: AsyncSession, session_id: int) -> MessageStats:
-    count, min_seq, max_seq = (
+    count, min_seq, max_seq, removed = (
         await db.execute(
-            select(func.count(), func.min(Message.seq), func.max(Message.seq)).where(
-                Message.session_id == session_id
-            )
+            select(
+                func.count(), func.min(Message.seq), func.max(Message.seq), _count_where(_REMOVED)
+            ).where(Message.session_id == session_id)
         )
     ).one()
-    return MessageStats(count=int(count), min_seq=min_seq, max_seq=max_seq)
+    return MessageStats(count=int(count), min_seq=min_seq, max_seq=max_seq, removed=int(removed))
 
 
 async def seq_gaps(db: AsyncSession, session_id: int, limit: int = EXAMPLE_LIMIT) -> list[SeqGap]:
@@ -112,6 +131,23 @@ async def bad_token_counts(db: AsyncSession, session_id: int) -> Sample:
     return await _sample(db, condition)
 
 
+async def tombstones_with_content(db: AsyncSession, session_id: int) -> Sample:
+    """Removed messages that still hold anything of what was appended (a tombstone keeps only
+    its seq, role and times)."""
+    held = or_(
+        Message.content.is_not(None),
+        Message.content_parts.is_not(None),
+        Message.name.is_not(None),
+        Message.tool_calls.is_not(None),
+        Message.tool_call_id.is_not(None),
+        Message.metadata_.is_not(None),
+        Message.client_id.is_not(None),
+        Message.item.is_not(None),
+        Message.token_count != 0,
+    )
+    return await _sample(db, and_(Message.session_id == session_id, _REMOVED, held))
+
+
 async def link_stats(db: AsyncSession, session_id: int) -> list[LinkStats]:
     """Per summary of the session: its links against the messages of its range."""
     in_range = and_(
@@ -122,7 +158,9 @@ async def link_stats(db: AsyncSession, session_id: int) -> list[LinkStats]:
         select(
             Summary.id.label("summary_id"),
             func.count(SummaryMessage.message_id).label("linked"),
-            func.coalesce(func.sum(case((in_range, 1), else_=0)), 0).label("in_range"),
+            _count_where(in_range).label("in_range"),
+            _count_where(and_(in_range, _KEPT)).label("kept_in_range"),
+            _count_where(_REMOVED).label("removed_linked"),
         )
         .select_from(Summary)
         .outerjoin(SummaryMessage, SummaryMessage.summary_id == Summary.id)
@@ -134,31 +172,45 @@ async def link_stats(db: AsyncSession, session_id: int) -> list[LinkStats]:
     ranges = (
         select(Summary.id.label("summary_id"), func.count(Message.id).label("range_messages"))
         .select_from(Summary)
-        .outerjoin(Message, in_range)
+        .outerjoin(Message, and_(in_range, _KEPT))
         .where(Summary.session_id == session_id)
         .group_by(Summary.id)
         .subquery()
     )
     rows = await db.execute(
-        select(links.c.summary_id, links.c.linked, links.c.in_range, ranges.c.range_messages)
+        select(
+            links.c.summary_id,
+            links.c.linked,
+            links.c.in_range,
+            links.c.kept_in_range,
+            ranges.c.range_messages,
+            links.c.removed_linked,
+        )
         .join(ranges, ranges.c.summary_id == links.c.summary_id)
         .order_by(links.c.summary_id)
     )
     return [
-        LinkStats(summary_id=int(sid), linked=int(linked), in_range=int(inr), range_messages=int(n))
-        for sid, linked, inr, n in rows
+        LinkStats(*(int(value) for value in (sid, linked, inr, kept, n, removed)))
+        for sid, linked, inr, kept, n, removed in rows
     ]
 
 
 async def unlinked_in_range(db: AsyncSession, summary: SummaryRow) -> Sample:
-    """Messages inside a summary's range that it does not link."""
+    """Messages inside a summary's range, not removed, that it does not link."""
     linked = select(SummaryMessage.message_id).where(SummaryMessage.summary_id == summary.id)
     condition = and_(
         Message.session_id == summary.session_id,
         Message.seq.between(summary.first_seq, summary.last_seq),
+        _KEPT,
         Message.id.not_in(linked),
     )
     return await _sample(db, condition)
+
+
+async def removed_linked(db: AsyncSession, summary: SummaryRow) -> Sample:
+    """Removed messages a summary links."""
+    linked = select(SummaryMessage.message_id).where(SummaryMessage.summary_id == summary.id)
+    return await _sample(db, and_(Message.id.in_(linked), _REMOVED))
 
 
 async def linked_outside_range(db: AsyncSession, summary: SummaryRow) -> Sample:
@@ -179,9 +231,12 @@ async def linked_outside_range(db: AsyncSession, summary: SummaryRow) -> Sample:
 class EndMismatch:
     """A summary's `first_message_id` or `last_message_id` is not the message at that end.
 
-    `end`: "first" or "last"; `seq`: the summary's seq at that end; `actual_id`: the message
-    of the session at `seq`, None if there is none; `recorded_session_id` and `recorded_seq`:
-    where the recorded id points, None if no message has that id.
+    The message at an end is the first (last) message of the range that the summary was made
+    from: not removed, or linked to it (removed after it was made); tombstones removed before
+    it was made are skipped, so that is the message at `seq` unless a removal intervened.
+    `end`: "first" or "last"; `seq`: the summary's seq at that end; `actual_id` and
+    `actual_seq`: the message at that end, None if its range holds none; `recorded_session_id`
+    and `recorded_seq`: where the recorded id points, None if no message has that id.
     """
 
     summary_id: int
@@ -189,6 +244,7 @@ class EndMismatch:
     seq: int
     recorded_id: int
     actual_id: int | None
+    actual_seq: int | None
     recorded_session_id: int | None
     recorded_seq: int | None
 
@@ -200,24 +256,47 @@ async def end_mismatches(db: AsyncSession, session_id: int) -> list[EndMismatch]
     """
     found: list[EndMismatch] = []
     ends = (
-        ("first", Summary.first_seq, Summary.first_message_id),
-        ("last", Summary.last_seq, Summary.last_message_id),
+        ("first", Summary.first_seq, Summary.first_message_id, func.min),
+        ("last", Summary.last_seq, Summary.last_message_id, func.max),
     )
-    for end, seq, recorded_id in ends:
-        at_seq, recorded = aliased(Message), aliased(Message)
+    for end, seq, recorded_id, pick in ends:
+        source, at_end, recorded = aliased(Message), aliased(Message), aliased(Message)
+        linked = (
+            select(SummaryMessage.message_id)
+            .where(SummaryMessage.summary_id == Summary.id)
+            .correlate(Summary)
+        )
+        end_seq = (
+            select(pick(source.seq))
+            .where(
+                source.session_id == Summary.session_id,
+                source.seq.between(Summary.first_seq, Summary.last_seq),
+                or_(source.removed_at.is_(None), source.id.in_(linked)),
+            )
+            .correlate(Summary)
+            .scalar_subquery()
+        )
         rows = await db.execute(
-            select(Summary.id, seq, recorded_id, at_seq.id, recorded.session_id, recorded.seq)
+            select(
+                Summary.id,
+                seq,
+                recorded_id,
+                at_end.id,
+                at_end.seq,
+                recorded.session_id,
+                recorded.seq,
+            )
             .select_from(Summary)
-            .outerjoin(at_seq, and_(at_seq.session_id == Summary.session_id, at_seq.seq == seq))
+            .outerjoin(at_end, and_(at_end.session_id == Summary.session_id, at_end.seq == end_seq))
             .outerjoin(recorded, recorded.id == recorded_id)
             .where(
                 Summary.session_id == session_id,
-                or_(at_seq.id.is_(None), at_seq.id != recorded_id),
+                or_(at_end.id.is_(None), at_end.id != recorded_id),
             )
         )
         found.extend(
-            EndMismatch(int(sid), end, int(at), int(rid), actual, rec_session, rec_seq)
-            for sid, at, rid, actual, rec_session, rec_seq in rows
+            EndMismatch(int(sid), end, int(at), int(rid), actual, actual_seq, rec_session, rec_seq)
+            for sid, at, rid, actual, actual_seq, rec_session, rec_seq in rows
         )
     return sorted(found, key=lambda mismatch: (mismatch.summary_id, mismatch.end != "first"))
 
@@ -229,8 +308,8 @@ async def coverage_problems(
     limit: int = EXAMPLE_LIMIT,
     after_seq: int = 0,
 ) -> tuple[int, list[CoverageProblem]]:
-    """Messages with seq in `after_seq+1..through_seq` not linked to exactly one live summary
-    (invariant 1; the pinned prefix, up to `after_seq`, is never summarized).
+    """Messages with seq in `after_seq+1..through_seq`, not removed, not linked to exactly
+    one live summary (invariant 1; the pinned prefix, up to `after_seq`, is never summarized).
 
     Returns how many there are and the first few.
     """
@@ -239,14 +318,12 @@ async def coverage_problems(
         select(Message.id.label("id"), Message.seq.label("seq"), live_links.label("live_links"))
         .select_from(Message)
         .outerjoin(SummaryMessage, SummaryMessage.message_id == Message.id)
-        .outerjoin(
-            Summary,
-            and_(Summary.id == SummaryMessage.summary_id, Summary.superseded_by.is_(None)),
-        )
+        .outerjoin(Summary, and_(Summary.id == SummaryMessage.summary_id, _LIVE))
         .where(
             Message.session_id == session_id,
             Message.seq > after_seq,
             Message.seq <= through_seq,
+            _KEPT,
         )
         .group_by(Message.id, Message.seq)
         .having(live_links != 1)
@@ -261,6 +338,18 @@ async def coverage_problems(
         for mid, seq, count in rows
     ]
     return total, problems
+
+
+async def removed_in_live(db: AsyncSession, session_id: int) -> Sample:
+    """Removed messages linked to a live summary: a live summary must not cover one."""
+    in_live = (
+        select(SummaryMessage.message_id)
+        .join(Summary, Summary.id == SummaryMessage.summary_id)
+        .where(Summary.session_id == session_id, _LIVE)
+    )
+    return await _sample(
+        db, and_(Message.session_id == session_id, _REMOVED, Message.id.in_(in_live))
+    )
 
 
 async def _sample(db: AsyncSession, condition: Any) -> Sample:
