@@ -146,7 +146,7 @@ class Worker:
         try:
             async with self._compactor.sessionmaker() as db:
                 before = await store.get_session_by_id(db, job.session_id)
-            seen_seq = before.last_seq if before is not None else None
+            seen = (before.last_seq, before.removed_count) if before is not None else None
             async with self._leased(job):
                 summary = await self._compactor.run(job.session_id, job.trigger, job.reason)
         except asyncio.CancelledError:
@@ -172,23 +172,37 @@ class Worker:
             logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
             await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
             return
-        finish = partial(self._finish, job, summary is not None, seen_seq)
+        finish = partial(self._finish, job, summary is not None, seen)
         await retrying(finish, f"finishing summarization job {job.id}", "summarization")
 
-    async def _finish(self, job: store.JobRow, summarized: bool, seen_seq: int | None) -> None:
+    async def _finish(
+        self, job: store.JobRow, summarized: bool, seen: tuple[int, int] | None
+    ) -> None:
+        """Delete the done job; look again at what arrived or was removed while it ran.
+
+        `seen`: the session's `last_seq` and `removed_count` when the job started."""
         async with self._compactor.writing() as db:
             await store.finish_job(db, job.id, attempt=job.attempts)
             session = await store.get_session_by_id(db, job.session_id)
+            if session is None:
+                return
+            policy = self._compactor.settings.policy(session.settings)
+            seen_seq, seen_removed = seen or (None, None)
+            reason = None
             # Messages that arrived while the job ran found it queued and enqueued nothing:
             # look again. After a job that summarized nothing (the backlog was one tool call
             # and its results), only new messages warrant a look, or the job would spin.
-            if session is not None and (summarized or session.last_seq != seen_seq):
-                policy = self._compactor.settings.policy(session.settings)
+            if summarized or session.last_seq != seen_seq:
                 reason = await schedule_if_due(db, session, policy)
-                # A removal that erased summaries while this job ran found it queued.
-                owed = reason is None and policy.dynamic_summary_enabled
-                if owed and await store.remake_owed(db, session.id):
-                    await store.enqueue_job(db, session.id, "proactive", "erasure")
+            # A removal while the job ran found it queued: if it erased summaries whose range
+            # no live summary covers again, that range is owed a job of its own.
+            if (
+                reason is None
+                and policy.dynamic_summary_enabled
+                and session.removed_count != seen_removed
+                and await store.remake_owed(db, session.id)
+            ):
+                await store.enqueue_job(db, session.id, "proactive", "erasure")
 
     async def _release(self, job: store.JobRow, delay: float, error: str | None) -> None:
         """Put the job back to pending; a lost connection is retried, or the job would wait

@@ -8,8 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.db.models import Message
 from api.main import create_app
 from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
@@ -230,11 +232,16 @@ async def test_a_reasoning_item_is_summarized_by_its_readable_summary_only(
     assert "MARKER-opaque" not in prompts
 
 
-async def test_removing_a_function_call_output_removes_its_call(
-    client: httpx.AsyncClient, sid: str
+async def test_removing_a_function_call_output_removes_its_call_and_keeps_no_item(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     stored = (await append_items(client, sid, *WEATHER_TURN))["messages"]
     answer = await client.delete(f"/v1/sessions/{sid}/messages/{stored[3]['id']}")
     assert answer.status_code == 204
     context = (await client.get(f"/v1/sessions/{sid}/history?format=responses")).json()["context"]
     assert [item.get("type") for item in context] == [None, "reasoning", "message"]
+    async with sessionmaker() as db:
+        removed = select(Message.item, Message.content, Message.tool_calls).where(
+            Message.id.in_([stored[2]["id"], stored[3]["id"]])
+        )
+        assert (await db.execute(removed)).all() == [(None, None, None)] * 2

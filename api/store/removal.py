@@ -16,6 +16,7 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import cast
 
 from sqlalchemy import Table, and_, exists, func, select, update
@@ -80,6 +81,7 @@ async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> R
             metadata_=None,
             client_id=None,
             token_count=0,
+            item=None,
         )
     )
     await db.execute(
@@ -89,7 +91,7 @@ async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> R
     )
     erased = 0
     if linked:
-        erased = await _erase_from(db, session_id, min(message.seq for message in removed))
+        erased = await _erase_from(db, session_id, min(message.seq for message in removed), now)
     return Removal(target, partners, erased)
 
 
@@ -170,7 +172,7 @@ async def _call_answered_by(
         before_seq = page[-1].seq
 
 
-async def _erase_from(db: AsyncSession, session_id: int, seq: int) -> int:
+async def _erase_from(db: AsyncSession, session_id: int, seq: int, now: datetime) -> int:
     """Erase every summary of the session whose range ends at or after `seq`, then make live
     again the summaries that a now-erased summary had absorbed and that end before `seq`.
     Returns how many summaries were erased."""
@@ -181,7 +183,7 @@ async def _erase_from(db: AsyncSession, session_id: int, seq: int) -> int:
             Summary.last_seq >= seq,
             Summary.erased_at.is_(None),
         )
-        .values(erased_at=utcnow(), summary_text="", summary_prompt="")
+        .values(erased_at=now, summary_text="", summary_prompt="")
         .returning(Summary.id)
     )
     count = len(erased.all())
