@@ -1,4 +1,5 @@
-# Every target installs what it needs into .venv first (re-installed when pyproject.toml changes).
+# Every target installs what it needs into .venv first (re-installed when pyproject.toml changes),
+# the client package (clients/python) included, editable, with its extras.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,10 +11,10 @@ PORT ?= 8000
 
 .PHONY: install run migrate test lint format typecheck check bench profile bench-summarizer bench-fidelity demo verify load
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e './clients/python[agents,langchain]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,115 @@
+"""`PrecisSession`: an OpenAI Agents SDK session kept by Precis (extra `agents`).
+
+Items are stored verbatim in a `responses` session; `get_items` answers the summarized view,
+so a long conversation reaches the model as its summaries plus the items after them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any, cast
+
+from agents.items import TResponseInputItem
+from agents.memory import SessionSettings
+from agents.memory.session_settings import resolve_session_limit
+
+from precis_client._core import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_SECONDS, MAX_BATCH
+from precis_client.client import AsyncPrecisClient
+from precis_client.errors import MessageNotFound, SessionNotFound
+from precis_client.types import ItemEntry
+
+__all__ = ["PrecisSession"]
+
+
+class PrecisSession:
+    """An Agents SDK `Session` whose items live in a Precis session of the same id.
+
+    `Runner.run(agent, input, session=PrecisSession("user-42", base_url=...))` is all it
+    takes. `get_items` returns the summarized history (summaries as leading `developer`
+    items), fitted to `max_tokens` when given.
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_tokens: int | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.max_tokens = max_tokens
+        self._connect = (base_url, api_key, timeout)
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncPrecisClient] = {}
+
+    def _client(self) -> AsyncPrecisClient:
+        # An httpx pool belongs to the event loop that opened its connections, and apps call
+        # Runner.run_sync (a loop per call) as often as Runner.run: one client per loop.
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for stale in [other for other in self._clients if other.is_closed()]:
+                del self._clients[stale]
+            base_url, api_key, timeout = self._connect
+            client = AsyncPrecisClient(base_url, api_key=api_key, timeout=timeout)
+            self._clients[loop] = client
+        return client
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The summarized history, oldest first; with `limit`, its newest `limit` items."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit == 0:
+            return []
+        try:
+            history = await self._client().history(
+                self.session_id, max_tokens=self.max_tokens, format="responses"
+            )
+        except SessionNotFound:
+            return []
+        items = cast(list[TResponseInputItem], history["context"])
+        return items[-limit:] if limit is not None and limit > 0 else items
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items as they are; the first append creates the session.
+
+        Each item gets a random `client_id`, so a retried append stores it once.
+        """
+        entries: list[ItemEntry] = [
+            {"item": cast(dict[str, Any], item), "client_id": uuid.uuid4().hex} for item in items
+        ]
+        client = self._client()
+        for start in range(0, len(entries), MAX_BATCH):
+            await client.append_items(self.session_id, entries[start : start + MAX_BATCH])
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the newest item and return it; None when the session holds none.
+
+        A tool call and its output go together: popping an output removes its call too.
+        """
+        try:
+            popped = await self._client().pop_message(self.session_id)
+        except (MessageNotFound, SessionNotFound):
+            return None
+        message = popped["message"]
+        item = message["item"]
+        if item is None:  # a chat session: its message in the Responses input shape
+            item = {"role": message["role"], "content": message["content"]}
+        return cast(TResponseInputItem, item)
+
+    async def clear_session(self) -> None:
+        """Delete the session, its items and summaries."""
+        with contextlib.suppress(SessionNotFound):
+            await self._client().delete_session(self.session_id)
+
+    async def close(self) -> None:
+        """Close the HTTP client of the running event loop."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
