@@ -25,7 +25,7 @@ from precis_client import (
 from precis_client.errors import error_from
 
 FAST = RetryPolicy(attempts=4, backoff_seconds=0.001, max_delay_seconds=1.0)
-SESSION = {
+SESSION: dict[str, Any] = {
     "id": "s",
     "metadata": {},
     "settings": {},
