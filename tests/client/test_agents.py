@@ -1,0 +1,159 @@
+"""`PrecisSession` against a real server on both databases: the Agents SDK session protocol
+and its edge cases."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+from agents.items import TResponseInputItem
+from agents.memory import Session, SessionSettings
+from precis_client import PrecisClient, SessionNotFound
+from precis_client.agents import PrecisSession
+
+
+def said(text: str, role: str = "user") -> TResponseInputItem:
+    return cast(TResponseInputItem, {"role": role, "content": text})
+
+
+def texts(items: list[TResponseInputItem]) -> list[Any]:
+    return [item.get("content") for item in items]
+
+
+@pytest.fixture
+def session(service_url: str, sid: str) -> PrecisSession:
+    return PrecisSession(sid, base_url=service_url)
+
+
+def test_it_is_an_agents_sdk_session(session: PrecisSession, sid: str) -> None:
+    typed: Session = session  # mypy checks the protocol; isinstance checks it at run time
+    assert isinstance(typed, Session)
+    assert typed.session_id == sid
+
+
+async def test_items_come_back_as_added_in_order(session: PrecisSession) -> None:
+    await session.add_items([said("one"), said("two", "assistant")])
+    await session.add_items([said("three")])
+    assert await session.get_items() == [
+        said("one"),
+        said("two", "assistant"),
+        said("three"),
+    ]
+
+
+async def test_get_items_of_a_missing_session_is_empty(session: PrecisSession) -> None:
+    assert await session.get_items() == []
+
+
+async def test_get_items_limit_counts_from_the_newest(session: PrecisSession) -> None:
+    await session.add_items([said(f"item {n}") for n in range(5)])
+    assert texts(await session.get_items(limit=2)) == ["item 3", "item 4"]
+    assert texts(await session.get_items(limit=9)) == [f"item {n}" for n in range(5)]
+
+
+async def test_get_items_limit_zero_is_empty(session: PrecisSession) -> None:
+    await session.add_items([said("one"), said("two")])
+    assert await session.get_items(limit=0) == []
+
+
+async def test_session_settings_limit_applies_without_an_explicit_limit(
+    service_url: str, sid: str
+) -> None:
+    session = PrecisSession(sid, base_url=service_url, session_settings=SessionSettings(limit=1))
+    await session.add_items([said("old"), said("new")])
+    assert texts(await session.get_items()) == ["new"]
+    assert texts(await session.get_items(limit=2)) == ["old", "new"]
+
+
+async def test_items_are_stored_in_a_responses_session(
+    session: PrecisSession, precis: PrecisClient, sid: str
+) -> None:
+    await session.add_items([said("hi")])
+    assert precis.get_session(sid)["format"] == "responses"
+
+
+async def test_pop_item_returns_the_newest_and_removes_it(session: PrecisSession) -> None:
+    await session.add_items([said("keep"), said("drop")])
+    assert await session.pop_item() == said("drop")
+    assert await session.get_items() == [said("keep")]
+
+
+async def test_pop_item_of_an_empty_session_is_none(
+    session: PrecisSession, precis: PrecisClient, sid: str
+) -> None:
+    precis.create_session(sid, format="responses")
+    assert await session.pop_item() is None
+
+
+async def test_pop_item_of_a_missing_session_is_none(session: PrecisSession) -> None:
+    assert await session.pop_item() is None
+
+
+async def test_two_sessions_do_not_see_each_others_items(service_url: str, sid: str) -> None:
+    first = PrecisSession(f"{sid}-1", base_url=service_url)
+    second = PrecisSession(f"{sid}-2", base_url=service_url)
+    await first.add_items([said("for the first")])
+    await second.add_items([said("for the second")])
+    assert await first.pop_item() == said("for the first")
+    assert await second.get_items() == [said("for the second")]
+    assert await first.get_items() == []
+
+
+async def test_non_ascii_items_come_back_exactly(session: PrecisSession) -> None:
+    item = cast(
+        TResponseInputItem,
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {
+                    "type": "input_text",
+                    "text": "Zürich → 東京, שלום, e\u0301, 👩🏽‍🔬, \\n not a newline",
+                }
+            ],
+        },
+    )
+    await session.add_items([item])
+    (back,) = await session.get_items()
+    assert back == item
+    assert list(back) == ["type", "role", "content"]
+
+
+async def test_concurrent_add_items_store_every_item_once(
+    session: PrecisSession, precis: PrecisClient, sid: str
+) -> None:
+    await asyncio.gather(*(session.add_items([said(f"concurrent {n}")]) for n in range(10)))
+    stored = precis.list_messages(sid)["messages"]
+    assert sorted(str(m["content"]) for m in stored) == sorted(f"concurrent {n}" for n in range(10))
+    assert [m["seq"] for m in stored] == list(range(1, 11))
+    assert len(await session.get_items()) == 10
+
+
+async def test_clear_session_deletes_it(
+    session: PrecisSession, precis: PrecisClient, sid: str
+) -> None:
+    await session.add_items([said("one")])
+    await session.clear_session()
+    assert await session.get_items() == []
+    with pytest.raises(SessionNotFound):
+        precis.get_session(sid)
+
+
+async def test_clear_session_of_a_missing_session_is_fine(session: PrecisSession) -> None:
+    await session.clear_session()
+    assert await session.get_items() == []
+
+
+async def test_max_tokens_fits_the_items_to_the_budget(service_url: str, sid: str) -> None:
+    session = PrecisSession(sid, base_url=service_url, max_tokens=100)
+    words = " ".join(f"word{n}" for n in range(150))
+    await session.add_items([said(words), said(words, "assistant"), said("newest")])
+    items = await session.get_items()
+    assert items[0] == {
+        "type": "message",
+        "role": "developer",
+        "content": "[Earlier messages truncated to manage context length]",
+    }
+    assert items[-1] == said("newest")
+    assert len(await PrecisSession(sid, base_url=service_url).get_items()) == 3
