@@ -12,6 +12,7 @@ import ipaddress
 import logging
 from collections.abc import Mapping
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -49,15 +50,25 @@ def _is_loopback(host: str | None) -> bool:
         return host == "localhost"
 
 
-def authenticate(keys: Mapping[str, str], host: str | None, authorization: str) -> str:
+def authenticate(
+    keys: Mapping[str, str], host: str | None, authorization: str, origin: str | None = None
+) -> str:
     """The tenant of a request; keys are compared in constant time and never logged.
 
     `keys` maps each API key to its tenant; empty means development mode (loopback only).
+    In development mode a request from a web page of another site (its `Origin` is not
+    loopback) is refused too: a body without `Content-Type` is read as JSON, and a browser
+    sends such a request from any page without asking first.
     """
     if not keys:
         if not _is_loopback(host):
             logger.warning("refused %s: no API_KEYS configured, so only loopback is served", host)
             raise Forbidden("no API_KEYS are configured: only loopback clients are served")
+        if origin is not None and not _is_loopback(urlsplit(origin).hostname):
+            raise Forbidden(
+                f"no API_KEYS are configured: requests from web pages of other sites "
+                f"({origin}) are refused"
+            )
         return DEVELOPMENT_TENANT
     scheme, _, presented = authorization.partition(" ")
     candidate = presented.strip().encode()
@@ -84,17 +95,19 @@ class KeyGate:
             return
         client = scope.get("client")
         try:
+            headers = Headers(scope=scope)
             scope[TENANT_SCOPE_KEY] = authenticate(
                 scope["app"].state.tenant_keys,
                 client[0] if client else None,
-                _one_authorization(Headers(scope=scope)),
+                _one_authorization(headers),
+                headers.get("origin"),
             )
         except PrecisError as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+            challenge = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
             response = JSONResponse(
                 {"error": type(exc).__name__, "detail": exc.detail},
                 status_code=exc.status_code,
-                headers=headers,
+                headers=challenge,
             )
             await response(scope, receive, send)
             return

@@ -67,6 +67,10 @@ class SessionExists(Conflict):
         super().__init__(f"session {session_id!r} already exists")
 
 
+class IdempotencyConflict(Conflict):
+    """A `client_id` already stored with another message."""
+
+
 class FormatConflict(Conflict):
     """A batch in another message format than the session holds."""
 

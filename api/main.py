@@ -22,6 +22,7 @@ from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
 from api.routes import probes, router
+from api.schemas import PATTERN_WORDS
 from api.settings import Settings, get_settings
 from api.worker import Worker
 from summarizer.llm import load_litellm
@@ -79,7 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await engine.dispose()
             await background.dispose()
 
-    app = FastAPI(title="Precis", version="0.1.0", lifespan=lifespan)
+    # A body without Content-Type is read as JSON (curl -d, simple clients); `KeyGate` refuses
+    # such requests from other sites' web pages in development mode.
+    app = FastAPI(title="Precis", version="0.1.0", lifespan=lifespan, strict_content_type=False)
     app.include_router(router)
     app.include_router(probes)
     app.add_exception_handler(PrecisError, _precis_error)
@@ -117,6 +120,9 @@ def _describe(error: Any) -> str:
         return f"body: invalid JSON at character {position}: {reason}"
     location = ".".join(str(part) for part in error.get("loc", ()))
     message = str(error.get("msg", "invalid"))
+    if error.get("type") == "string_pattern_mismatch":
+        pattern = str((error.get("ctx") or {}).get("pattern"))
+        message = PATTERN_WORDS.get(pattern, message)
     return f"{location}: {message}" if location else message
 
 

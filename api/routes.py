@@ -190,29 +190,31 @@ async def create_session(
 ) -> SessionOut:
     check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     check_session_model(body.settings, settings)
-    return await service.create_session(db, tenant, body)
+    return await service.create_session(db, settings, tenant, body)
 
 
 @router.get("/sessions", responses=responses(*COMMON, BadRequest))
 async def list_sessions(
-    db: ReadDb, tenant: Tenant, limit: PageSize = 50, cursor: Cursor = None
+    db: ReadDb, tenant: Tenant, settings: AppSettings, limit: PageSize = 50, cursor: Cursor = None
 ) -> SessionList:
-    sessions, next_cursor = await service.list_sessions(db, tenant, limit, checked_cursor(cursor))
+    page = await service.list_sessions(db, settings, tenant, limit, checked_cursor(cursor))
+    sessions, next_cursor = page
     return SessionList(sessions=sessions, next_cursor=next_cursor)
 
 
 @router.get("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound))
-async def get_session(session_id: SessionPath, db: ReadDb, tenant: Tenant) -> SessionOut:
-    return await service.get_session(db, tenant, session_id)
+async def get_session(
+    session_id: SessionPath, db: ReadDb, tenant: Tenant, settings: AppSettings
+) -> SessionOut:
+    return await service.get_session(db, settings, tenant, session_id)
 
 
 @router.patch("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound, *BODY))
 async def update_session(
     session_id: SessionPath, body: SessionUpdate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
-    check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     check_session_model(body.settings, settings)
-    return await service.update_session(db, tenant, session_id, body)
+    return await service.update_session(db, settings, tenant, session_id, body)
 
 
 @router.delete(

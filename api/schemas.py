@@ -24,6 +24,14 @@ SESSION_ID_PATTERN = r"^([A-Za-z0-9._:-]{3,128}|[A-Za-z0-9_:-][A-Za-z0-9._:-]?|\
 """1-128 characters of `[A-Za-z0-9._:-]`, except `.` and `..`: clients and proxies resolve
 those as path segments, so a session with such an id could not be addressed."""
 
+PATTERN_WORDS: dict[str, str] = {}
+"""What each pattern of the schemas allows, in words: an error names that, not a regex."""
+
+PATTERN_WORDS[SESSION_ID_PATTERN] = (
+    "a session id is 1 to 128 characters, each a letter (A-Z, a-z), a digit or one of "
+    "`.` `_` `:` `-`, and is not `.` or `..`"
+)
+
 SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN, min_length=1, max_length=128)]
 """Client-chosen session id: see `SESSION_ID_PATTERN`."""
 
@@ -33,7 +41,11 @@ ClientId = Annotated[str, Field(min_length=1, max_length=256)]
 ToolCallId = Annotated[str, Field(min_length=1, max_length=256)]
 """Id linking a tool call to its result."""
 
-ParticipantName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+PARTICIPANT_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+PATTERN_WORDS[PARTICIPANT_NAME_PATTERN] = (
+    "a name is 1 to 64 characters, each a letter (A-Z, a-z), a digit, `_` or `-`"
+)
+ParticipantName = Annotated[str, Field(pattern=PARTICIPANT_NAME_PATTERN)]
 """Optional participant name, as OpenAI accepts it."""
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -239,7 +251,9 @@ class SessionCreate(BaseModel):
 
 
 class SessionUpdate(BaseModel):
-    """Fields to change; absent fields stay as they are (applied with `exclude_unset`)."""
+    """A JSON Merge Patch (RFC 7396) of `metadata` and `settings`: a key given replaces its
+    value (objects in `metadata` merge recursively), a key given as null is removed, absent
+    keys stay; `"metadata": null` or `"settings": null` clears the whole object."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     metadata: dict[str, Any] | None = None
@@ -259,6 +273,10 @@ class SessionOut(BaseModel):
         description="`openai` (chat messages) or `responses` (Responses items); null until "
         "the first append fixes it."
     )
+    effective_settings: dict[str, Any] = Field(
+        description="Every per-session setting in force: the server's defaults with this "
+        "session's `settings` applied."
+    )
     message_count: int
     summary_count: int
     last_seq: int
@@ -266,12 +284,15 @@ class SessionOut(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def from_row(cls, row: SessionRow, summary_count: int) -> SessionOut:
+    def from_row(
+        cls, row: SessionRow, summary_count: int, effective_settings: dict[str, Any]
+    ) -> SessionOut:
         """Every seq holds a message or a removed message's tombstone."""
         return cls.model_validate(
             {
                 **row._asdict(),
                 "id": row.external_id,
+                "effective_settings": effective_settings,
                 "message_count": row.last_seq - row.removed_count,
                 "summary_count": summary_count,
             }

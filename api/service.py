@@ -7,6 +7,7 @@ import logging
 import uuid
 from contextlib import suppress
 from functools import partial
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -22,6 +23,7 @@ from api.errors import (
     SummarizationTimeout,
     UnfaithfulView,
 )
+from api.limits import check_metadata_size
 from api.locks import CompactionBusy
 from api.schemas import (
     CompactRequest,
@@ -49,48 +51,72 @@ logger = logging.getLogger("precis.service")
 # --- sessions -------------------------------------------------------------------------------
 
 
-async def create_session(db: AsyncSession, tenant: str, body: SessionCreate) -> SessionOut:
+async def create_session(
+    db: AsyncSession, settings: Settings, tenant: str, body: SessionCreate
+) -> SessionOut:
     external_id = body.id or f"ses_{uuid.uuid4().hex}"
+    overrides = body.settings.model_dump(exclude_none=True)
     session = await store.create_session(
-        db,
-        tenant,
-        external_id,
-        body.metadata,
-        body.settings.model_dump(exclude_none=True),
-        body.format,
+        db, tenant, external_id, body.metadata, overrides, body.format
     )
-    return SessionOut.from_row(session, 0)
+    return SessionOut.from_row(session, 0, settings.effective(session.settings))
 
 
-async def get_session(db: AsyncSession, tenant: str, external_id: str) -> SessionOut:
+async def get_session(
+    db: AsyncSession, settings: Settings, tenant: str, external_id: str
+) -> SessionOut:
     session = await store.get_session(db, tenant, external_id)
     counts = await store.live_summary_counts(db, [session.id])
-    return SessionOut.from_row(session, counts.get(session.id, 0))
+    return SessionOut.from_row(
+        session, counts.get(session.id, 0), settings.effective(session.settings)
+    )
 
 
 async def list_sessions(
-    db: AsyncSession, tenant: str, limit: int, cursor: str | None
+    db: AsyncSession, settings: Settings, tenant: str, limit: int, cursor: str | None
 ) -> tuple[list[SessionOut], str | None]:
     sessions = await store.list_sessions(db, tenant, limit + 1, decode_cursor(cursor))
     page = sessions[:limit]
     counts = await store.live_summary_counts(db, [session.id for session in page])
     next_cursor = str(page[-1].id) if len(sessions) > limit else None
-    return [SessionOut.from_row(s, counts.get(s.id, 0)) for s in page], next_cursor
+    answer = [
+        SessionOut.from_row(s, counts.get(s.id, 0), settings.effective(s.settings)) for s in page
+    ]
+    return answer, next_cursor
 
 
 async def update_session(
-    db: AsyncSession, tenant: str, external_id: str, body: SessionUpdate
+    db: AsyncSession, settings: Settings, tenant: str, external_id: str, body: SessionUpdate
 ) -> SessionOut:
-    changes = body.model_dump(exclude_unset=True)
-    if "settings" in changes:
-        changes["settings"] = (
-            body.settings.model_dump(exclude_none=True) if body.settings is not None else {}
-        )
-    if "metadata" in changes and changes["metadata"] is None:
-        changes["metadata"] = {}
+    """Apply the merge patch `body` to the session, read and written in one transaction with
+    the session row locked, so concurrent patches of different keys both land."""
+    patch = body.model_dump(exclude_unset=True)
+    session = await store.get_session(db, tenant, external_id, for_update=True)
+    changes: dict[str, Any] = {}
+    for key, current in (("metadata", session.metadata), ("settings", session.settings)):
+        if key in patch:
+            changes[key] = {} if patch[key] is None else merge_patch(current, patch[key])
+    if "metadata" in changes:
+        check_metadata_size(changes["metadata"], "metadata", settings.max_metadata_bytes)
     session = await store.update_session(db, tenant, external_id, changes)
     counts = await store.live_summary_counts(db, [session.id])
-    return SessionOut.from_row(session, counts.get(session.id, 0))
+    return SessionOut.from_row(
+        session, counts.get(session.id, 0), settings.effective(session.settings)
+    )
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON Merge Patch: `patch`'s keys replace `target`'s, objects merge
+    recursively, null removes a key; a patch that is not an object replaces the target."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:

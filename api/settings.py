@@ -215,7 +215,9 @@ class Settings(BaseSettings):
         copy._default_policy = None  # resolved from the copy's own values when asked
         return copy
 
-    def _resolve(self, overrides: SummaryOverrides | dict[str, Any] | None) -> SummaryPolicy:
+    def effective(self, overrides: SummaryOverrides | dict[str, Any] | None) -> dict[str, Any]:
+        """Every per-session key's value in force: the server's, overlaid by `overrides` (a
+        model the server does not allow is replaced by SUMMARY_MODEL)."""
         if isinstance(overrides, dict):
             overrides = SummaryOverrides.model_validate(overrides)
         values = {key: getattr(self, name) for key, name in SESSION_KEYS.items()}
@@ -223,6 +225,10 @@ class Settings(BaseSettings):
             values.update(overrides.model_dump(exclude_none=True))
         if values["model"] not in self.allowed_models():
             values["model"] = self.summary_model
+        return values
+
+    def _resolve(self, overrides: SummaryOverrides | dict[str, Any] | None) -> SummaryPolicy:
+        values = self.effective(overrides)
         engine = {key: values.pop(key) for key in _ENGINE_KEYS & values.keys()}
         return SummaryPolicy(engine=replace(self.engine_defaults(), **engine), **values)
 

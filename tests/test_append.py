@@ -139,12 +139,29 @@ async def test_repeated_client_id_stores_nothing_new(api: httpx.AsyncClient, sid
     assert (await api.get(f"/v1/sessions/{sid}")).json()["last_seq"] == 1
 
 
-async def test_repeated_client_id_with_other_content_returns_the_original(
-    api: httpx.AsyncClient, sid: str
+@pytest.mark.parametrize(
+    "changed",
+    [
+        user("changed", client_id="c-1"),
+        user("original", client_id="c-1", metadata={"k": 1}),
+        {"role": "assistant", "content": "original", "client_id": "c-1"},
+    ],
+    ids=["content", "metadata", "role"],
+)
+async def test_a_client_id_repeated_with_another_message_is_a_conflict_storing_nothing(
+    api: httpx.AsyncClient, sid: str, changed: dict[str, Any]
 ) -> None:
-    await append(api, sid, user("original", client_id="c-1"))
-    (again,) = await append(api, sid, user("changed", client_id="c-1"))
-    assert again["content"] == "original"
+    (original,) = await append(api, sid, user("original", client_id="c-1"))
+    answer = await api.post(
+        f"/v1/sessions/{sid}/messages", json={"messages": [user("new one"), changed]}
+    )
+    assert answer.status_code == 409, answer.text
+    body = answer.json()
+    assert body["error"] == "IdempotencyConflict"
+    assert f"message {original['id']} (seq 1)" in body["detail"]
+    assert [m["content"] for m in await stored_messages(api, sid)] == ["original"]
+    (same,) = await append(api, sid, user("original", client_id="c-1"))  # a true retry
+    assert same["id"] == original["id"]
 
 
 async def test_duplicate_client_id_within_one_batch_is_stored_once(

@@ -232,6 +232,26 @@ async def test_without_keys_a_loopback_client_is_served(
 
 
 @dev_mode
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [("https://evil.example", 403), ("http://localhost:3000", 201), ("http://127.0.0.1", 201)],
+)
+async def test_without_keys_a_web_page_of_another_site_is_refused(
+    database_url: str, sid: str, origin: str, status: int
+) -> None:
+    """A page elsewhere could post a body without Content-Type (read as JSON) to a local
+    server without asking first: development mode serves only local pages."""
+    async with client_at(database_url, "127.0.0.1") as local:
+        body = b'{"messages": [{"role": "user", "content": "x"}]}'
+        answer = await local.post(
+            f"/v1/sessions/{sid}/messages", content=body, headers={"origin": origin}
+        )
+        assert answer.status_code == status, answer.text
+        stored = (await local.get(f"/v1/sessions/{sid}")).status_code
+        assert stored == (200 if status == 201 else 404)
+
+
+@dev_mode
 async def test_with_keys_a_non_loopback_client_with_a_key_is_served(database_url: str) -> None:
     async with client_at(database_url, "10.0.0.5", api_keys=KEYS) as remote:
         assert (await remote.get("/v1/sessions", headers=A)).status_code == 200

@@ -448,7 +448,7 @@ async def test_an_append_with_a_repeated_client_id_whose_answer_is_lost_answers_
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     await append(proxied, "lost-repeat", user("kept", client_id="k"))
-    batch = [user("again", client_id="k"), user("new", client_id="n")]
+    batch = [user("kept", client_id="k"), user("new", client_id="n")]
     proxy.arm("cut_after", b"lost-repeat")
     answer = await proxied.post("/v1/sessions/lost-repeat/messages", json={"messages": batch})
     assert proxy.cuts == 1

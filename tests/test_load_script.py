@@ -203,7 +203,7 @@ def test_a_small_chaos_run_loses_nothing_and_answers_every_request(
             "--backends",
             "4",
             "--turns",
-            "10",
+            "25",  # runs past the longest pause, so at least one round of terminations
             "--duration",
             "60",
             "--message-limit",

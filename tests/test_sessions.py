@@ -19,6 +19,7 @@ from api import store
 from api.auth import DEVELOPMENT_TENANT
 from api.db.models import Message, Summary, SummaryMessage
 from api.schemas import SESSION_ID_PATTERN
+from api.settings import SummaryOverrides
 from tests.helpers import summary_draft
 
 
@@ -143,21 +144,43 @@ async def test_get_an_unknown_session_answers_404(api: httpx.AsyncClient) -> Non
 # --- update ---------------------------------------------------------------------------------
 
 
-async def test_patch_replaces_metadata(api: httpx.AsyncClient, sid: str) -> None:
-    await create(api, id=sid, metadata={"old": 1})
-    answer = await api.patch(f"/v1/sessions/{sid}", json={"metadata": {"new": [1, "二"]}})
+async def test_patch_merges_metadata_as_a_json_merge_patch(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await create(api, id=sid, metadata={"old": 1, "gone": True, "nested": {"a": 1, "b": 2}})
+    patch = {"metadata": {"new": [1, "二"], "gone": None, "nested": {"b": None, "c": 3}}}
+    answer = await api.patch(f"/v1/sessions/{sid}", json=patch)
     assert answer.status_code == 200, answer.text
-    assert (await api.get(f"/v1/sessions/{sid}")).json()["metadata"] == {"new": [1, "二"]}
+    expected = {"old": 1, "nested": {"a": 1, "c": 3}, "new": [1, "二"]}
+    assert (await api.get(f"/v1/sessions/{sid}")).json()["metadata"] == expected
+    cleared = await api.patch(f"/v1/sessions/{sid}", json={"metadata": None})
+    assert cleared.json()["metadata"] == {}
 
 
-async def test_patch_replaces_settings(api: httpx.AsyncClient, sid: str) -> None:
-    await create(api, id=sid, settings={"message_limit": 10})
+async def test_patch_merges_settings_and_null_restores_the_server_default(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    await create(api, id=sid, settings={"message_limit": 10, "keep_last_n": 2})
+    defaults = (await create(api, id=f"{sid}-plain")).json()["effective_settings"]
     answer = await api.patch(
-        f"/v1/sessions/{sid}", json={"settings": {"keep_last_n": 4, "model": "local"}}
+        f"/v1/sessions/{sid}", json={"settings": {"keep_last_n": None, "model": "local"}}
     )
     assert answer.status_code == 200, answer.text
-    settings = (await api.get(f"/v1/sessions/{sid}")).json()["settings"]
-    assert settings == {"keep_last_n": 4, "model": "local"}
+    session = (await api.get(f"/v1/sessions/{sid}")).json()
+    assert session["settings"] == {"message_limit": 10, "model": "local"}
+    assert session["effective_settings"] == {**defaults, "message_limit": 10, "model": "local"}
+    assert session["effective_settings"]["keep_last_n"] == defaults["keep_last_n"]
+
+
+async def test_effective_settings_name_every_per_session_key(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    session = (await create(api, id=sid, settings={"summary_limit": 7})).json()
+    effective = session["effective_settings"]
+    assert set(effective) == set(SummaryOverrides.model_fields)
+    assert effective["summary_limit"] == 7
+    listed = (await api.get("/v1/sessions")).json()["sessions"]
+    assert next(s for s in listed if s["id"] == sid)["effective_settings"] == effective
 
 
 async def test_patch_of_settings_leaves_metadata_unchanged(

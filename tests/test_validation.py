@@ -249,6 +249,24 @@ async def test_json_with_a_charset_or_a_json_suffix_is_accepted(
         assert answer.status_code == 201, answer.text
 
 
+async def test_a_body_without_content_type_is_read_as_json(
+    api: httpx.AsyncClient, url: str
+) -> None:
+    body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+    answer = await api.post(url, content=body)  # httpx sends no Content-Type for raw bytes
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["messages"][0]["content"] == "hi"
+
+
+@pytest.mark.parametrize("bad_id", ["a b", "..", "x" * 129, "naïve"])
+async def test_a_bad_session_id_is_explained_in_words(api: httpx.AsyncClient, bad_id: str) -> None:
+    answer = await api.post("/v1/sessions", json={"id": bad_id})
+    assert answer.status_code == 422
+    detail = answer.json()["detail"]
+    assert "body.id" in detail and "^" not in detail  # no regular expression
+    assert "128 characters" in detail
+
+
 async def test_malformed_json_gets_422(api: httpx.AsyncClient, url: str, session_id: str) -> None:
     answer = await post_raw(api, url, '{"messages": [{"role": "user", "content": ')
     assert_error(answer, 422)

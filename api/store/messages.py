@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NoReturn, cast
 
 from sqlalchemy import Table, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Message
-from api.errors import FormatConflict
+from api.errors import FormatConflict, IdempotencyConflict
 from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, NewMessage, SessionRow
 
 _MESSAGE_TABLE = cast(Table, Message.__table__)
@@ -79,6 +79,35 @@ def check_format(external_id: str, held: str | None, batch: Sequence[NewMessage]
 
 
 FORMAT_NAMES = {"openai": "chat messages (`messages`)", "responses": "Responses items (`items`)"}
+
+
+def raise_idempotency_conflict(client_id: str, message_id: int, seq: int) -> NoReturn:
+    raise IdempotencyConflict(
+        f"client_id {client_id!r} is message {message_id} (seq {seq}), stored with another "
+        "message: a retry repeats its message exactly, a new message needs a new client_id"
+    )
+
+
+def check_repeats(batch: Sequence[NewMessage], stored: dict[str, MessageRow]) -> None:
+    """Refuse a batch repeating a stored `client_id` with another message."""
+    for new in batch:
+        row = stored.get(new.client_id) if new.client_id is not None else None
+        if row is not None and _content_of(new) != _content_of(row):
+            raise_idempotency_conflict(new.client_id or "", row.id, row.seq)
+
+
+def _content_of(message: NewMessage | MessageRow) -> tuple[object, ...]:
+    """What a repeated `client_id` must repeat: the message, not its token count."""
+    return (
+        message.role,
+        message.content,
+        message.content_parts,
+        message.name,
+        message.tool_calls,
+        message.tool_call_id,
+        message.metadata,
+        message.item,
+    )
 
 
 async def messages_in_range(

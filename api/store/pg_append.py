@@ -26,7 +26,13 @@ from api.db import driver
 from api.db.faults import connection_lost
 from api.db.models import utcnow
 from api.errors import Conflict
-from api.store.messages import AppendOutcome, batch_format, check_format, in_batch_order
+from api.store.messages import (
+    AppendOutcome,
+    batch_format,
+    check_format,
+    in_batch_order,
+    raise_idempotency_conflict,
+)
 from api.store.rows import MessageRow, NewMessage, SessionRow
 
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
@@ -49,15 +55,24 @@ WITH batch AS (
                            metadata, client_id, token_count, item, ord)
 ),
 known AS (
-    SELECT m.client_id FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
+    SELECT m.* FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
     WHERE s.tenant = $1 AND s.external_id = $2 AND m.client_id = ANY($10::text[])
+),
+conflict AS (
+    SELECT k.id, k.seq, k.client_id FROM known AS k JOIN batch AS b ON b.client_id = k.client_id
+    WHERE (k.role, k.content, k.name, k.tool_call_id, k.item)
+              IS DISTINCT FROM (b.role, b.content, b.name, b.tool_call_id, b.item)
+       OR k.content_parts IS DISTINCT FROM b.content_parts::jsonb
+       OR k.tool_calls IS DISTINCT FROM b.tool_calls::jsonb
+       OR k.metadata IS DISTINCT FROM b.metadata::jsonb
+    ORDER BY b.ord LIMIT 1
 ),
 fresh AS (
     SELECT b.*, row_number() OVER (ORDER BY b.ord) AS n FROM batch AS b
-    WHERE b.client_id IS NULL OR (
+    WHERE NOT EXISTS (SELECT 1 FROM conflict) AND (b.client_id IS NULL OR (
         b.client_id NOT IN (SELECT client_id FROM known)
         AND b.ord = (SELECT min(d.ord) FROM batch AS d WHERE d.client_id = b.client_id)
-    )
+    ))
 ),
 counts AS (
     SELECT count(*) AS fresh,
@@ -116,14 +131,17 @@ SELECT s.*, k.after_seq,
        END AS backlog_tokens,
        EXISTS (SELECT 1 FROM summary_jobs AS j WHERE j.session_id = s.id) AS job_queued,
        (SELECT array_agg(i.id ORDER BY i.seq) FROM inserted AS i) AS ids,
-       (SELECT array_agg(f.ord ORDER BY f.n) FROM fresh AS f) AS fresh_ords
+       (SELECT array_agg(f.ord ORDER BY f.n) FROM fresh AS f) AS fresh_ords,
+       (SELECT array[c.id, c.seq] FROM conflict AS c) AS conflict,
+       (SELECT c.client_id FROM conflict AS c) AS conflict_client_id
 FROM session AS s, backlog AS k
 """
 """$1 tenant, $2 external id, $3-$11 the batch's columns (JSON as text), $12 the time,
 $13 the append id, $14-$16 the server's `dynamic_summary_enabled`, `pin_system` and
 `message_limit` (a session's own settings override them, as `Settings.policy` does), $17 the
 batch's Responses items (JSON text, or NULLs), $18 its format: a session holding the other
-format is left alone, and the statement answers no row.
+format is left alone, and the statement answers no row. A batch repeating a stored
+`client_id` with another message stores nothing and answers that message (`conflict`).
 
 The backlog's tokens (existing messages from the statement's snapshot, the new ones from
 `inserted`) are counted only when they can matter: the session summarizes and its backlog is
@@ -246,6 +264,9 @@ async def append(
                 held = await connection.fetchval(_FORMAT, tenant, external_id)
                 check_format(external_id, held, batch)
                 return None
+            if row["conflict"] is not None:
+                message_id, seq = row["conflict"]
+                raise_idempotency_conflict(row["conflict_client_id"], message_id, seq)
             session = SessionRow._make(row[: len(SessionRow._fields)])
             ids: list[int] = row["ids"] or []
             inserted: list[NewMessage] = [batch[ord_ - 1] for ord_ in row["fresh_ords"] or ()]

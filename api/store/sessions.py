@@ -79,10 +79,13 @@ _SESSION_BY_EXTERNAL_ID = select(*SESSION_COLUMNS).where(
 _SESSION_BY_ID = select(*SESSION_COLUMNS).where(_sessions.id == bindparam("p_session_id"))
 
 
-async def get_session(db: AsyncSession, tenant: str, external_id: str) -> SessionRow:
-    result = await db.execute(
-        _SESSION_BY_EXTERNAL_ID, {"p_tenant": tenant, "p_external_id": external_id}
-    )
+async def get_session(
+    db: AsyncSession, tenant: str, external_id: str, for_update: bool = False
+) -> SessionRow:
+    """The session; `for_update`: its row locked until the transaction ends (PostgreSQL; on
+    SQLite the writers take turns anyway)."""
+    query = _SESSION_BY_EXTERNAL_ID.with_for_update() if for_update else _SESSION_BY_EXTERNAL_ID
+    result = await db.execute(query, {"p_tenant": tenant, "p_external_id": external_id})
     row = result.first()
     if row is None:
         raise SessionNotFound(external_id)
@@ -108,7 +111,7 @@ async def list_sessions(
 async def update_session(
     db: AsyncSession, tenant: str, external_id: str, changes: dict[str, Any]
 ) -> SessionRow:
-    """Replace `metadata` and/or `settings` in one UPDATE (a concurrent DELETE makes it 404)."""
+    """Set `metadata` and/or `settings` in one UPDATE (a concurrent DELETE makes it 404)."""
     values = {key: changes[key] for key in ("metadata", "settings") if key in changes}
     result = await db.execute(
         update(_SESSION_TABLE)

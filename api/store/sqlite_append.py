@@ -24,7 +24,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.db import driver
 from api.db.models import Message, Session, utcnow
-from api.store.messages import AppendOutcome, batch_format, check_format, in_batch_order
+from api.store.messages import (
+    AppendOutcome,
+    batch_format,
+    check_format,
+    check_repeats,
+    in_batch_order,
+)
 from api.store.pg_append import Appended, BacklogDefaults, CountedBacklog
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.sessions import leading_pinned
@@ -146,6 +152,7 @@ def _append(
     held = connection.execute(FORMAT, (tenant, external_id)).fetchone()
     check_format(external_id, held[0] if held else None, batch)
     stored = _stored(connection, tenant, external_id, batch)
+    check_repeats(batch, stored)
     fresh = _fresh(batch, stored)
     now = utcnow()
     at = encode_time(now)
