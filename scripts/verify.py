@@ -34,9 +34,10 @@ if __package__ in (None, ""):  # run as `python scripts/verify.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
+import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import TextIO
 
@@ -531,11 +532,14 @@ class Report:
         if check.violations:
             totals.violations += len(check.violations)
             totals.bad_sessions += 1
-            self.progress.clear()
-            for violation in check.violations:
-                self.out.write(f"{check.label}  {violation.kind:<13}  {violation.detail}\n")
-            self.out.flush()
+            self.show(check)
         self.progress.update(totals.sessions, totals.violations)
+
+    def show(self, check: SessionCheck) -> None:
+        self.progress.clear()
+        for violation in check.violations:
+            self.out.write(f"{check.label}  {violation.kind:<13}  {violation.detail}\n")
+        self.out.flush()
 
     def finish(self) -> None:
         self.progress.clear()
@@ -554,6 +558,25 @@ class Report:
                 f"{checked}: {t.violations} {plural(t.violations, 'violation')} "
                 f"in {t.bad_sessions} {plural(t.bad_sessions, 'session')}.\n"
             )
+
+
+class JsonReport(Report):
+    """The same check as one JSON document at the end: the totals and every violation."""
+
+    def __init__(self, out: TextIO, progress: Progress) -> None:
+        super().__init__(out, progress)
+        self.violations: list[dict[str, str]] = []
+
+    def show(self, check: SessionCheck) -> None:
+        self.violations += [
+            {"session": check.label, "kind": violation.kind, "detail": violation.detail}
+            for violation in check.violations
+        ]
+
+    def finish(self) -> None:
+        self.progress.clear()
+        document = {**asdict(self.totals), "violations": self.violations}
+        self.out.write(json.dumps(document, indent=2) + "\n")
 
 
 def plural(count: int, one: str, many: str | None = None) -> str:
@@ -608,6 +631,7 @@ class Options:
     session: str | None = None
     tenant: str | None = None
     batch_size: int = BATCH_SIZE
+    as_json: bool = False
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -620,6 +644,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "--tenant", help="tenant of --session (default: whichever tenant has that session id)"
     )
     parser.add_argument("--database-url", help="default: DATABASE_URL (or .env)")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON document: the totals and every violation"
+    )
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.batch_size < 1:
@@ -629,6 +656,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         session=args.session,
         tenant=args.tenant,
         batch_size=args.batch_size,
+        as_json=args.json,
     )
 
 
@@ -657,14 +685,15 @@ async def run(options: Options, out: TextIO, err: TextIO) -> int:
 async def _verify(
     sessionmaker: async_sessionmaker[AsyncSession], options: Options, out: TextIO, err: TextIO
 ) -> Report:
+    kind = JsonReport if options.as_json else Report
     if options.session is not None:
         session_id = await find_session(sessionmaker, options.session, options.tenant)
-        report = Report(out, Progress(err, 1))
+        report = kind(out, Progress(err, 1))
         check = await verify_session(sessionmaker, session_id)
         if check is not None:
             report.add(check)
     else:
-        report = Report(out, Progress(err, await session_total(sessionmaker)))
+        report = kind(out, Progress(err, await session_total(sessionmaker)))
         await verify_all(sessionmaker, report, options.batch_size)
     report.finish()
     return report

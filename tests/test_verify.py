@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,34 @@ async def test_one_session_is_checked_alone(database_url: str, seeded: Seeded) -
 
     assert code == 0
     assert out == "Checked 1 session (10 messages, 3 summaries): no violations.\n"
+
+
+async def test_json_gives_the_totals_and_every_violation(
+    database_url: str, db: AsyncSession, seeded: Seeded
+) -> None:
+    code, out, _ = await run_verify(database_url, "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "sessions": 1,
+        "messages": 10,
+        "summaries": 3,
+        "violations": [],
+        "bad_sessions": 0,
+        "removed": 0,
+        "erased": 0,
+    }
+    await corrupt(
+        db,
+        "DELETE FROM session_summary_messages WHERE summary_id = :s AND message_id = :m",
+        s=seeded.rollup.id,
+        m=seeded.messages[2].id,
+    )
+    code, out, _ = await run_verify(database_url, "--json")
+    report = json.loads(out)
+    assert code == 1
+    assert {violation["kind"] for violation in report["violations"]} == {"links", "coverage"}
+    assert {violation["session"] for violation in report["violations"]} == {"default/chat-1"}
+    assert (len(report["violations"]), report["bad_sessions"]) == (2, 1)
 
 
 async def test_an_unknown_session_exits_2(database_url: str, seeded: Seeded) -> None:
