@@ -37,6 +37,9 @@ SESSION: dict[str, Any] = {
     "updated_at": "t",
 }
 
+MAX_REQUESTS = 20
+"""More requests than any policy here allows: beyond it a test fails instead of hanging."""
+
 
 def error(status: int, name: str, **headers: str) -> httpx.Response:
     return httpx.Response(status, json={"error": name, "detail": "d"}, headers=headers)
@@ -52,6 +55,7 @@ class Script:
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
+        assert len(self.requests) <= MAX_REQUESTS, "the client retries without end"
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
 
