@@ -11,9 +11,14 @@ import contextlib
 import uuid
 from typing import Any, cast
 
-from agents.items import TResponseInputItem
-from agents.memory import SessionSettings
-from agents.memory.session_settings import resolve_session_limit
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
+    from agents.memory.session_settings import resolve_session_limit
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError(
+        "PrecisSession needs the Agents SDK: pip install 'precis-client[agents]'"
+    ) from exc
 
 from precis_client._core import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_SECONDS, MAX_BATCH
 from precis_client.client import AsyncPrecisClient

@@ -12,17 +12,22 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    InvalidToolCall,
-    SystemMessage,
-    ToolCall,
-    ToolMessage,
-)
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        InvalidToolCall,
+        SystemMessage,
+        ToolCall,
+        ToolMessage,
+    )
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError(
+        "PrecisChatMessageHistory needs LangChain: pip install 'precis-client[langchain]'"
+    ) from exc
 
 from precis_client._core import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_SECONDS, MAX_BATCH
 from precis_client.client import AsyncPrecisClient, PrecisClient
