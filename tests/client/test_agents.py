@@ -157,3 +157,11 @@ async def test_max_tokens_fits_the_items_to_the_budget(service_url: str, sid: st
     }
     assert items[-1] == said("newest")
     assert len(await PrecisSession(sid, base_url=service_url).get_items()) == 3
+
+
+def test_one_session_object_serves_successive_event_loops(service_url: str, sid: str) -> None:
+    """As under `Runner.run_sync`, which runs each call in a loop of its own."""
+    session = PrecisSession(sid, base_url=service_url)
+    asyncio.run(session.add_items([said("first loop")]))
+    asyncio.run(session.add_items([said("second loop")]))
+    assert texts(asyncio.run(session.get_items())) == ["first loop", "second loop"]

@@ -258,7 +258,8 @@ async def test_a_bad_message_raises_validation_failed_naming_the_field(
     with pytest.raises(ValidationFailed) as raised:
         await done(client.append_messages(sid, [chat("fine"), chat("who?", "robot")]))
     assert raised.value.status == 422
-    assert "messages.1.role" in raised.value.detail
+    assert "messages.1" in raised.value.detail
+    assert "role" in raised.value.detail
     with pytest.raises(SessionNotFound):  # nothing of the batch was stored
         await done(client.get_session(sid))
 

@@ -3,6 +3,8 @@ round trip (tool calls included), the async methods, summaries as `SystemMessage
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
@@ -149,3 +151,12 @@ async def test_the_async_methods_round_trip_and_clear(history: PrecisChatMessage
     await history.aclear()
     assert await history.aget_messages() == []
     await history.aclear()
+
+
+def test_the_async_methods_serve_successive_event_loops(
+    history: PrecisChatMessageHistory,
+) -> None:
+    asyncio.run(history.aadd_messages([HumanMessage("first loop")]))
+    asyncio.run(history.aadd_messages([HumanMessage("second loop")]))
+    messages = asyncio.run(history.aget_messages())
+    assert [m.content for m in messages] == ["first loop", "second loop"]

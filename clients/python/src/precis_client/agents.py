@@ -6,7 +6,6 @@ so a long conversation reaches the model as its summaries plus the items after t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from typing import Any, cast
@@ -21,7 +20,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     ) from exc
 
 from precis_client._core import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_SECONDS, MAX_BATCH
-from precis_client.client import AsyncPrecisClient
+from precis_client.client import AsyncClientPerLoop, AsyncPrecisClient
 from precis_client.errors import MessageNotFound, SessionNotFound
 from precis_client.types import ItemEntry
 
@@ -51,21 +50,12 @@ class PrecisSession:
         self.session_id = session_id
         self.session_settings = session_settings
         self.max_tokens = max_tokens
-        self._connect = (base_url, api_key, timeout)
-        self._clients: dict[asyncio.AbstractEventLoop, AsyncPrecisClient] = {}
+        self._clients = AsyncClientPerLoop(
+            lambda: AsyncPrecisClient(base_url, api_key=api_key, timeout=timeout)
+        )
 
     def _client(self) -> AsyncPrecisClient:
-        # An httpx pool belongs to the event loop that opened its connections, and apps call
-        # Runner.run_sync (a loop per call) as often as Runner.run: one client per loop.
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            for stale in [other for other in self._clients if other.is_closed()]:
-                del self._clients[stale]
-            base_url, api_key, timeout = self._connect
-            client = AsyncPrecisClient(base_url, api_key=api_key, timeout=timeout)
-            self._clients[loop] = client
-        return client
+        return self._clients.get()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The summarized history, oldest first; with `limit`, its newest `limit` items."""
@@ -115,6 +105,4 @@ class PrecisSession:
 
     async def close(self) -> None:
         """Close the HTTP client of the running event loop."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()

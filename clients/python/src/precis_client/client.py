@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -316,3 +316,30 @@ class AsyncPrecisClient:
     async def get_summary(self, summary_id: int) -> SummaryDetail:
         """One summary with the ids of its source messages."""
         return await self._send(_core.get_summary(summary_id))
+
+
+class AsyncClientPerLoop:
+    """An `AsyncPrecisClient` for the running event loop, made on first use in each loop.
+
+    An httpx connection pool belongs to the loop that opened its connections, and apps run
+    the same session object under several loops (each `asyncio.run`, each `Runner.run_sync`).
+    """
+
+    def __init__(self, make: Callable[[], AsyncPrecisClient]) -> None:
+        self._make = make
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncPrecisClient] = {}
+
+    def get(self) -> AsyncPrecisClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for ended in [other for other in self._clients if other.is_closed()]:
+                del self._clients[ended]  # its connections went with its loop
+            client = self._clients[loop] = self._make()
+        return client
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()

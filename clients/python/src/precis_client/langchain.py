@@ -30,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     ) from exc
 
 from precis_client._core import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_SECONDS, MAX_BATCH
-from precis_client.client import AsyncPrecisClient, PrecisClient
+from precis_client.client import AsyncClientPerLoop, AsyncPrecisClient, PrecisClient
 from precis_client.errors import SessionNotFound
 from precis_client.types import History
 
@@ -60,7 +60,9 @@ class PrecisChatMessageHistory(BaseChatMessageHistory):
         self.max_tokens = max_tokens
         self._connect = (base_url, api_key, timeout)
         self._sync: PrecisClient | None = None
-        self._async: AsyncPrecisClient | None = None
+        self._async = AsyncClientPerLoop(
+            lambda: AsyncPrecisClient(base_url, api_key=api_key, timeout=timeout)
+        )
 
     def _client(self) -> PrecisClient:
         if self._sync is None:
@@ -69,10 +71,7 @@ class PrecisChatMessageHistory(BaseChatMessageHistory):
         return self._sync
 
     def _aclient(self) -> AsyncPrecisClient:
-        if self._async is None:
-            base_url, api_key, timeout = self._connect
-            self._async = AsyncPrecisClient(base_url, api_key=api_key, timeout=timeout)
-        return self._async
+        return self._async.get()
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # a plain attribute there
