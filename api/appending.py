@@ -24,7 +24,13 @@ from api.db.transactions import (
     retrying,
 )
 from api.errors import Conflict, PayloadTooLarge
-from api.schemas import AppendResponse, ItemIn, MessageIn, MessageOut, SummarizationStatus
+from api.schemas import (
+    AppendResponse,
+    ChatMessageIn,
+    ItemIn,
+    MessageOut,
+    SummarizationStatus,
+)
 from api.settings import Settings, SummaryPolicy
 from api.store import pg_append, sqlite_append
 from summarizer.text import OFFLOAD_CHARS
@@ -45,7 +51,7 @@ OUTCOME_POLL_SECONDS = 0.05
 logger = logging.getLogger("precis.service")
 
 
-def new_message(message: MessageIn, max_bytes: int, index: int) -> store.NewMessage:
+def new_message(message: ChatMessageIn, max_bytes: int, index: int) -> store.NewMessage:
     """Check the size limit and count tokens once, before any transaction starts."""
     payload = message.model_dump(exclude_none=True)
     size = len(json.dumps(payload, ensure_ascii=False).encode())
@@ -89,7 +95,9 @@ def new_item(given: ItemIn, max_bytes: int, index: int) -> store.NewMessage:
     )
 
 
-def new_messages(messages: Sequence[MessageIn | ItemIn], max_bytes: int) -> list[store.NewMessage]:
+def new_messages(
+    messages: Sequence[ChatMessageIn | ItemIn], max_bytes: int
+) -> list[store.NewMessage]:
     return [
         new_item(message, max_bytes, index)
         if isinstance(message, ItemIn)
@@ -98,7 +106,7 @@ def new_messages(messages: Sequence[MessageIn | ItemIn], max_bytes: int) -> list
     ]
 
 
-def _text_size(message: MessageIn | ItemIn) -> int:
+def _text_size(message: ChatMessageIn | ItemIn) -> int:
     """About how much text a message holds: a large batch is prepared off the event loop."""
     if isinstance(message, ItemIn):
         return len(str(message.item))
@@ -110,7 +118,7 @@ async def append(
     settings: Settings,
     tenant: str,
     external_id: str,
-    messages: Sequence[MessageIn | ItemIn],
+    messages: Sequence[ChatMessageIn | ItemIn],
 ) -> AppendResponse:
     """Store a batch; when the backlog reaches a limit, record a job (same transaction)."""
     prepare = partial(new_messages, messages, settings.max_message_bytes)

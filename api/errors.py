@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 
 class ErrorBody(BaseModel):
     """The body of every 4xx and 5xx answer."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     error: str
+    """The error's name, e.g. `SessionNotFound`."""
     detail: str
+    """What is wrong, in words."""
 
 
 class PrecisError(Exception):

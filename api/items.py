@@ -41,6 +41,65 @@ class Unfaithful(ValueError):
     """A format view that cannot be made without losing or inventing data."""
 
 
+def _typed(kind: str) -> JSON:
+    return {"required": ["type"], "properties": {"type": {"const": kind}}}
+
+
+_NON_EMPTY: JSON = {"type": "string", "minLength": 1}
+_MESSAGE: JSON = {
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": list(MESSAGE_ROLES)},
+        "content": {
+            "anyOf": [
+                {"type": "string"},
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["type"],
+                        "properties": {"type": _NON_EMPTY},
+                    },
+                },
+            ]
+        },
+    },
+}
+ITEM_SCHEMA: JSON = {
+    "anyOf": [{"required": ["type"], "properties": {"type": _NON_EMPTY}}, {"required": ["role"]}],
+    "allOf": [
+        {"if": _typed("message"), "then": _MESSAGE},
+        {"if": {"not": {"required": ["type"]}}, "then": _MESSAGE},
+        {
+            "if": _typed("function_call"),
+            "then": {
+                "required": ["call_id", "name", "arguments"],
+                "properties": {
+                    "call_id": _NON_EMPTY,
+                    "name": _NON_EMPTY,
+                    "arguments": {"type": "string"},
+                },
+            },
+        },
+        {
+            "if": _typed("function_call_output"),
+            "then": {
+                "required": ["call_id", "output"],
+                "properties": {
+                    "call_id": _NON_EMPTY,
+                    "output": {"anyOf": [{"type": "string"}, {"type": "array"}]},
+                },
+            },
+        },
+        {
+            "if": _typed("reasoning"),
+            "then": {"properties": {"summary": {"type": "array", "items": {"type": "object"}}}},
+        },
+    ],
+}
+"""`check_item`'s rules as JSON Schema, for the OpenAPI document."""
+
+
 def check_item(item: Any, where: str) -> None:
     """Refuse what the Responses API could not take back as an input item, before storing it."""
     if not isinstance(item, dict):

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import KeyGate
@@ -22,7 +24,7 @@ from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
 from api.routes import probes, router
-from api.schemas import PATTERN_WORDS
+from api.schemas import PATTERN_WORDS, ROLES
 from api.settings import Settings, get_settings
 from api.worker import Worker
 from summarizer.llm import load_litellm
@@ -37,6 +39,14 @@ HTTP_ERROR_NAMES = {
     405: "MethodNotAllowed",
     413: "PayloadTooLarge",
 }
+
+
+API_DESCRIPTION = (
+    "Persistent chat sessions with an SQL-backed, traceable summary store. Append messages "
+    "(OpenAI chat messages or Responses API items), and before every LLM call load a history "
+    "that fits the model's context: the latest summaries plus the messages after them. "
+    'Every error answers `{"error": "<Name>", "detail": "..."}`.'
+)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -82,9 +92,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # A body without Content-Type is read as JSON (curl -d, simple clients); `KeyGate` refuses
     # such requests from other sites' web pages in development mode.
-    app = FastAPI(title="Precis", version="0.1.0", lifespan=lifespan, strict_content_type=False)
+    # /docs and /redoc serve their scripts and styles from this package, not a CDN.
+    app = FastAPIOffline(
+        title="Precis",
+        version="0.1.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        strict_content_type=False,
+    )
     app.include_router(router)
     app.include_router(probes)
+    app.openapi = partial(_document_with_server_rules, app, app.openapi, settings)  # type: ignore[method-assign]
     app.add_exception_handler(PrecisError, _precis_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -92,6 +110,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit)  # reads settings.max_request_bytes once they are known
     app.add_middleware(KeyGate)  # added last, so it runs first: no key, nothing else happens
     return app
+
+
+def _document_with_server_rules(
+    app: FastAPI, build: Callable[[], dict[str, Any]], settings: Settings | None
+) -> dict[str, Any]:
+    """The OpenAPI document, saying what this server's settings enforce too: the models a
+    session's `settings.model` may name."""
+    if app.openapi_schema is None:
+        document = build()
+        allowed = sorted((settings or get_settings()).allowed_models())
+        model = document["components"]["schemas"]["SummaryOverrides"]["properties"]["model"]
+        for option in model.get("anyOf", [model]):
+            if option.get("type") == "string":
+                option["enum"] = allowed
+    return app.openapi_schema or build()
 
 
 def _error(
@@ -120,6 +153,9 @@ def _describe(error: Any) -> str:
         return f"body: invalid JSON at character {position}: {reason}"
     location = ".".join(str(part) for part in error.get("loc", ()))
     message = str(error.get("msg", "invalid"))
+    loc = error.get("loc", ())
+    if error.get("type") == "none_required" and len(loc) >= 2 and loc[-2] in ROLES:
+        message = f"not allowed on a {loc[-2]} message"
     if error.get("type") == "string_pattern_mismatch":
         pattern = str((error.get("ctx") or {}).get("pattern"))
         message = PATTERN_WORDS.get(pattern, message)

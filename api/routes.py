@@ -188,6 +188,8 @@ probes = APIRouter()
 async def create_session(
     body: SessionCreate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
+    """Create an empty session (`id` generated when absent; `format` fixed now or by its first
+    append); 409 `SessionExists` if the id is taken."""
     check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     check_session_model(body.settings, settings)
     return await service.create_session(db, settings, tenant, body)
@@ -197,6 +199,8 @@ async def create_session(
 async def list_sessions(
     db: ReadDb, tenant: Tenant, settings: AppSettings, limit: PageSize = 50, cursor: Cursor = None
 ) -> SessionList:
+    """The tenant's sessions, newest first, `limit` per page; `next_cursor` gives the next
+    page."""
     page = await service.list_sessions(db, settings, tenant, limit, checked_cursor(cursor))
     sessions, next_cursor = page
     return SessionList(sessions=sessions, next_cursor=next_cursor)
@@ -206,6 +210,7 @@ async def list_sessions(
 async def get_session(
     session_id: SessionPath, db: ReadDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
+    """One session: its metadata, its own and its effective settings, its counts."""
     return await service.get_session(db, settings, tenant, session_id)
 
 
@@ -213,6 +218,8 @@ async def get_session(
 async def update_session(
     session_id: SessionPath, body: SessionUpdate, db: WriteDb, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
+    """A JSON Merge Patch (RFC 7396) of `metadata` and `settings`: a key given replaces its
+    value, null removes it, absent keys stay."""
     check_session_model(body.settings, settings)
     return await service.update_session(db, settings, tenant, session_id, body)
 
@@ -223,6 +230,7 @@ async def update_session(
     responses=responses(*COMMON, SessionNotFound),
 )
 async def delete_session(session_id: SessionPath, db: WriteDb, tenant: Tenant) -> Response:
+    """Delete the session with its messages, summaries and links."""
     await service.delete_session(db, tenant, session_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -247,6 +255,10 @@ async def append_messages(
     settings: AppSettings,
     worker: AppWorker,
 ) -> Response:
+    """Append 1-500 chat messages (`messages`) or Responses items (`items`), creating the
+    session if missing. Idempotent per `client_id` (409 `IdempotencyConflict` when it names
+    another stored message); when the backlog reaches a limit a background summary is
+    queued."""
     name = "messages" if body.messages is not None else "items"
     for index, message in enumerate(body.batch):
         where = f"{name}[{index}].metadata"
@@ -334,6 +346,8 @@ async def list_messages(
     after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: PageSize = 100,
 ) -> MessageList:
+    """The stored messages, ascending by seq, after `after_seq` (summarized or not; removed
+    ones never)."""
     messages, next_cursor = await service.list_messages(db, tenant, session_id, after_seq, limit)
     return MessageList(messages=messages, next_cursor=next_cursor)
 
@@ -360,6 +374,9 @@ async def history(
         ),
     ] = "openai",
 ) -> Response:
+    """What to send to the model before its next call: the pinned prefix, the newest live
+    summaries and the messages after them in `context`, fitted to `max_tokens` (compacting
+    inline first when enabled), in the `format` asked."""
     # The read session is opened here, not by the ReadDb dependency: a dependency with a
     # cleanup step costs FastAPI an exit stack and a shielded scope per request.
     with database_faults_as_503(), metrics.HISTORY_SECONDS.time():
@@ -383,6 +400,8 @@ async def compact(
     compactor: AppCompactor,
     body: CompactRequest | None = None,
 ) -> CompactResponse:
+    """Summarize now, inline, and answer the summary with the history after it; 409 while
+    another summarization holds the session, 504 past its deadline."""
     return await service.compact(db, compactor, tenant, session_id, body or CompactRequest())
 
 
@@ -398,6 +417,7 @@ async def list_summaries(
     limit: PageSize = 50,
     cursor: Cursor = None,
 ) -> SummaryList:
+    """The session's summaries, newest first; live ones only unless `include_superseded`."""
     summaries, next_cursor = await service.list_summaries(
         db, tenant, session_id, include_superseded, limit, checked_cursor(cursor)
     )
@@ -408,6 +428,7 @@ async def list_summaries(
 async def get_summary(
     summary_id: Annotated[int, Path(ge=1, le=MAX_ID)], db: ReadDb, tenant: Tenant
 ) -> SummaryDetail:
+    """One summary with the ids of every message it covers."""
     return await service.get_summary(db, tenant, summary_id)
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.items import check_item, parse_item
+from api.items import ITEM_SCHEMA, check_item, parse_item
 from api.json_values import check_json_value
 from api.settings import JSON_INTEGER, SummaryOverrides
 from summarizer.triggers import CompactTrigger, ProactiveReason
@@ -51,72 +51,93 @@ ParticipantName = Annotated[str, Field(pattern=PARTICIPANT_NAME_PATTERN)]
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 """`developer` is OpenAI's newer name for `system`; both are accepted and kept as given."""
 
+ROLES: frozenset[str] = frozenset(get_args(Role))
 
-class TextPart(BaseModel):
+
+class Schema(BaseModel):
+    """Every REST schema: a field's docstring is its description in the OpenAPI document."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class TextPart(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["text"]
+    """Always `text`."""
     text: str
+    """The text."""
 
 
-class ImageUrl(BaseModel):
+class ImageUrl(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     url: Annotated[str, Field(min_length=1)]
+    """An `https:` URL or a `data:` URL of the image."""
     detail: Literal["auto", "low", "high"] | None = None
+    """How closely the model looks at it, as OpenAI takes it."""
 
 
-class ImagePart(BaseModel):
+class ImagePart(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["image_url"]
+    """Always `image_url`."""
     image_url: ImageUrl
+    """The image."""
 
 
 ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
-class ToolFunction(BaseModel):
+class ToolFunction(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     name: Annotated[str, Field(min_length=1, max_length=256)]
+    """The function's name."""
     arguments: str
+    """Its arguments as a JSON string, as the model wrote them."""
 
 
-class ToolCall(BaseModel):
+class ToolCall(Schema):
     """One tool call of an assistant message, in OpenAI shape."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     id: ToolCallId
+    """The call's id; a tool message answers it by `tool_call_id`."""
     type: Literal["function"] = "function"
+    """Always `function`."""
     function: ToolFunction
+    """The function called and its arguments."""
 
 
-class MessageIn(BaseModel):
-    """A message to append, in OpenAI chat shape plus `metadata` and `client_id`."""
+class ChatMessageIn(Schema):
+    """A message to append, in OpenAI chat shape plus `metadata` and `client_id`: what the
+    messages of every role have in common (`MessageIn` picks the role's own schema)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    role: Role
-    content: str | Annotated[list[ContentPart], Field(min_length=1)] | None = None
-    name: ParticipantName | None = None
-    tool_calls: Annotated[list[ToolCall], Field(min_length=1, max_length=128)] | None = None
-    tool_call_id: ToolCallId | None = None
-    metadata: dict[str, Any] | None = None
-    client_id: ClientId | None = None
+    role: Role = Field(description="Who wrote it: `developer` is OpenAI's newer `system`.")
+    content: str | Annotated[Sequence[ContentPart], Field(min_length=1)] | None = Field(
+        default=None, description="Text, or a non-empty list of content parts."
+    )
+    name: ParticipantName | None = Field(
+        default=None, description="Optional participant name, as OpenAI accepts it."
+    )
+    tool_calls: Annotated[list[ToolCall], Field(min_length=1, max_length=128)] | None = Field(
+        default=None, description="The tool calls of an assistant message (unique ids)."
+    )
+    tool_call_id: ToolCallId | None = Field(
+        default=None, description="The call a tool message answers."
+    )
+    metadata: dict[str, Any] | None = Field(
+        default=None,
+        description="Anything the client keeps with the message; never sent to a model.",
+    )
+    client_id: ClientId | None = Field(
+        default=None,
+        description="Idempotency key, unique per session: a message whose client_id is stored "
+        "already is answered with the stored one, not stored again.",
+    )
 
     @model_validator(mode="after")
-    def _openai_shape(self) -> MessageIn:
-        if self.role == "tool" and self.tool_call_id is None:
-            raise ValueError("a tool message needs tool_call_id")
-        if self.role != "tool" and self.tool_call_id is not None:
-            raise ValueError("tool_call_id is only allowed on tool messages")
-        if self.tool_calls is not None and self.role != "assistant":
-            raise ValueError("tool_calls are only allowed on assistant messages")
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError("content may be null only on an assistant message with tool_calls")
-        if (
-            isinstance(self.content, list)
-            and self.role != "user"
-            and any(isinstance(part, ImagePart) for part in self.content)
-        ):
-            raise ValueError("content: image parts are only allowed in user messages")
+    def _openai_shape(self) -> Self:
         if self.tool_calls is not None:
             ids = [call.id for call in self.tool_calls]
             if len(set(ids)) != len(ids):
@@ -130,19 +151,88 @@ class MessageIn(BaseModel):
         return self.model_dump(exclude_none=True, exclude={"metadata", "client_id"})
 
 
-class ItemIn(BaseModel):
+TextContent = str | Annotated[list[TextPart], Field(min_length=1)]
+"""Text, or a non-empty list of text parts: the content of every role but `user`."""
+
+NOT_HERE = "Not allowed on this role."
+
+
+class SystemMessageIn(ChatMessageIn):
+    role: Literal["system"] = Field(description="A system prompt.")
+    content: TextContent = Field(description="Text, or a non-empty list of text parts.")
+    tool_calls: None = Field(default=None, description=NOT_HERE)
+    tool_call_id: None = Field(default=None, description=NOT_HERE)
+
+
+class DeveloperMessageIn(ChatMessageIn):
+    role: Literal["developer"] = Field(description="OpenAI's newer name for `system`.")
+    content: TextContent = Field(description="Text, or a non-empty list of text parts.")
+    tool_calls: None = Field(default=None, description=NOT_HERE)
+    tool_call_id: None = Field(default=None, description=NOT_HERE)
+
+
+class UserMessageIn(ChatMessageIn):
+    role: Literal["user"] = Field(description="The user's turn.")
+    content: str | Annotated[list[ContentPart], Field(min_length=1)] = Field(
+        description="Text, or a non-empty list of text and image parts."
+    )
+    tool_calls: None = Field(default=None, description=NOT_HERE)
+    tool_call_id: None = Field(default=None, description=NOT_HERE)
+
+
+class AssistantMessageIn(ChatMessageIn):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+                {"required": ["tool_calls"], "properties": {"tool_calls": {"type": "array"}}},
+            ]
+        }
+    )
+    role: Literal["assistant"] = Field(description="The model's turn.")
+    content: TextContent | None = Field(
+        default=None,
+        description="Text, or a non-empty list of text parts; null only with `tool_calls`.",
+    )
+    tool_call_id: None = Field(default=None, description=NOT_HERE)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> Self:
+        if self.content is None and not self.tool_calls:
+            raise ValueError("content may be null only on an assistant message with tool_calls")
+        return self
+
+
+class ToolMessageIn(ChatMessageIn):
+    role: Literal["tool"] = Field(description="A tool's result.")
+    content: TextContent = Field(description="The result: text, or a list of text parts.")
+    tool_call_id: ToolCallId = Field(description="The call this result answers.")
+    tool_calls: None = Field(default=None, description=NOT_HERE)
+
+
+MessageIn = Annotated[
+    SystemMessageIn | DeveloperMessageIn | UserMessageIn | AssistantMessageIn | ToolMessageIn,
+    Field(discriminator="role"),
+]
+"""A chat message to append: each role's schema says what it may and must carry."""
+
+
+class ItemIn(Schema):
     """A Responses API item to append, stored verbatim, with Precis' own `metadata` and
     `client_id` beside it."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     item: dict[str, Any] = Field(
+        json_schema_extra=ITEM_SCHEMA,
         description="The item as the Responses API or the Agents SDK writes it (`message`, "
         "`function_call`, `function_call_output`, `reasoning`, or any other `type`); kept as "
-        "given, every key in its order."
+        "given, every key in its order.",
     )
     metadata: dict[str, Any] | None = None
+    """Anything the client keeps with the item; never sent to a model."""
     client_id: ClientId | None = None
+    """Idempotency key, unique per session, as for chat messages."""
 
     @model_validator(mode="after")
     def _an_item(self) -> ItemIn:
@@ -151,12 +241,23 @@ class ItemIn(BaseModel):
         return self
 
 
-class AppendRequest(BaseModel):
+class AppendRequest(Schema):
     """Chat messages (`messages`) or Responses items (`items`): a session holds one format."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+                {"required": ["items"], "properties": {"items": {"type": "array"}}},
+            ]
+        },
+    )
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=500)] | None = None
+    """Chat messages to append (a session holding chat messages), 1 to 500."""
     items: Annotated[list[ItemIn], Field(min_length=1, max_length=500)] | None = None
+    """Responses API items to append (a session holding items), 1 to 500."""
 
     @model_validator(mode="after")
     def _one_format_and_one_message_per_client_id(self) -> AppendRequest:
@@ -179,23 +280,34 @@ class AppendRequest(BaseModel):
         return self
 
     @property
-    def batch(self) -> Sequence[MessageIn | ItemIn]:
+    def batch(self) -> Sequence[ChatMessageIn | ItemIn]:
         """The messages or the items, whichever was given."""
         return self.messages if self.messages is not None else self.items or []
 
 
-class MessageOut(BaseModel):
+class MessageOut(Schema):
     id: int
+    """The message's id (for `DELETE .../messages/{message_id}` and summary links)."""
     seq: int
+    """Its place in the session: 1-based, contiguous, never changed."""
     role: Role
+    """Who wrote it (a Responses item: how the summarizer reads it)."""
     content: str | list[dict[str, Any]] | None
+    """Text, or a list of content parts."""
     name: str | None
+    """The participant name, if given."""
     tool_calls: list[dict[str, Any]] | None
+    """An assistant message's tool calls, if any."""
     tool_call_id: str | None
+    """The call a tool message answers."""
     metadata: dict[str, Any] | None
+    """What the client stored with it."""
     client_id: str | None
+    """Its idempotency key, if given."""
     token_count: int
+    """Its tokens (cl100k), counted once when it was appended."""
     created_at: datetime
+    """When it was appended (UTC)."""
     item: dict[str, Any] | None = Field(
         description="In a `responses` session, the item as appended; the fields above are "
         "then how the summarizer reads it."
@@ -207,7 +319,7 @@ class MessageOut(BaseModel):
         return cls.model_validate({**row._asdict(), "content": row.body, "item": item})
 
 
-class PoppedMessage(BaseModel):
+class PoppedMessage(Schema):
     message: MessageOut = Field(description="The removed message, as it was appended.")
     also_removed: list[MessageOut] = Field(
         description="The other half of its tool-call pair (a call's results, or a result's "
@@ -215,30 +327,39 @@ class PoppedMessage(BaseModel):
     )
 
 
-class SummarizationStatus(BaseModel):
+class SummarizationStatus(Schema):
     scheduled: bool
+    """Whether this append queued a background summary."""
     reason: ProactiveReason | None = None
+    """Which limit the backlog reached, when scheduled."""
 
 
-class AppendResponse(BaseModel):
+class AppendResponse(Schema):
     messages: list[MessageOut]
+    """One per message given, in order: the stored one for a repeated `client_id`."""
     summarization: SummarizationStatus
+    """Whether a summary was queued."""
 
 
-class MessageList(BaseModel):
+class MessageList(Schema):
     messages: list[MessageOut]
+    """The messages of this page, ascending by seq."""
     next_cursor: str | None
+    """`after_seq` of the next page; null on the last."""
 
 
 MessageFormat = Literal["openai", "responses"]
 """How a session's messages are written: OpenAI chat messages, or Responses API items."""
 
 
-class SessionCreate(BaseModel):
+class SessionCreate(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     id: SessionId | None = None
+    """The session's id; generated (`ses_<hex>`) when absent."""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """Anything the client keeps with the session."""
     settings: SummaryOverrides = Field(default_factory=SummaryOverrides)
+    """Per-session summary settings overriding the server's."""
     format: MessageFormat | None = Field(
         default=None,
         description="The session's message format; when absent, its first append fixes it.",
@@ -250,14 +371,16 @@ class SessionCreate(BaseModel):
         return self
 
 
-class SessionUpdate(BaseModel):
+class SessionUpdate(Schema):
     """A JSON Merge Patch (RFC 7396) of `metadata` and `settings`: a key given replaces its
     value (objects in `metadata` merge recursively), a key given as null is removed, absent
     keys stay; `"metadata": null` or `"settings": null` clears the whole object."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     metadata: dict[str, Any] | None = None
+    """A merge patch of the session's metadata (null: clear it)."""
     settings: SummaryOverrides | None = None
+    """A merge patch of the session's settings (null: clear them)."""
 
     @model_validator(mode="after")
     def _storable(self) -> SessionUpdate:
@@ -265,10 +388,13 @@ class SessionUpdate(BaseModel):
         return self
 
 
-class SessionOut(BaseModel):
+class SessionOut(Schema):
     id: str
+    """The session's id."""
     metadata: dict[str, Any]
+    """What the client keeps with it."""
     settings: dict[str, Any]
+    """Its own summary settings (the overrides it was given)."""
     format: MessageFormat | None = Field(
         description="`openai` (chat messages) or `responses` (Responses items); null until "
         "the first append fixes it."
@@ -278,10 +404,15 @@ class SessionOut(BaseModel):
         "session's `settings` applied."
     )
     message_count: int
+    """Messages it holds (removed ones not counted)."""
     summary_count: int
+    """Its live summaries."""
     last_seq: int
+    """The seq of its newest message (removed ones included)."""
     created_at: datetime
+    """When it was created (UTC)."""
     updated_at: datetime
+    """When it last changed (UTC)."""
 
     @classmethod
     def from_row(
@@ -299,26 +430,42 @@ class SessionOut(BaseModel):
         )
 
 
-class SessionList(BaseModel):
+class SessionList(Schema):
     sessions: list[SessionOut]
+    """The sessions of this page, newest first."""
     next_cursor: str | None
+    """`cursor` of the next page; null on the last."""
 
 
-class SummaryOut(BaseModel):
+class SummaryOut(Schema):
     id: int
+    """The summary's id."""
     session_id: str
+    """The id of its session."""
     level: int
+    """0: made from messages; 1 and up: a roll-up of summaries (or a repair)."""
     first_seq: int
+    """The first seq it covers."""
     last_seq: int
+    """The last seq it covers."""
     first_message_id: int
+    """The id of the first message it was made from."""
     last_message_id: int
+    """The id of the last message it was made from."""
     message_count: int
+    """How many messages it covers."""
     approx_tokens: int
+    """Its text's tokens (cl100k)."""
     summary_text: str
+    """The summary (empty once erased)."""
     model: str
+    """The model that wrote it; `fallback` when written without one."""
     superseded_by: int | None
+    """The summary that absorbed it (a roll-up or repair), if any."""
     metadata: dict[str, Any]
+    """How it was made: trigger, reason, chunks, depth, tokens, fallback."""
     created_at: datetime
+    """When it was stored (UTC)."""
     erased_at: datetime | None = Field(
         description="When a removed message reached this summary (it covered the message or "
         "was made after one that did): its text is erased and it is no longer live."
@@ -331,39 +478,55 @@ class SummaryOut(BaseModel):
 
 class SummaryDetail(SummaryOut):
     message_ids: list[int]
+    """The ids of every message it covers."""
 
 
-class SummaryList(BaseModel):
+class SummaryList(Schema):
     summaries: list[SummaryOut]
+    """The summaries of this page, newest first."""
     next_cursor: str | None
+    """`cursor` of the next page; null on the last."""
 
 
-class History(BaseModel):
+class History(Schema):
     session_id: str
+    """The session's id."""
     pinned: list[MessageOut] = Field(
         description="The pinned prefix (leading system/developer messages no loaded summary "
         "covers): always first in `context`, verbatim, never truncated."
     )
     summaries: list[SummaryOut]
+    """The live summaries loaded, oldest first."""
     messages: list[MessageOut]
+    """The stored messages after the newest loaded summary that the loader read."""
     context: list[dict[str, Any]]
+    """What to send to the model: OpenAI chat messages or Responses items (`format`)."""
     token_estimate: int
+    """The tokens of `context`."""
     truncated_messages: int
+    """Messages left out of `context` to fit `max_tokens`."""
     summarization_pending: bool
+    """Whether a summarization of the session is queued or running."""
 
 
-class CompactRequest(BaseModel):
+class CompactRequest(Schema):
     """`overflow_retry` summarizes everything (keep_last_n 0); `manual` keeps the newest."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     trigger: CompactTrigger = "manual"
+    """`manual` keeps the newest `keep_last_n`; `overflow_retry` summarizes everything but a
+    pending user question."""
     keep_last_n: Annotated[int, Field(ge=0, le=1_000_000), *JSON_INTEGER] | None = None
+    """Newest messages to leave out (default: the session's setting)."""
 
 
-class CompactResponse(BaseModel):
+class CompactResponse(Schema):
     summary: SummaryOut | None
+    """The summary made, or null when nothing was left to summarize."""
     history: History
+    """The history after it."""
 
 
-class Health(BaseModel):
+class Health(Schema):
     status: Literal["ok"]
+    """Always `ok`."""

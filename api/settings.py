@@ -58,23 +58,38 @@ OverrideNonNegative = Annotated[int, Field(ge=0, le=10_000_000), *JSON_INTEGER]
 class SummaryOverrides(BaseModel):
     """Per-session summary settings: the keys a session's `settings` object may carry."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
     dynamic_summary_enabled: bool | None = None
+    """Proactive and inline summarization."""
     message_limit: OverrideCount | None = None
+    """Unsummarized messages that start a proactive summary."""
     max_context_tokens: OverrideCount | None = None
+    """Unsummarized tokens that start a proactive summary."""
     keep_last_n: OverrideNonNegative | None = None
+    """Newest messages a proactive summary leaves out."""
     target_tokens: OverrideCount | None = None
+    """Target length of a summary."""
     merge_target_tokens: OverrideCount | None = None
+    """Target length of a merged summary."""
     bisect_enabled: bool | None = None
+    """Split an input that does not fit the summarizer's window."""
     bisect_max_depth: Annotated[int, Field(ge=0, le=32), *JSON_INTEGER] | None = None
+    """Deepest split before forced truncation."""
     bisect_min_messages: OverrideCount | None = None
+    """Smallest chunk that is still split."""
     retry_on_context_overflow: bool | None = None
+    """The history loader compacts inline when over `max_tokens`."""
     summary_limit: Annotated[int, Field(ge=1, le=100), *JSON_INTEGER] | None = None
+    """Live summaries loaded; older ones are rolled up."""
     model: ModelName | None = None
+    """The summarizer model (one the server allows)."""
     model_context_tokens: OverrideCount | None = None
+    """The summarizer's window, in tokens."""
     temperature: Temperature | None = None
+    """Temperature of the summarizer's calls."""
     pin_system: bool | None = None
+    """Leading system/developer messages are never summarized."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,7 @@ class SummaryPolicy:
     keep_last_n: int
     retry_on_context_overflow: bool
     summary_limit: int
+    """Live summaries loaded; older ones are rolled up."""
     pin_system: bool
     engine: EngineSettings
     """What the engine takes; a run sets its own `keep_last_n` and `previous_summary`."""

@@ -33,9 +33,11 @@ FUZZ_RANDOM = os.environ.get("PRECIS_FUZZ_RANDOM", "") == "1"
 
 NOT_EXPRESSIBLE = [checks.positive_data_acceptance]
 """Checks left out: the service refuses (422, documented) some input that JSON Schema cannot
-describe - NUL characters and lone surrogates (PostgreSQL stores neither), nesting deeper than
-16, cross-field rules such as "a tool message needs tool_call_id" - so "schema-valid but
-rejected" is expected there. Every other check runs, negative_data_rejection included."""
+describe inside free-form JSON (`metadata`, Responses items): NUL characters and lone
+surrogates (PostgreSQL stores neither), nesting deeper than 16, integers beyond 64 bits; so
+"schema-valid but rejected" is expected there. Everything else the service enforces is in the
+document (each role's message schema, the Responses item rules, `messages` or `items`, the
+models this server allows), and every other check runs, negative_data_rejection included."""
 
 API_KEY = secrets.token_urlsafe(16)
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from api.appending import new_message
+from api.appending import new_messages
 from api.compaction import Compactor
 from api.db.engine import create_engine, create_sessionmaker
 from api.locks import SessionLocks
-from api.schemas import MessageIn
+from api.schemas import AppendRequest
 from tests.conftest import make_settings
 from tests.helpers import append_batch
 from tests.invariants import invariant_violations
@@ -59,9 +59,8 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
         def append(self, kinds: list[str]) -> None:
             raw = [m for kind in kinds for m in _message(kind, self.count + len(kinds))]
             self.count += len(raw)
-            batch = [
-                new_message(MessageIn.model_validate(m), 1_000_000, i) for i, m in enumerate(raw)
-            ]
+            request = AppendRequest.model_validate({"messages": raw})
+            batch = new_messages(request.batch, 1_000_000)
 
             async def go() -> None:
                 async with self.sessionmaker() as db:
