@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 
 import httpx
@@ -22,6 +24,7 @@ from precis_client import (
     SummarizationInProgress,
     Unauthorized,
 )
+from precis_client._core import retry_after
 from precis_client.errors import error_from
 
 FAST = RetryPolicy(attempts=4, backoff_seconds=0.001, max_delay_seconds=1.0)
@@ -204,3 +207,17 @@ def test_a_body_that_is_not_precis_json_gives_the_base_class_with_the_text() -> 
         "Bad Gateway",
         "<html>bad gateway</html>",
     )
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"), [("2", 2.0), ("0.25", 0.25), ("-1", 0.0), ("soon", None), (None, None)]
+)
+def test_retry_after_reads_seconds(header: str | None, seconds: float | None) -> None:
+    headers = {} if header is None else {"Retry-After": header}
+    assert retry_after(httpx.Response(503, headers=headers)) == seconds
+
+
+def test_retry_after_reads_an_http_date() -> None:
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=3), usegmt=True)
+    seconds = retry_after(httpx.Response(503, headers={"Retry-After": later}))
+    assert seconds is not None and 1.5 <= seconds <= 3.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar, cast
 from urllib.parse import quote
@@ -105,11 +106,9 @@ def retry_after(response: httpx.Response) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    date = response.headers.get("date")
-    now = parsedate_to_datetime(date) if date else None
-    if now is None:
-        return None
-    return max(0.0, (when - now).total_seconds())
+    if when.tzinfo is None:  # "-0000": UTC, with nothing said about the sender's zone
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 @dataclass(frozen=True)
