@@ -39,7 +39,7 @@ REPAIRED_SUMMARIES = Counter(
 )
 REMOVED_MESSAGES = Counter(
     "precis_removed_messages_total",
-    "Messages removed by clients (delete and pop), the other halves of tool-call pairs included",
+    "Messages removed by clients (delete and pop)",
 )
 ERASED_SUMMARIES = Counter(
     "precis_erased_summaries_total",

@@ -288,10 +288,10 @@ async def remove_message(
     settings: AppSettings,
     worker: AppWorker,
 ) -> Response:
-    """Erase one message, with the other half of its tool-call pair: it keeps its seq as a
-    tombstone without content, is never listed or loaded again, and every summary it reached
-    is erased and made again without it in the background. Removing a removed message is a
-    no-op (204)."""
+    """Erase one message: it keeps its seq as a tombstone without content, is never listed or
+    loaded again, and every summary it reached is erased and made again without it in the
+    background. The rest of its tool-call exchange is hidden from every view (still
+    removable). Removing a removed message is a no-op (204)."""
     await _remove(database, settings, worker, tenant, session_id, message_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -307,14 +307,11 @@ async def pop_message(
     settings: AppSettings,
     worker: AppWorker,
 ) -> PoppedMessage:
-    """Remove the newest remaining message (as `DELETE` does) and answer it as it was
-    appended; 404 when the session holds no message."""
+    """Remove the newest remaining message (as `DELETE` does; a hidden half of a tool-call
+    exchange counts) and answer it as it was appended; 404 when none is left."""
     removal = await _remove(database, settings, worker, tenant, session_id, None)
     assert removal is not None  # popping finds a message or raises MessageNotFound
-    return PoppedMessage(
-        message=MessageOut.from_row(removal.message),
-        also_removed=[MessageOut.from_row(partner) for partner in removal.partners],
-    )
+    return PoppedMessage(message=MessageOut.from_row(removal.message))
 
 
 async def _remove(
@@ -329,7 +326,7 @@ async def _remove(
         async with database.transaction() as db:
             removal = await service.remove_message(db, settings, tenant, session_id, message_id)
     if removal is not None:
-        metrics.REMOVED_MESSAGES.inc(1 + len(removal.partners))
+        metrics.REMOVED_MESSAGES.inc()
         metrics.ERASED_SUMMARIES.inc(removal.erased_summaries)
         if removal.erased_summaries:
             worker.wake()  # the removal committed the re-make's job

@@ -320,11 +320,8 @@ class MessageOut(Schema):
 
 
 class PoppedMessage(Schema):
-    message: MessageOut = Field(description="The removed message, as it was appended.")
-    also_removed: list[MessageOut] = Field(
-        description="The other half of its tool-call pair (a call's results, or a result's "
-        "call and that call's other results), removed with it."
-    )
+    message: MessageOut
+    """The removed message, as it was appended."""
 
 
 class SummarizationStatus(Schema):

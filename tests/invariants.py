@@ -46,16 +46,16 @@ async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
     )
     messages = (
         await db.execute(
-            select(Message.id, Message.seq, Message.removed_at).where(
+            select(Message.id, Message.seq, Message.removed_at, Message.orphaned_at).where(
                 Message.session_id == session_id
             )
         )
     ).all()
-    for message_id, seq, removed_at in messages:
+    for message_id, seq, removed_at, orphaned_at in messages:
         count = links.get(message_id, 0)
-        if removed_at is not None:
+        if removed_at is not None or orphaned_at is not None:
             if count:
-                problems.append(f"removed message seq {seq} is linked to a live summary")
+                problems.append(f"removed or orphaned message seq {seq} is in a live summary")
         elif seq <= pinned and count != 0:
             problems.append(f"pinned message seq {seq} is linked")
         elif pinned < seq <= newest_last and count != 1:

@@ -107,8 +107,7 @@ async def test_pop_answers_the_newest_message_as_appended_until_none_is_left(
     stored = (await append(client, sid, first, second))["messages"]
     popped = await client.post(f"/v1/sessions/{sid}/messages/pop")
     assert popped.status_code == 200, popped.text
-    assert popped.json()["message"] == stored[1]
-    assert popped.json()["also_removed"] == []
+    assert popped.json() == {"message": stored[1]}
     assert (await client.post(f"/v1/sessions/{sid}/messages/pop")).json()["message"] == stored[0]
     empty = await client.post(f"/v1/sessions/{sid}/messages/pop")
     assert empty.status_code == 404
@@ -118,7 +117,7 @@ async def test_pop_answers_the_newest_message_as_appended_until_none_is_left(
     assert missing.status_code == 404 and missing.json()["error"] == "SessionNotFound"
 
 
-async def test_removing_a_tool_result_removes_its_call_and_the_call_s_other_results(
+async def test_removing_a_tool_result_hides_its_call_and_the_call_s_other_results(
     client: httpx.AsyncClient, sid: str
 ) -> None:
     call = tool_call("c1")
@@ -133,21 +132,31 @@ async def test_removing_a_tool_result_removes_its_call_and_the_call_s_other_resu
     answer = await client.delete(f"/v1/sessions/{sid}/messages/{stored[3]['id']}")
     assert answer.status_code == 204
     assert [m["seq"] for m in await messages_of(client, sid)] == [1, 5]
-    context = (await client.get(f"/v1/sessions/{sid}/history")).json()["context"]
-    assert context == [user("q"), assistant("a")]
+    for view in ("openai", "responses"):
+        history = (await client.get(f"/v1/sessions/{sid}/history?format={view}")).json()
+        assert [m["seq"] for m in history["messages"]] == [1, 5]
+        assert len(history["context"]) == 2  # no call without its results, no orphan result
+    # the hidden half is still there to remove: popping walks back through it one by one
+    popped = [(await client.post(f"/v1/sessions/{sid}/messages/pop")).json() for _ in range(4)]
+    assert [p["message"]["seq"] for p in popped] == [5, 3, 2, 1]
+    assert popped[2]["message"] == stored[1]  # the hidden call, as it was appended
 
 
-async def test_popping_a_tool_result_answers_its_call_as_also_removed(
+async def test_popping_undoes_a_tool_exchange_one_message_at_a_time(
     client: httpx.AsyncClient, sid: str
 ) -> None:
+    """What an Agents SDK rewind does: pop the newest items, compare, and put them back."""
     stored = (await append(client, sid, user("q"), tool_call("c1"), tool_result("c1")))["messages"]
-    popped = (await client.post(f"/v1/sessions/{sid}/messages/pop")).json()
-    assert popped["message"] == stored[2]
-    assert popped["also_removed"] == [stored[1]]
+    result = (await client.post(f"/v1/sessions/{sid}/messages/pop")).json()["message"]
+    call = (await client.post(f"/v1/sessions/{sid}/messages/pop")).json()["message"]
+    assert (result, call) == (stored[2], stored[1])
     assert [m["seq"] for m in await messages_of(client, sid)] == [1]
+    await append(client, sid, tool_call("c1"), tool_result("c1"))  # put back
+    context = (await client.get(f"/v1/sessions/{sid}/history")).json()["context"]
+    assert context == [user("q"), tool_call("c1"), tool_result("c1")]
 
 
-async def test_removing_a_call_removes_its_results(client: httpx.AsyncClient, sid: str) -> None:
+async def test_removing_a_call_hides_its_results(client: httpx.AsyncClient, sid: str) -> None:
     stored = (
         await append(client, sid, user("q"), tool_call("c1"), tool_result("c1"), user("next"))
     )["messages"]
@@ -155,6 +164,8 @@ async def test_removing_a_call_removes_its_results(client: httpx.AsyncClient, si
         await client.delete(f"/v1/sessions/{sid}/messages/{stored[1]['id']}")
     ).status_code == 204
     assert [m["seq"] for m in await messages_of(client, sid)] == [1, 4]
+    session = (await client.get(f"/v1/sessions/{sid}")).json()
+    assert session["message_count"] == 3  # the hidden result is stored still
 
 
 @pytest.mark.parametrize("settings_overrides", [LOCAL_ONLY], indirect=True)
@@ -221,6 +232,7 @@ async def test_erasure_through_a_roll_up_brings_back_the_summaries_it_did_not_re
 async def test_removals_are_counted_in_the_metrics(client: httpx.AsyncClient, sid: str) -> None:
     before = metric((await client.get("/metrics")).text, "precis_removed_messages_total")
     await append(client, sid, user("q"), tool_call("c1"), tool_result("c1"))
+    await client.post(f"/v1/sessions/{sid}/messages/pop")
     await client.post(f"/v1/sessions/{sid}/messages/pop")
     after = metric((await client.get("/metrics")).text, "precis_removed_messages_total")
     assert after - before == 2

@@ -232,7 +232,7 @@ async def test_a_reasoning_item_is_summarized_by_its_readable_summary_only(
     assert "MARKER-opaque" not in prompts
 
 
-async def test_removing_a_function_call_output_removes_its_call_and_keeps_no_item(
+async def test_removing_a_function_call_output_hides_its_call_and_keeps_no_item(
     client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     stored = (await append_items(client, sid, *WEATHER_TURN))["messages"]
@@ -241,7 +241,15 @@ async def test_removing_a_function_call_output_removes_its_call_and_keeps_no_ite
     context = (await client.get(f"/v1/sessions/{sid}/history?format=responses")).json()["context"]
     assert [item.get("type") for item in context] == [None, "reasoning", "message"]
     async with sessionmaker() as db:
-        removed = select(Message.item, Message.content, Message.tool_calls).where(
+        rows = select(Message.item, Message.removed_at, Message.orphaned_at).where(
             Message.id.in_([stored[2]["id"], stored[3]["id"]])
         )
-        assert (await db.execute(removed)).all() == [(None, None, None)] * 2
+        (call, output) = sorted((await db.execute(rows)).all(), key=lambda row: row[0] is None)
+    assert call[0] == as_text_compact(WEATHER_TURN[2]) and call[2] is not None  # hidden, kept
+    assert output[0] is None and output[1] is not None  # removed: no item text left
+    popped = (await client.post(f"/v1/sessions/{sid}/messages/pop")).json()["message"]
+    assert as_text(popped["item"]) == as_text(WEATHER_TURN[4])
+
+
+def as_text_compact(item: dict[str, Any]) -> str:
+    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))

@@ -175,8 +175,8 @@ class Removed:
     """A session built through the HTTP API: six messages summarized as 1..2 and 3..4 (rolled
     up into 1..4, level 1) and 5..6; then seq 3 removed, which erased the roll-up, 3..4 and
     5..6 and made 1..2 live again; then 3..6 made again by the background job (trigger_reason
-    "erasure"); then a tool call and its result (seqs 7, 8) appended and popped, linked to no
-    summary. Summaries are the API's, by name; messages as appended, by seq."""
+    "erasure"); then a tool call and its result (seqs 7, 8) appended and popped one by one,
+    linked to no summary. Summaries are the API's, by name; messages as appended, by seq."""
 
     external_id: str
     messages: dict[int, dict[str, Any]]
@@ -228,8 +228,9 @@ async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
     assert removed.status_code == 204, removed.text
     remade = await wait_for_remake(client, sid)
     messages += (await append(client, sid, tool_call("c1"), tool_result("c1")))["messages"]
-    popped = await client.post(f"/v1/sessions/{sid}/messages/pop")
-    assert popped.status_code == 200, popped.text
+    for _ in range(2):  # the result, then the call it left hidden
+        popped = await client.post(f"/v1/sessions/{sid}/messages/pop")
+        assert popped.status_code == 200, popped.text
     by_range = {
         (s["first_seq"], s["last_seq"], s["level"]): s for s in await every_summary(client, sid)
     }
@@ -539,7 +540,7 @@ async def test_message_trace_of_a_removed_message_names_the_erased_summaries_tha
 async def test_message_trace_of_a_removed_message_no_summary_covered_says_so(
     database_url: str, removed: Removed
 ) -> None:
-    result = removed.messages[8]  # popped with its call, after the newest summary
+    result = removed.messages[8]  # popped, then its call, after the newest summary
     code, out, _ = await trace(database_url, "--message", str(result["id"]))
     answer = await trace_json(database_url, "--message", str(result["id"]))
 

@@ -147,6 +147,10 @@ class Message(Base):
     removed_at: Mapped[datetime | None]
     """Set when a client removed the message: the row stays as a tombstone keeping its seq,
     with no content left (`api.store.removal`)."""
+    orphaned_at: Mapped[datetime | None]
+    """Set when the other half of its tool-call exchange was removed: kept as appended, but
+    shown nowhere (no view may hold a call without its result, or the reverse); a client may
+    still remove or pop it."""
 
 
 class Summary(Base):

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from api.db.models import Message, Summary, SummaryMessage
-from api.store.rows import SummaryRow
+from api.store.rows import SummaryRow, shown
 
 EXAMPLE_LIMIT = 5
 """Offending rows named per check and session: enough to act on, bounded for broken databases."""
@@ -85,7 +85,8 @@ class CoverageProblem:
 
 
 _REMOVED = Message.removed_at.is_not(None)
-_KEPT = Message.removed_at.is_(None)
+_KEPT = shown(Message)
+"""Messages a summary made after them links: neither removed nor orphaned."""
 _LIVE = and_(Summary.superseded_by.is_(None), Summary.erased_at.is_(None))
 
 
@@ -271,7 +272,7 @@ async def end_mismatches(db: AsyncSession, session_id: int) -> list[EndMismatch]
             .where(
                 source.session_id == Summary.session_id,
                 source.seq.between(Summary.first_seq, Summary.last_seq),
-                or_(source.removed_at.is_(None), source.id.in_(linked)),
+                or_(shown(source), source.id.in_(linked)),
             )
             .correlate(Summary)
             .scalar_subquery()

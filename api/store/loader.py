@@ -39,6 +39,7 @@ from api.store.rows import (
     MessageRow,
     SessionRow,
     SummaryRow,
+    shown,
 )
 
 TAIL_PAGE_SIZE = 64
@@ -109,7 +110,7 @@ def _build_load() -> Any:
         .where(
             _messages.session_id == bindparam("p_session_id"),
             _messages.seq > after_seq,
-            _messages.removed_at.is_(None),
+            shown(_messages),
         )
         .order_by(_messages.seq.desc())
         .limit(bindparam("p_page"))
@@ -122,7 +123,7 @@ def _build_load() -> Any:
         .where(
             _messages.session_id == bindparam("p_session_id"),
             _messages.seq <= bindparam("p_pinned_seq"),
-            _messages.removed_at.is_(None),
+            shown(_messages),
             ~exists().where(live.c.first_seq <= bindparam("p_pinned_seq")),
         )
         .subquery("pinned")
@@ -213,7 +214,7 @@ _TAIL_PAGE = (
         _messages.session_id == bindparam("session_id"),
         _messages.seq > bindparam("after_seq"),
         _messages.seq < bindparam("before_seq"),
-        _messages.removed_at.is_(None),
+        shown(_messages),
     )
     .order_by(_messages.seq.desc())
     .limit(TAIL_PAGE_SIZE)
@@ -224,7 +225,7 @@ _COUNT_BETWEEN = select(func.count()).where(
     _messages.session_id == bindparam("session_id"),
     _messages.seq > bindparam("after_seq"),
     _messages.seq < bindparam("before_seq"),
-    _messages.removed_at.is_(None),
+    shown(_messages),
 )
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Message
 from api.errors import FormatConflict, IdempotencyConflict
-from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, NewMessage, SessionRow
+from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, NewMessage, SessionRow, shown
 
 _MESSAGE_TABLE = cast(Table, Message.__table__)
 _messages = _MESSAGE_TABLE.c
@@ -29,7 +29,7 @@ _RANGE = (
         _messages.session_id == bindparam("session_id"),
         _messages.seq > bindparam("after_seq"),
         _messages.seq <= bindparam("last_seq"),
-        _messages.removed_at.is_(None),
+        shown(_messages),
     )
     .order_by(_messages.seq)
     .limit(bindparam("limit"))
@@ -117,8 +117,8 @@ async def messages_in_range(
     last_seq: int = UNBOUNDED,
     limit: int = UNBOUNDED,
 ) -> list[MessageRow]:
-    """The first `limit` messages of seqs `after_seq + 1..last_seq`, ascending, removed ones
-    left out: an index range scan on `(session_id, seq)`."""
+    """The first `limit` messages of seqs `after_seq + 1..last_seq`, ascending, removed and
+    orphaned ones left out: an index range scan on `(session_id, seq)`."""
     result = await db.execute(
         _RANGE,
         {"session_id": session_id, "after_seq": after_seq, "last_seq": last_seq, "limit": limit},

@@ -43,7 +43,7 @@ _SESSION_RETURNING = (
 )
 _MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_parts, name, tool_calls, tool_call_id, "
-    "metadata, client_id, token_count, item, created_at, removed_at"
+    "metadata, client_id, token_count, item, created_at, removed_at, orphaned_at"
 )
 
 APPEND = f"""
@@ -272,7 +272,7 @@ async def append(
             inserted: list[NewMessage] = [batch[ord_ - 1] for ord_ in row["fresh_ords"] or ()]
             first_seq = session.last_seq - len(ids) + 1
             fresh = [
-                MessageRow(id_, session.id, first_seq + i, *new, now, None)
+                MessageRow(id_, session.id, first_seq + i, *new, now, None, None)
                 for i, (id_, new) in enumerate(zip(ids, inserted, strict=True))
             ]
             stored = await _stored(connection, session.id, batch, fresh)

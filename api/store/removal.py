@@ -1,14 +1,18 @@
-"""Removal: a message (with its tool-call pair) becomes a tombstone, and every summary it
-reached is erased.
+"""Removal: a message becomes a tombstone, the other half of its tool-call exchange is hidden,
+and every summary the removed message reached is erased.
 
 A removed message keeps its row and seq, with no content left: seqs never move, so summary
-ranges, links and cursors stay valid. The summaries a removed message reached are those
-linked to it and every summary made after them (a summary is made with the one before it as
-context, so a fact can travel forward): all summaries of the session whose range ends at or
-after the removed seq. They lose their text and prompt and stop being live; the summaries a
-now-erased roll-up had absorbed that the removal did not reach become live again, so the
-live summaries still cover one contiguous range from the start. What follows them is loaded
-raw until the background job re-makes it.
+ranges, links and cursors stay valid. Removing one half of a tool exchange (a call, or one of
+its results) orphans the rest of it: kept as appended but shown nowhere, since no view may
+hold a call without its results or a result without its call; it can be removed (or popped)
+in turn, so a client undoing its newest items one by one gets each back as it added it.
+
+The summaries a removed message reached are those linked to it and every summary made after
+them (a summary is made with the one before it as context, so a fact can travel forward): all
+summaries of the session whose range ends at or after the removed seq. They lose their text
+and prompt and stop being live; the summaries a now-erased roll-up had absorbed that the
+removal did not reach become live again, so the live summaries still cover one contiguous
+range from the start. What follows them is loaded raw until the background job re-makes it.
 
 Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
 """
@@ -35,17 +39,17 @@ CALL_SEARCH_PAGE = 64
 
 @dataclass(frozen=True)
 class Removal:
-    """What a removal did: `message` as it was appended, the other half of its tool-call pair
-    (`partners`, removed with it), and how many summaries it erased."""
+    """What a removal did: `message` as it was appended, the rest of its tool-call exchange
+    that is hidden now (`orphaned`), and how many summaries it erased."""
 
     message: MessageRow
-    partners: list[MessageRow]
+    orphaned: list[MessageRow]
     erased_summaries: int
 
 
 async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> Removal | None:
-    """Remove one message of the session (its id, or the newest remaining one when None) with
-    the other half of its tool-call pair; None when there is no such message left.
+    """Remove one message of the session (its id, or the newest remaining one when None) and
+    hide the rest of its tool-call exchange; None when there is no such message left.
 
     Locks the session row first, as an append and a summary's save do: a summary whose
     sources lost a message meanwhile cannot be saved (`save_summary` recounts them).
@@ -61,16 +65,13 @@ async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> R
     target = await _target(db, session_id, message_id)
     if target is None:
         return None
-    partners = await _pair_of(db, session_id, target)
-    removed = [target, *partners]
-    ids = [message.id for message in removed]
-    linked = await db.scalar(
-        select(select(SummaryMessage.message_id).where(SummaryMessage.message_id.in_(ids)).exists())
-    )
+    orphaned = [m for m in await _exchange_of(db, session_id, target) if m.orphaned_at is None]
+    links = select(SummaryMessage.message_id).where(SummaryMessage.message_id == target.id)
+    linked = await db.scalar(select(links.exists()))
     now = utcnow()
     await db.execute(
         update(Message)
-        .where(Message.id.in_(ids))
+        .where(Message.id == target.id)
         .values(
             removed_at=now,
             content=None,
@@ -84,15 +85,19 @@ async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> R
             item=None,
         )
     )
+    if orphaned:
+        await db.execute(
+            update(Message)
+            .where(Message.id.in_([message.id for message in orphaned]))
+            .values(orphaned_at=now)
+        )
     await db.execute(
         update(Session)
         .where(Session.id == session_id)
-        .values(removed_count=Session.removed_count + len(removed))
+        .values(removed_count=Session.removed_count + 1)
     )
-    erased = 0
-    if linked:
-        erased = await _erase_from(db, session_id, min(message.seq for message in removed), now)
-    return Removal(target, partners, erased)
+    erased = await _erase_from(db, session_id, target.seq, now) if linked else 0
+    return Removal(target, orphaned, erased)
 
 
 async def _target(db: AsyncSession, session_id: int, message_id: int | None) -> MessageRow | None:
@@ -115,10 +120,9 @@ async def message_exists(db: AsyncSession, session_id: int, message_id: int) -> 
     return found is not None
 
 
-async def _pair_of(db: AsyncSession, session_id: int, message: MessageRow) -> list[MessageRow]:
+async def _exchange_of(db: AsyncSession, session_id: int, message: MessageRow) -> list[MessageRow]:
     """The rest of the tool exchange `message` belongs to: for a call, its results; for a
-    result, its call and the call's other results. Removing half of a pair would leave a call
-    without its result or a result without its call in every view."""
+    result, its call and the call's other results (removed ones left out)."""
     call = message
     if message.role == "tool" and message.tool_call_id is not None:
         found = await _call_answered_by(db, session_id, message)

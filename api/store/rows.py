@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, ColumnElement, Table, and_
 
 from api.db.models import Message, Session, Summary, SummaryJob
 from summarizer.triggers import Reason, Trigger
@@ -66,6 +66,7 @@ class MessageRow(NamedTuple):
     item: str | None
     created_at: datetime
     removed_at: datetime | None
+    orphaned_at: datetime | None
 
     @property
     def body(self) -> str | list[Any] | None:
@@ -85,6 +86,12 @@ class MessageRow(NamedTuple):
 
 
 MESSAGE_COLUMNS = _columns(Message, MessageRow._fields)
+
+
+def shown(messages: Any) -> ColumnElement[bool]:
+    """The messages any view shows (`messages`: the table's columns, or an alias's): neither
+    removed nor orphaned."""
+    return and_(messages.removed_at.is_(None), messages.orphaned_at.is_(None))
 
 
 class SummaryRow(NamedTuple):

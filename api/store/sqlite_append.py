@@ -209,7 +209,8 @@ def _insert(
     """Insert `fresh` at the seqs the session row just reserved (the last `len(fresh)`)."""
     first_seq = session.last_seq - len(fresh) + 1
     rows = [
-        MessageRow(0, session.id, first_seq + i, *new, now, None) for i, new in enumerate(fresh)
+        MessageRow(0, session.id, first_seq + i, *new, now, None, None)
+        for i, new in enumerate(fresh)
     ]
     id_of_seq: dict[int, int] = {}
     for start in range(0, len(rows), ROWS_PER_INSERT):

@@ -27,7 +27,7 @@ from api.errors import (
     SummaryNotFound,
     SummaryRangeConflict,
 )
-from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow
+from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow, shown
 from summarizer.engine import FALLBACK_MODEL
 
 _SUMMARY_TABLE = cast(Table, Summary.__table__)
@@ -198,15 +198,15 @@ async def _check_range(
 async def _link_messages(
     db: AsyncSession, summary_id: int, session_id: int, first_seq: int, last_seq: int
 ) -> None:
-    """Link the summary to every message of its range (roll-ups included; removed ones left
-    out), in one statement."""
+    """Link the summary to every message of its range (roll-ups included; removed and
+    orphaned ones left out), in one statement."""
     await db.execute(
         insert(SummaryMessage).from_select(
             ["summary_id", "message_id"],
             select(literal(summary_id, BigInteger), Message.id).where(
                 Message.session_id == session_id,
                 Message.seq.between(first_seq, last_seq),
-                Message.removed_at.is_(None),
+                shown(Message),
             ),
         )
     )
@@ -244,7 +244,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
             ).where(
                 Message.session_id == session_id,
                 Message.seq.between(draft.first_seq, draft.last_seq),
-                Message.removed_at.is_(None),
+                shown(Message),
             )
         )
     ).one()

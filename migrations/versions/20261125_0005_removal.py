@@ -1,4 +1,5 @@
-"""removal: message tombstones, erased summaries, the session's removed count
+"""removal: message tombstones, orphaned tool-call halves, erased summaries, the session's
+removed count
 
 Revision ID: 0005
 Revises: 0004
@@ -18,6 +19,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("messages", sa.Column("removed_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("messages", sa.Column("orphaned_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column(
         "session_summaries", sa.Column("erased_at", sa.DateTime(timezone=True), nullable=True)
     )
@@ -33,4 +35,5 @@ def downgrade() -> None:
     with op.batch_alter_table("session_summaries") as batch:
         batch.drop_column("erased_at")
     with op.batch_alter_table("messages") as batch:
+        batch.drop_column("orphaned_at")
         batch.drop_column("removed_at")

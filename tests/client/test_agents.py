@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
+from agents.run_internal.session_persistence import rewind_session_items
 from precis_client import PrecisClient, SessionNotFound
 from precis_client.agents import PrecisSession
 
@@ -87,6 +88,26 @@ async def test_pop_item_of_an_empty_session_is_none(
 
 
 async def test_pop_item_of_a_missing_session_is_none(session: PrecisSession) -> None:
+    assert await session.pop_item() is None
+
+
+async def test_the_sdk_s_rewind_pops_a_tool_exchange_item_by_item(session: PrecisSession) -> None:
+    """The runner's own rewind (a retried turn) pops the items it added, newest first, and
+    compares each with what it added: every pop must give back exactly one of them."""
+    turn = [
+        said("weather in Łódź?"),
+        cast(
+            TResponseInputItem,
+            {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"},
+        ),
+        cast(
+            TResponseInputItem, {"type": "function_call_output", "call_id": "c1", "output": "rain"}
+        ),
+    ]
+    await session.add_items([said("earlier"), *turn])
+    await rewind_session_items(session, turn)
+    assert await session.get_items() == [said("earlier")]
+    assert await session.pop_item() == said("earlier")
     assert await session.pop_item() is None
 
 

@@ -171,16 +171,17 @@ async def test_remove_message_removes_the_tool_call_with_its_result(
     assert [m["id"] for m in left] == [user_message["id"]]
 
 
-async def test_pop_message_answers_the_newest_and_the_rest_of_its_exchange(
+async def test_pop_message_answers_the_newest_and_hides_the_rest_of_its_exchange(
     client: Client, sid: str
 ) -> None:
     await done(client.append_messages(sid, [chat("look it up"), call("c1"), result("c1", "x")]))
     popped = await done(client.pop_message(sid))
     assert popped["message"]["role"] == "tool"
-    assert [m["role"] for m in popped["also_removed"]] == ["assistant"]
     assert [m["content"] for m in (await done(client.list_messages(sid)))["messages"]] == [
         "look it up"
     ]
+    hidden_call = await done(client.pop_message(sid))  # popped in turn, as appended
+    assert hidden_call["message"]["tool_calls"] == call("c1")["tool_calls"]
 
 
 # --- history, compaction, summaries ---------------------------------------------------------

@@ -69,8 +69,8 @@ class Appended(TypedDict):
 
 class Popped(TypedDict):
     message: Message
-    also_removed: list[Message]
-    """The rest of its tool-call exchange, removed with it."""
+    """The removed message, as it was appended (the rest of its tool-call exchange is hidden
+    from every view, and is popped in turn)."""
 
 
 class Summary(TypedDict):
