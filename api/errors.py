@@ -86,6 +86,8 @@ class SummaryRangeConflict(Conflict):
 class SummarizationInProgress(Conflict):
     """A summarization of the session holds it longer than the caller may wait."""
 
+    retry_after_seconds = 5
+
 
 class SummarizationTimeout(PrecisError):
     """An explicit compaction ran past its deadline; nothing of it was stored."""

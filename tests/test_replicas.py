@@ -220,6 +220,7 @@ async def test_compact_whose_wait_runs_out_answers_409_and_stores_nothing(
     )
     assert answer.status_code == 409, answer.text
     assert answer.json()["error"] == "SummarizationInProgress"
+    assert answer.headers["retry-after"] == "5"  # the client may try again then
     assert await session_summaries(client, "busy") == []
     assert not gate.release.is_set()  # the 409 came while the summarization still ran
 
