@@ -289,6 +289,7 @@ def message_json(message: MessageRow) -> dict[str, Any]:
         "role": message.role,
         "created_at": timestamp(message.created_at).isoformat(),
         "removed_at": optional_time(message.removed_at),
+        "orphaned_at": optional_time(message.orphaned_at),
         "content": message.body,
         "tool_calls": message.tool_calls,
         "tool_call_id": message.tool_call_id,
@@ -396,8 +397,11 @@ def summary_heading(summary: SummaryRow) -> str:
 def message_text(message: MessageRow) -> str:
     if message.removed_at is not None:
         return f"[removed at {short_time(message.removed_at)}]"
-    content = message.body
-    return describe_content(content, message.tool_calls, message.tool_call_id)
+    described = describe_content(message.body, message.tool_calls, message.tool_call_id)
+    if message.orphaned_at is not None:
+        # the other half of its tool exchange was removed: stored, shown in no view
+        return f"[hidden since {short_time(message.orphaned_at)}] {described}"
+    return described
 
 
 def message_rows(messages: Sequence[MessageRow]) -> list[list[str]]:

@@ -661,3 +661,23 @@ async def run_process(command: list[str], cwd: Path = Path("/")) -> tuple[int, s
     out, err = await process.communicate()
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+@REMOVALS
+async def test_the_hidden_half_of_a_tool_exchange_shows_as_hidden_with_its_content(
+    database_url: str, client: httpx.AsyncClient, sid: str
+) -> None:
+    stored = (await append(client, sid, user("q"), tool_call("c1"), tool_result("c1")))["messages"]
+    summary = (await compact(client, sid))["summary"]
+    removed = await client.delete(f"/v1/sessions/{sid}/messages/{stored[2]['id']}")
+    assert removed.status_code == 204
+
+    answer = await trace_json(database_url, str(summary["id"]))
+    code, out, _ = await trace(database_url, str(summary["id"]))
+
+    call = next(m for m in answer["summary"]["messages"] if m["seq"] == 2)
+    assert call["orphaned_at"] is not None and call["removed_at"] is None
+    assert call["tool_calls"] == tool_call("c1")["tool_calls"]  # kept as appended
+    assert code == 0
+    [row] = [line for line in out.splitlines() if line.split()[:2] == ["2", str(call["id"])]]
+    assert f"[hidden since {shown_time(call['orphaned_at'])}]" in row
