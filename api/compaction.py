@@ -19,9 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import metrics, store
 from api.db.transactions import transaction
 from api.errors import SessionGone, SummaryRangeConflict
+from api.items import joins_next
 from api.locks import CompactionBusy, SessionLocks
 from api.settings import Settings, SummaryPolicy
 from summarizer import SummaryResult, merge_summaries, summarize
+from summarizer.cuts import JOINS_NEXT
 from summarizer.engine import FALLBACK_MODEL
 from summarizer.triggers import ProactiveReason, Reason, Trigger
 
@@ -29,8 +31,16 @@ logger = logging.getLogger("precis.summarization")
 
 
 def engine_input(messages: list[store.MessageRow]) -> list[dict[str, Any]]:
-    """Stored messages as the engine takes them: OpenAI shape, with their seqs."""
-    return [{**message.openai(), "seq": message.seq} for message in messages]
+    """Stored messages as the engine takes them: OpenAI shape, with their seqs; a Responses
+    `reasoning` item marked to stay with the item after it (`summarizer.cuts.JOINS_NEXT`)."""
+    return [
+        {
+            **message.openai(),
+            "seq": message.seq,
+            **({JOINS_NEXT: True} if message.item and joins_next(message.item) else {}),
+        }
+        for message in messages
+    ]
 
 
 def inherit_fallback(

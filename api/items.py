@@ -250,9 +250,7 @@ def item_to_chat(item: JSON, where: str) -> JSON:
         elif not isinstance(output, str):
             raise Unfaithful(f"{where}: output must be a string or a non-empty list of text parts")
         return _tool_result(call_id, output)
-    raise Unfaithful(
-        f"{where}: a {kind} item has no chat-completions shape; load with format=responses"
-    )
+    raise Unfaithful(f"{where}: a {kind} item has no chat-completions shape")
 
 
 def _exact_chat_part(part: Any, role: str, where: str) -> JSON:
@@ -357,6 +355,12 @@ def developer_item(text: str) -> JSON:
 def missing_output(call_id: str, text: str) -> JSON:
     """The placeholder output of a call whose output is not in the window."""
     return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+def joins_next(text: str) -> bool:
+    """Whether a stored item (its JSON text) must stay with the item after it: a `reasoning`
+    item, which the Responses API refuses without the item it led to."""
+    return parse_item(text).get("type") == "reasoning"
 
 
 def item_text(item: JSON) -> str:

@@ -362,14 +362,14 @@ async def history(
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
     max_tokens: Annotated[int | None, Query(ge=1, le=MAX_HISTORY_TOKENS)] = None,
     context_format: Annotated[
-        MessageFormat,
+        MessageFormat | None,
         Query(
             alias="format",
             description="Shape of `context`: OpenAI chat messages (`openai`) or Responses API "
-            "input items (`responses`), whatever format the session holds; 422 "
-            "`UnfaithfulView` when a message has no exact shape in it.",
+            "input items (`responses`), whatever format the session holds (default: the "
+            "session's own); 422 `UnfaithfulView` when a message has no exact shape in it.",
         ),
-    ] = "openai",
+    ] = None,
 ) -> Response:
     """What to send to the model before its next call: the pinned prefix, the newest live
     summaries and the messages after them in `context`, fitted to `max_tokens` (compacting

@@ -38,6 +38,7 @@ from api.schemas import (
     SummaryOut,
 )
 from api.settings import Settings
+from summarizer.cuts import JOINS_NEXT
 
 COMPACT_WAIT_SECONDS = 60.0
 """How long `compact` waits for a running summarization of the session before answering 409."""
@@ -190,16 +191,24 @@ def _context_item(message: store.MessageRow, view: MessageFormat) -> Item:
     if message.item is None and view == "openai":
         return Item(message.openai(), message.token_count)
     where = f"message seq {message.seq}"
+    chat = message.openai()
     try:
         if message.item is None:
-            shown = items.chat_to_items(message.openai(), where)
+            shown = items.chat_to_items(chat, where)
         elif view == "responses":
             shown = [items.parse_item(message.item)]
+            if shown[0].get("type") == "reasoning":
+                chat[JOINS_NEXT] = True  # never parted from the item it led to
         else:
             shown = [items.item_to_chat(items.parse_item(message.item), where)]
     except items.Unfaithful as exc:
         raise UnfaithfulView(f"{exc}; load this session with format={_other(view)}") from exc
-    return Item(message.openai(), message.token_count, shown)
+    return Item(chat, message.token_count, shown)
+
+
+def own_format(session: store.SessionRow) -> MessageFormat:
+    """The format a session's messages are written in (chat messages until fixed)."""
+    return "responses" if session.format == "responses" else "openai"
 
 
 def _other(view: MessageFormat) -> MessageFormat:
@@ -213,10 +222,10 @@ async def history(
     external_id: str,
     summary_limit: int | None,
     max_tokens: int | None,
-    view: MessageFormat = "openai",
+    view: MessageFormat | None = None,
 ) -> History:
     """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate.
-    `view`: the format of `context`."""
+    `view`: the format of `context` (None: the session's own)."""
     session, job_pending = await store.session_for_history(db, tenant, external_id)
     policy = compactor.settings.policy(session.settings)
     limit = summary_limit or policy.summary_limit
@@ -270,11 +279,12 @@ async def load_history(
     job_pending: bool,
     summary_limit: int,
     max_tokens: int | None,
-    view: MessageFormat = "openai",
+    view: MessageFormat | None = None,
 ) -> History:
-    """Latest live summaries and the messages after them, assembled under `max_tokens`."""
+    """Latest live summaries and the messages after them, assembled under `max_tokens`, in
+    the `view` format (None: the session's own, chat messages until it holds any)."""
     rows = await store.load_rows(db, session, summary_limit, max_tokens)
-    context = loaded_context(rows, max_tokens, view)
+    context = loaded_context(rows, max_tokens, view or own_format(session))
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],

@@ -3,8 +3,9 @@
 A cut at position `i` splits `messages[:i]` from `messages[i:]`. A cut is illegal inside a
 tool exchange: between an assistant message carrying `tool_calls` and the last tool
 result answering one of those calls (parallel calls included). A call whose results
-have not all arrived yet, at the end of the list, is still open: the list may not be cut
-after it either, because its results will be appended later.
+have not all arrived yet, at the end of the list (followed by nothing but results and further
+calls, as parallel Responses `function_call` items are), is still open: the list may not be
+cut after it either, because its results will be appended later.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def _is_call(message: Message) -> bool:
     return message.get("role") == "assistant" and bool(message.get("tool_calls"))
 
 
+def _continues_exchange(message: Message) -> bool:
+    """A tool result, or another call without text: parallel calls written one per message
+    (Responses `function_call` items) continue the exchange the first call opened."""
+    return message.get("role") == "tool" or (_is_call(message) and not message.get("content"))
+
+
 def _first_after(indices: list[int], position: int) -> int | None:
     found = bisect.bisect_right(indices, position)
     return indices[found] if found < len(indices) else None
@@ -48,6 +55,12 @@ def tool_spans(messages: Sequence[Message]) -> list[tuple[int, int]]:
             for call_id in _call_ids(message):
                 declared.setdefault(call_id, []).append(index)
 
+    # exchange_only_after[i]: nothing but tool results and further calls follow message i
+    exchange_only_after = [True] * len(messages)
+    for index in range(len(messages) - 2, -1, -1):
+        exchange_only_after[index] = exchange_only_after[index + 1] and _continues_exchange(
+            messages[index + 1]
+        )
     spans: list[tuple[int, int]] = []
     for index, message in enumerate(messages):
         if not _is_call(message):
@@ -65,18 +78,24 @@ def tool_spans(messages: Sequence[Message]) -> list[tuple[int, int]]:
                 last = max(last, answer)
             else:
                 pending = True
-        if pending and run_end == len(messages):
+        if pending and exchange_only_after[index]:
             last = len(messages)
         if last > index:
             spans.append((index, last))
     return spans
 
 
+JOINS_NEXT = "joins_next"
+"""A message marked so (a Responses `reasoning` item) belongs with the message after it: the
+API refuses the one without the other, so no cut falls between them."""
+
+
 def legal_cuts(messages: Sequence[Message]) -> list[int]:
     """Every legal cut position, ascending, from 0 to `len(messages)` (0 is always legal)."""
     size = len(messages)
     depth = [0] * (size + 2)
-    for call, last in tool_spans(messages):
+    joined = [(index, index + 1) for index, m in enumerate(messages) if m.get(JOINS_NEXT)]
+    for call, last in [*tool_spans(messages), *joined]:
         depth[call + 1] += 1
         depth[last + 1] -= 1
     cuts: list[int] = []

@@ -415,7 +415,7 @@ def test_item_to_chat_keeps_text_output_parts_as_chat_text_parts() -> None:
 @pytest.mark.parametrize(
     ("item", "problem"),
     [
-        (REASONING, "a reasoning item has no chat-completions shape; load with format=responses"),
+        (REASONING, "a reasoning item has no chat-completions shape"),
         (WEB_SEARCH, "a web_search_call item has no chat-completions shape"),
         (COMPUTER_CALL, "a computer_call item has no chat-completions shape"),
         (

@@ -365,3 +365,23 @@ async def test_a_removal_racing_a_summarization_never_lands_in_its_summary(
     assert markers_in(summary["summary_text"]) == {"MARKER-a", "MARKER-c"}
     assert (summary["first_seq"], summary["last_seq"]) == (1, 3)
     assert await violations(sessionmaker, sid) == []
+
+
+async def test_a_reused_call_id_ties_each_result_to_its_own_call(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    """Call ids need only be unique within one message: removing one exchange leaves another
+    exchange with the same id alone."""
+    first = (await append(client, sid, user("q1"), tool_call("c"), tool_result("c")))["messages"]
+    second = (await append(client, sid, user("q2"), tool_call("c"), tool_result("c")))["messages"]
+    assert (await client.delete(f"/v1/sessions/{sid}/messages/{first[1]['id']}")).status_code == 204
+    assert [m["seq"] for m in await messages_of(client, sid)] == [1, 4, 5, 6]
+    assert (
+        await client.delete(f"/v1/sessions/{sid}/messages/{second[1]['id']}")
+    ).status_code == 204
+    assert (
+        await client.delete(f"/v1/sessions/{sid}/messages/{second[2]['id']}")
+    ).status_code == 204
+    assert [m["seq"] for m in await messages_of(client, sid)] == [1, 4]
+    context = (await client.get(f"/v1/sessions/{sid}/history")).json()["context"]
+    assert context == [user("q1"), user("q2")]

@@ -77,6 +77,8 @@ async def test_every_item_type_comes_back_exactly_as_appended(
     assert [as_text(message["item"]) for message in listed] == [as_text(i) for i in given]
     history = (await client.get(f"/v1/sessions/{sid}/history?format=responses")).json()
     assert [as_text(item) for item in history["context"]] == [as_text(i) for i in given]
+    by_default = (await client.get(f"/v1/sessions/{sid}/history")).json()  # its own format
+    assert by_default["context"] == history["context"]
     session = (await client.get(f"/v1/sessions/{sid}")).json()
     assert session["format"] == "responses"
     assert all(message["token_count"] > 0 for message in stored)
@@ -239,7 +241,7 @@ async def test_removing_a_function_call_output_hides_its_call_and_keeps_no_item(
     answer = await client.delete(f"/v1/sessions/{sid}/messages/{stored[3]['id']}")
     assert answer.status_code == 204
     context = (await client.get(f"/v1/sessions/{sid}/history?format=responses")).json()["context"]
-    assert [item.get("type") for item in context] == [None, "reasoning", "message"]
+    assert [item.get("type") for item in context] == [None, "message"]  # reasoning led to it
     async with sessionmaker() as db:
         rows = select(Message.item, Message.removed_at, Message.orphaned_at).where(
             Message.id.in_([stored[2]["id"], stored[3]["id"]])
@@ -253,3 +255,45 @@ async def test_removing_a_function_call_output_hides_its_call_and_keeps_no_item(
 
 def as_text_compact(item: dict[str, Any]) -> str:
     return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("settings_overrides", [LOCAL_ONLY], indirect=True)
+async def test_a_reasoning_item_is_never_parted_from_the_call_it_led_to(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    await append_items(client, sid, *WEATHER_TURN)  # user, reasoning, call, output, answer
+    # keeping 3 would leave the call without its reasoning: the cut moves before both
+    compacted = await client.post(
+        f"/v1/sessions/{sid}/compact", json={"trigger": "manual", "keep_last_n": 3}
+    )
+    assert compacted.status_code == 200, compacted.text
+    assert compacted.json()["summary"]["last_seq"] == 1
+    context = (await client.get(f"/v1/sessions/{sid}/history?format=responses")).json()["context"]
+    assert [item.get("type") for item in context[1:]] == [
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+
+
+async def test_a_tight_budget_keeps_reasoning_and_call_together_or_drops_both(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    await append_items(client, sid, *WEATHER_TURN)
+    for budget in range(20, 200, 10):
+        answer = await client.get(
+            f"/v1/sessions/{sid}/history", params={"format": "responses", "max_tokens": budget}
+        )
+        kinds = [item.get("type") for item in answer.json()["context"]]
+        assert ("function_call" in kinds) == ("reasoning" in kinds), (budget, kinds)
+
+
+async def test_removing_a_call_s_output_hides_the_reasoning_that_led_to_it(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    stored = (await append_items(client, sid, *WEATHER_TURN))["messages"]
+    answer = await client.delete(f"/v1/sessions/{sid}/messages/{stored[3]['id']}")
+    assert answer.status_code == 204
+    listed = (await client.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+    assert [m["seq"] for m in listed] == [1, 5]

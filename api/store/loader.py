@@ -31,6 +31,7 @@ from sqlalchemy.sql import Executable
 from api.db import driver
 from api.db.models import Message, Session, Summary, SummaryJob
 from api.errors import SessionNotFound
+from api.items import joins_next
 from api.store.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -245,18 +246,26 @@ async def _walk_back(
     db: AsyncSession, session_id: int, after_seq: int, budget: int, page: list[MessageRow]
 ) -> list[MessageRow]:
     """The messages of `page` (the newest, descending) and of the pages before it, until
-    their token counts pass `budget` at a message that is not a tool result; ascending."""
+    their token counts pass `budget` at a message that is not a tool result, and no Responses
+    `reasoning` item is left behind the item it led to; ascending."""
     loaded: list[MessageRow] = []
     total = 0
+    passed = False
     while True:
         for message in page:
-            loaded.append(message)
-            total += message.token_count
-            if total > budget and message.role != "tool":
+            if passed and not _leads_to_next(message):
                 loaded.reverse()
                 return loaded
-        if len(page) < TAIL_PAGE_SIZE:
+            loaded.append(message)
+            total += message.token_count
+            passed = passed or (total > budget and message.role != "tool")
+        # past the budget, a chat message needs no look at the one before it
+        if len(page) < TAIL_PAGE_SIZE or (passed and loaded[-1].item is None):
             loaded.reverse()
             return loaded
         params = {"session_id": session_id, "after_seq": after_seq, "before_seq": page[-1].seq}
         page = [MessageRow._make(row) for row in await _rows(db, _TAIL_PAGE, params)]
+
+
+def _leads_to_next(message: MessageRow) -> bool:
+    return message.item is not None and joins_next(message.item)

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, and_, exists, func, select, update
+from sqlalchemy import Table, and_, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
 from api.errors import SessionGone
-from api.store.rows import MESSAGE_COLUMNS, MessageRow
+from api.items import joins_next
+from api.store.rows import MESSAGE_COLUMNS, MessageRow, shown
 
 _messages = cast(Table, Message.__table__).c
 _summaries = cast(Table, Summary.__table__).c
@@ -121,30 +122,80 @@ async def message_exists(db: AsyncSession, session_id: int, message_id: int) -> 
 
 
 async def _exchange_of(db: AsyncSession, session_id: int, message: MessageRow) -> list[MessageRow]:
-    """The rest of the tool exchange `message` belongs to: for a call, its results; for a
-    result, its call and the call's other results (removed ones left out)."""
-    call = message
-    if message.role == "tool" and message.tool_call_id is not None:
-        found = await _call_answered_by(db, session_id, message)
-        if found is None:
-            return []
-        call = found
-    call_ids = [str(tool_call["id"]) for tool_call in call.tool_calls or ()]
-    if call.role != "assistant" or not call_ids:
+    """The rest of the tool exchange `message` belongs to, removed ones left out: for a call,
+    its results; for a result, its call and the call's other results; with the Responses
+    `reasoning` item that led to the call (the API refuses either without the other). An
+    orphaned message's exchange is hidden already."""
+    if message.orphaned_at is not None:
         return []
-    results = await db.execute(
-        select(*MESSAGE_COLUMNS)
-        .where(
-            _messages.session_id == session_id,
-            _messages.seq > call.seq,
-            _messages.role == "tool",
-            _messages.tool_call_id.in_(call_ids),
-            _messages.removed_at.is_(None),
-        )
-        .order_by(_messages.seq)
-    )
-    exchange = [call, *(MessageRow._make(row) for row in results)]
+    call: MessageRow | None = message
+    if message.role == "tool" and message.tool_call_id is not None:
+        call = await _call_answered_by(db, session_id, message)
+    elif message.item is not None and joins_next(message.item):
+        call = await _next_shown(db, session_id, message.seq)
+    if call is None or call.role != "assistant" or not call.tool_calls:
+        return []
+    exchange = [call, *await _results_of(db, session_id, call)]
+    before = await _previous_shown(db, session_id, call.seq)
+    if before is not None and before.item is not None and joins_next(before.item):
+        exchange.insert(0, before)
     return [row for row in exchange if row.id != message.id]
+
+
+async def _results_of(db: AsyncSession, session_id: int, call: MessageRow) -> list[MessageRow]:
+    """The results answering `call`'s tool calls: for each call id, the results after the call
+    and before the next call reusing that id (ids need only be unique within a message)."""
+    open_ids = {str(tool_call["id"]) for tool_call in call.tool_calls or ()}
+    results: list[MessageRow] = []
+    after_seq = call.seq
+    while open_ids:
+        page = [
+            MessageRow._make(row)
+            for row in await db.execute(
+                select(*MESSAGE_COLUMNS)
+                .where(
+                    _messages.session_id == session_id,
+                    _messages.seq > after_seq,
+                    _messages.removed_at.is_(None),
+                    or_(_messages.role == "tool", _messages.tool_calls.is_not(None)),
+                )
+                .order_by(_messages.seq)
+                .limit(CALL_SEARCH_PAGE)
+            )
+        ]
+        for row in page:
+            if row.role == "tool" and row.tool_call_id in open_ids:
+                results.append(row)
+            for tool_call in row.tool_calls or ():
+                open_ids.discard(str(tool_call.get("id")))
+        if len(page) < CALL_SEARCH_PAGE:
+            break
+        after_seq = page[-1].seq
+    return results
+
+
+async def _previous_shown(db: AsyncSession, session_id: int, seq: int) -> MessageRow | None:
+    row = (
+        await db.execute(
+            select(*MESSAGE_COLUMNS)
+            .where(_messages.session_id == session_id, _messages.seq < seq, shown(_messages))
+            .order_by(_messages.seq.desc())
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else MessageRow._make(row)
+
+
+async def _next_shown(db: AsyncSession, session_id: int, seq: int) -> MessageRow | None:
+    row = (
+        await db.execute(
+            select(*MESSAGE_COLUMNS)
+            .where(_messages.session_id == session_id, _messages.seq > seq, shown(_messages))
+            .order_by(_messages.seq)
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else MessageRow._make(row)
 
 
 async def _call_answered_by(

@@ -57,6 +57,21 @@ def test_pending_call_at_the_end_is_not_summarized() -> None:
     assert summarizable_count(messages, keep_last_n=0) == 1
 
 
+def test_parallel_calls_one_per_message_pending_at_the_end_stay_together() -> None:
+    """Responses `function_call` items are one call per message: none of them is cut off
+    from the rest while their outputs have not arrived."""
+    messages = [user(1, "three cities"), call(2, "a"), call(3, "b"), call(4, "c")]
+    assert legal_cuts(messages) == [0, 1]
+    assert summarizable_count(messages, keep_last_n=2) == 1
+    answered = [*messages, result(5, "c"), result(6, "a"), result(7, "b"), user(8, "and?")]
+    assert legal_cuts(answered) == [0, 1, 7, 8]
+
+
+def test_sequential_tool_turns_can_still_be_cut_between_them() -> None:
+    messages = [call(1, "a"), result(2, "a"), call(3, "b"), result(4, "b"), call(5, "c")]
+    assert legal_cuts(messages) == [0, 2, 4]
+
+
 def test_abandoned_call_does_not_block_later_cuts() -> None:
     messages = [user(1, "look it up"), call(2, "x"), user(3, "never mind"), assistant(4, "ok")]
     assert summarizable_count(messages, keep_last_n=1) == 3
