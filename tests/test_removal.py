@@ -374,14 +374,15 @@ async def test_a_reused_call_id_ties_each_result_to_its_own_call(
     exchange with the same id alone."""
     first = (await append(client, sid, user("q1"), tool_call("c"), tool_result("c")))["messages"]
     second = (await append(client, sid, user("q2"), tool_call("c"), tool_result("c")))["messages"]
-    assert (await client.delete(f"/v1/sessions/{sid}/messages/{first[1]['id']}")).status_code == 204
-    assert [m["seq"] for m in await messages_of(client, sid)] == [1, 4, 5, 6]
     assert (
         await client.delete(f"/v1/sessions/{sid}/messages/{second[1]['id']}")
     ).status_code == 204
     assert (
         await client.delete(f"/v1/sessions/{sid}/messages/{second[2]['id']}")
     ).status_code == 204
+    assert [m["seq"] for m in await messages_of(client, sid)] == [1, 2, 3, 4]
+    assert (await client.delete(f"/v1/sessions/{sid}/messages/{first[1]['id']}")).status_code == 204
     assert [m["seq"] for m in await messages_of(client, sid)] == [1, 4]
+    second = (await append(client, sid, tool_call("c"), tool_result("c")))["messages"]
     context = (await client.get(f"/v1/sessions/{sid}/history")).json()["context"]
-    assert context == [user("q1"), user("q2")]
+    assert context == [user("q1"), user("q2"), tool_call("c"), tool_result("c")]

@@ -297,3 +297,16 @@ async def test_removing_a_call_s_output_hides_the_reasoning_that_led_to_it(
     assert answer.status_code == 204
     listed = (await client.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
     assert [m["seq"] for m in listed] == [1, 5]
+
+
+async def test_a_call_alone_over_the_budget_still_comes_with_its_reasoning(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    """The newest unit always stays, even over the budget: the loader reads back far enough
+    to bring the reasoning item that led to it."""
+    await append_items(client, sid, *WEATHER_TURN[:4])  # ends with the call's output
+    answer = await client.get(
+        f"/v1/sessions/{sid}/history", params={"format": "responses", "max_tokens": 5}
+    )
+    kinds = [item.get("type") for item in answer.json()["context"]]
+    assert kinds[-3:] == ["reasoning", "function_call", "function_call_output"], kinds
