@@ -101,6 +101,20 @@ def test_other_conflicts_are_raised_at_once(name: str, kind: type[PrecisError]) 
     assert len(script.requests) == 1
 
 
+async def test_a_pop_that_got_a_503_is_not_sent_again() -> None:
+    """The 503 may have come after the pop was stored: a second pop would remove the next
+    message too (an Agents SDK rewind would lose an item)."""
+    popped = {"message": {"id": 1}}
+    script = Script(error(503, "ServiceUnavailable"), httpx.Response(200, json=popped))
+    with pytest.raises(ServiceUnavailable):
+        sync_client(script).pop_message("s")
+    assert len(script.requests) == 1
+    script = Script(error(503, "ServiceUnavailable"), httpx.Response(200, json=popped))
+    with pytest.raises(ServiceUnavailable):
+        await async_client(script).pop_message("s")
+    assert len(script.requests) == 1
+
+
 def test_a_retried_request_is_sent_again_unchanged() -> None:
     script = Script(error(503, "ServiceUnavailable"), httpx.Response(201, json={"messages": []}))
     sync_client(script).append_messages("s", [{"role": "user", "content": "hi", "client_id": "c"}])

@@ -73,9 +73,12 @@ class RetryPolicy:
         return min(max(jittered, retry_after or 0.0), self.max_delay_seconds)
 
 
-def retry_delay(policy: RetryPolicy, attempt: int, response: httpx.Response) -> float | None:
-    """How long to wait before trying again, or None when `response` is final."""
-    if attempt >= policy.attempts or not retryable(response):
+def retry_delay(
+    policy: RetryPolicy, attempt: int, response: httpx.Response, repeatable: bool = True
+) -> float | None:
+    """How long to wait before trying again, or None when `response` is final (a call that
+    is not `repeatable` is never sent twice)."""
+    if attempt >= policy.attempts or not repeatable or not retryable(response):
         return None
     return policy.delay(attempt, retry_after(response))
 
@@ -122,6 +125,9 @@ class Call(Generic[T]):
     body: Any = None
     timeout: float | None = None
     """Overrides the client's timeout for this call."""
+    repeatable: bool = True
+    """Whether sending it again after a 503 is safe: a pop that got a 503 may have removed its
+    message already, and a second pop would remove the next one."""
 
     def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
         """The request, built by the client that sends it (base URL, headers, timeout)."""
@@ -220,7 +226,7 @@ def remove_message(session_id: str, message_id: int) -> Call[None]:
 
 
 def pop_message(session_id: str) -> Call[Popped]:
-    return Call("POST", f"{_session(session_id)}/messages/pop", _json(Popped))
+    return Call("POST", f"{_session(session_id)}/messages/pop", _json(Popped), repeatable=False)
 
 
 def history(

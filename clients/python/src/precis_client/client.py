@@ -62,7 +62,7 @@ class PrecisClient:
         attempt = 1
         while True:
             response = self._http.send(call.request(self._http))
-            delay = _core.retry_delay(self._retry, attempt, response)
+            delay = _core.retry_delay(self._retry, attempt, response, call.repeatable)
             if delay is None:
                 return _core.outcome(call, response)
             response.close()
@@ -200,7 +200,7 @@ class AsyncPrecisClient:
         attempt = 1
         while True:
             response = await self._http.send(call.request(self._http))
-            delay = _core.retry_delay(self._retry, attempt, response)
+            delay = _core.retry_delay(self._retry, attempt, response, call.repeatable)
             if delay is None:
                 return _core.outcome(call, response)
             await response.aclose()
