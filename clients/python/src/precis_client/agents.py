@@ -84,9 +84,10 @@ class PrecisSession:
             await client.append_items(self.session_id, entries[start : start + MAX_BATCH])
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove the newest item and return it; None when the session holds none.
+        """Remove the newest item and return it as added; None when the session holds none.
 
-        A tool call and its output go together: popping an output removes its call too.
+        Popping a tool output hides its call from `get_items()`; the call is the next pop, so
+        the runner's rewind gets back each item it added, one by one.
         """
         try:
             popped = await self._client().pop_message(self.session_id)
