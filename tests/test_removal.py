@@ -99,6 +99,23 @@ async def test_a_tombstone_keeps_no_content(
     assert (again["seq"], again["content"]) == (2, "MARKER-secret")
 
 
+async def test_a_removed_tool_call_and_result_keep_no_calls_ids_or_parts(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    parts = {"role": "user", "content": [{"type": "text", "text": "MARKER-part"}]}
+    stored = (await append(client, sid, parts, tool_call("c1"), tool_result("c1")))["messages"]
+    for message in (stored[0], stored[2], stored[1]):
+        answer = await client.delete(f"/v1/sessions/{sid}/messages/{message['id']}")
+        assert answer.status_code == 204
+    ids = [message["id"] for message in stored]
+    async with sessionmaker() as db:
+        removed = list((await db.execute(select(Message).where(Message.id.in_(ids)))).scalars())
+    assert len(removed) == 3
+    for row in removed:
+        left = (row.content_parts, row.tool_calls, row.tool_call_id, row.item, row.token_count)
+        assert left == (None, None, None, None, 0) and row.removed_at is not None
+
+
 async def test_pop_answers_the_newest_message_as_appended_until_none_is_left(
     client: httpx.AsyncClient, sid: str
 ) -> None:
