@@ -152,6 +152,7 @@ async def test_a_client_id_repeated_with_another_message_is_a_conflict_storing_n
     api: httpx.AsyncClient, sid: str, changed: dict[str, Any]
 ) -> None:
     (original,) = await append(api, sid, user("original", client_id="c-1"))
+    before = (await api.get(f"/v1/sessions/{sid}")).json()
     answer = await api.post(
         f"/v1/sessions/{sid}/messages", json={"messages": [user("new one"), changed]}
     )
@@ -160,6 +161,7 @@ async def test_a_client_id_repeated_with_another_message_is_a_conflict_storing_n
     assert body["error"] == "IdempotencyConflict"
     assert f"message {original['id']} (seq 1)" in body["detail"]
     assert [m["content"] for m in await stored_messages(api, sid)] == ["original"]
+    assert (await api.get(f"/v1/sessions/{sid}")).json() == before  # not even touched
     (same,) = await append(api, sid, user("original", client_id="c-1"))  # a true retry
     assert same["id"] == original["id"]
 

@@ -82,7 +82,7 @@ counts AS (
 ),
 updated AS (
     UPDATE sessions AS s SET
-        updated_at = $12,
+        updated_at = CASE WHEN EXISTS (SELECT 1 FROM conflict) THEN s.updated_at ELSE $12 END,
         last_seq = s.last_seq + c.fresh,
         pinned_seq = CASE WHEN s.pinned_seq = s.last_seq THEN s.last_seq + c.leading
                           ELSE s.pinned_seq END,
