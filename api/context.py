@@ -152,12 +152,12 @@ def _item_units(messages: Sequence[Item]) -> list[list[Item]]:
     units = [kept[start:end] for start, end in pairwise(cuts) if end > start]
     for unit in units:
         unanswered = [
-            call["id"]
+            (call["id"], str((item.shown or [{}])[0].get("type") or "function_call"))
             for item in unit
             for call in item.message.get("tool_calls") or ()
             if call["id"] not in answered
         ]
-        unit.extend(_placeholder(call_id, True) for call_id in unanswered)
+        unit.extend(_placeholder(call_id, True, kind) for call_id, kind in unanswered)
     return units
 
 
@@ -167,9 +167,9 @@ def _tokens(summaries: Sequence[Item], units: Sequence[Sequence[Item]]) -> int:
     )
 
 
-def _placeholder(call_id: str, responses: bool) -> Item:
+def _placeholder(call_id: str, responses: bool, call_type: str = "function_call") -> Item:
     message = {"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT}
-    shown = [missing_output(call_id, MISSING_TOOL_RESULT)] if responses else None
+    shown = [missing_output(call_id, MISSING_TOOL_RESULT, call_type)] if responses else None
     return Item(message, count_message(message), shown)
 
 

@@ -352,9 +352,11 @@ def developer_item(text: str) -> JSON:
     return {"type": "message", "role": "developer", "content": text}
 
 
-def missing_output(call_id: str, text: str) -> JSON:
-    """The placeholder output of a call whose output is not in the window."""
-    return {"type": "function_call_output", "call_id": call_id, "output": text}
+def missing_output(call_id: str, text: str, call_type: str = "function_call") -> JSON:
+    """The placeholder output of a call whose output is not in the window: a `<type>_output`
+    item answering a `<type>` call (`function_call_output`, `custom_tool_call_output`, ...)."""
+    kind = call_type if call_type.endswith("_call") else "function_call"
+    return {"type": f"{kind}_output", "call_id": call_id, "output": text}
 
 
 def joins_next(text: str) -> bool:

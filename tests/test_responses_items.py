@@ -310,3 +310,16 @@ async def test_a_call_alone_over_the_budget_still_comes_with_its_reasoning(
     )
     kinds = [item.get("type") for item in answer.json()["context"]]
     assert kinds[-3:] == ["reasoning", "function_call", "function_call_output"], kinds
+
+
+async def test_a_call_without_its_output_gets_a_placeholder_of_its_own_kind(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    custom = {"type": "custom_tool_call", "call_id": "k1", "name": "grep", "input": "TODO"}
+    function = {"type": "function_call", "call_id": "f1", "name": "w", "arguments": "{}"}
+    await append_items(client, sid, {"role": "user", "content": "go"}, custom)
+    await append_items(client, sid, {"role": "user", "content": "and"}, function)
+    await append_items(client, sid, {"role": "user", "content": "done?"})
+    context = (await client.get(f"/v1/sessions/{sid}/history")).json()["context"]
+    outputs = [(item["type"], item["call_id"]) for item in context if "output" in item]
+    assert outputs == [("custom_tool_call_output", "k1"), ("function_call_output", "f1")]
