@@ -132,11 +132,11 @@ async def _exchange_of(db: AsyncSession, session_id: int, message: MessageRow) -
     if message.role == "tool" and message.tool_call_id is not None:
         call = await _call_answered_by(db, session_id, message)
     elif message.item is not None and joins_next(message.item):
-        call = await _next_shown(db, session_id, message.seq)
+        call = await _shown_beside(db, session_id, message.seq, before=False)
     if call is None or call.role != "assistant" or not call.tool_calls:
         return []
     exchange = [call, *await _results_of(db, session_id, call)]
-    before = await _previous_shown(db, session_id, call.seq)
+    before = await _shown_beside(db, session_id, call.seq, before=True)
     if before is not None and before.item is not None and joins_next(before.item):
         exchange.insert(0, before)
     return [row for row in exchange if row.id != message.id]
@@ -174,27 +174,16 @@ async def _results_of(db: AsyncSession, session_id: int, call: MessageRow) -> li
     return results
 
 
-async def _previous_shown(db: AsyncSession, session_id: int, seq: int) -> MessageRow | None:
-    row = (
-        await db.execute(
-            select(*MESSAGE_COLUMNS)
-            .where(_messages.session_id == session_id, _messages.seq < seq, shown(_messages))
-            .order_by(_messages.seq.desc())
-            .limit(1)
-        )
-    ).first()
-    return None if row is None else MessageRow._make(row)
-
-
-async def _next_shown(db: AsyncSession, session_id: int, seq: int) -> MessageRow | None:
-    row = (
-        await db.execute(
-            select(*MESSAGE_COLUMNS)
-            .where(_messages.session_id == session_id, _messages.seq > seq, shown(_messages))
-            .order_by(_messages.seq)
-            .limit(1)
-        )
-    ).first()
+async def _shown_beside(
+    db: AsyncSession, session_id: int, seq: int, *, before: bool
+) -> MessageRow | None:
+    """The nearest shown message before (or after) `seq`."""
+    side = _messages.seq < seq if before else _messages.seq > seq
+    order = _messages.seq.desc() if before else _messages.seq
+    query = select(*MESSAGE_COLUMNS).where(
+        _messages.session_id == session_id, side, shown(_messages)
+    )
+    row = (await db.execute(query.order_by(order).limit(1))).first()
     return None if row is None else MessageRow._make(row)
 
 
