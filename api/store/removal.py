@@ -19,11 +19,12 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, and_, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Table, and_, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
@@ -147,31 +148,46 @@ async def _results_of(db: AsyncSession, session_id: int, call: MessageRow) -> li
     and before the next call reusing that id (ids need only be unique within a message)."""
     open_ids = {str(tool_call["id"]) for tool_call in call.tool_calls or ()}
     results: list[MessageRow] = []
-    after_seq = call.seq
-    while open_ids:
-        page = [
-            MessageRow._make(row)
-            for row in await db.execute(
-                select(*MESSAGE_COLUMNS)
-                .where(
-                    _messages.session_id == session_id,
-                    _messages.seq > after_seq,
-                    _messages.removed_at.is_(None),
-                    or_(_messages.role == "tool", _messages.tool_calls.is_not(None)),
-                )
-                .order_by(_messages.seq)
-                .limit(CALL_SEARCH_PAGE)
-            )
-        ]
-        for row in page:
-            if row.role == "tool" and row.tool_call_id in open_ids:
-                results.append(row)
-            for tool_call in row.tool_calls or ():
-                open_ids.discard(str(tool_call.get("id")))
-        if len(page) < CALL_SEARCH_PAGE:
+    exchange_rows = or_(_messages.role == "tool", _messages.tool_calls.is_not(None))
+    async for row in _scan(db, session_id, call.seq, exchange_rows, before=False):
+        if row.role == "tool" and row.tool_call_id in open_ids:
+            results.append(row)
+        for tool_call in row.tool_calls or ():
+            open_ids.discard(str(tool_call.get("id")))
+        if not open_ids:
             break
-        after_seq = page[-1].seq
     return results
+
+
+async def _call_answered_by(
+    db: AsyncSession, session_id: int, result: MessageRow
+) -> MessageRow | None:
+    """The newest assistant message before `result` that made the call it answers."""
+    calls = and_(_messages.role == "assistant", _messages.tool_calls.is_not(None))
+    async for candidate in _scan(db, session_id, result.seq, calls, before=True):
+        if any(call.get("id") == result.tool_call_id for call in candidate.tool_calls or ()):
+            return candidate
+    return None
+
+
+async def _scan(
+    db: AsyncSession, session_id: int, seq: int, where: ColumnElement[bool], *, before: bool
+) -> AsyncIterator[MessageRow]:
+    """The session's messages matching `where` that are not removed, before `seq` (newest
+    first) or after it (oldest first), read a page at a time."""
+    while True:
+        side = _messages.seq < seq if before else _messages.seq > seq
+        query = select(*MESSAGE_COLUMNS).where(
+            _messages.session_id == session_id, side, _messages.removed_at.is_(None), where
+        )
+        order = _messages.seq.desc() if before else _messages.seq
+        rows = await db.execute(query.order_by(order).limit(CALL_SEARCH_PAGE))
+        page = [MessageRow._make(row) for row in rows]
+        for message in page:
+            yield message
+        if len(page) < CALL_SEARCH_PAGE:
+            return
+        seq = page[-1].seq
 
 
 async def _shown_beside(
@@ -185,35 +201,6 @@ async def _shown_beside(
     )
     row = (await db.execute(query.order_by(order).limit(1))).first()
     return None if row is None else MessageRow._make(row)
-
-
-async def _call_answered_by(
-    db: AsyncSession, session_id: int, result: MessageRow
-) -> MessageRow | None:
-    """The newest assistant message before `result` that made the call it answers."""
-    before_seq = result.seq
-    while True:
-        page = [
-            MessageRow._make(row)
-            for row in await db.execute(
-                select(*MESSAGE_COLUMNS)
-                .where(
-                    _messages.session_id == session_id,
-                    _messages.seq < before_seq,
-                    _messages.role == "assistant",
-                    _messages.tool_calls.is_not(None),
-                    _messages.removed_at.is_(None),
-                )
-                .order_by(_messages.seq.desc())
-                .limit(CALL_SEARCH_PAGE)
-            )
-        ]
-        for candidate in page:
-            if any(call.get("id") == result.tool_call_id for call in candidate.tool_calls or ()):
-                return candidate
-        if len(page) < CALL_SEARCH_PAGE:
-            return None
-        before_seq = page[-1].seq
 
 
 async def _erase_from(db: AsyncSession, session_id: int, seq: int, now: datetime) -> int:
