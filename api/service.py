@@ -134,8 +134,8 @@ async def remove_message(
     external_id: str,
     message_id: int | None,
 ) -> store.Removal | None:
-    """Remove a message (the newest remaining one when `message_id` is None) with the other
-    half of its tool-call pair, and queue the re-making of the summaries it reached.
+    """Remove a message (the newest remaining one when `message_id` is None), hiding the rest
+    of its tool exchange, and queue the re-making of the summaries it reached.
 
     None when the message was removed before (removing is idempotent); `MessageNotFound`
     when the session never held it, or holds nothing left to pop.
