@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from api.db.models import Message, Summary, SummaryMessage
-from api.store.rows import SummaryRow, shown
+from api.store.rows import SummaryRow, live, shown
 
 EXAMPLE_LIMIT = 5
 """Offending rows named per check and session: enough to act on, bounded for broken databases."""
@@ -87,7 +87,7 @@ class CoverageProblem:
 _REMOVED = Message.removed_at.is_not(None)
 _KEPT = shown(Message)
 """Messages a summary made after them links: neither removed nor orphaned."""
-_LIVE = and_(Summary.superseded_by.is_(None), Summary.erased_at.is_(None))
+_LIVE = live(Summary)
 
 
 def _count_where(condition: Any) -> Any:

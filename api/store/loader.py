@@ -40,6 +40,7 @@ from api.store.rows import (
     MessageRow,
     SessionRow,
     SummaryRow,
+    live,
     shown,
 )
 
@@ -92,19 +93,18 @@ def _nulls(columns: tuple[Any, ...]) -> list[ColumnElement[Any]]:
 
 
 def _build_load() -> Any:
-    live = (
+    loaded_summaries = (
         select(*SUMMARY_COLUMNS)
         .where(
             _summaries.session_id == bindparam("p_session_id"),
-            _summaries.superseded_by.is_(None),
-            _summaries.erased_at.is_(None),
+            live(_summaries),
         )
         .order_by(_summaries.last_seq.desc())
         .limit(bindparam("p_summary_limit"))
         .cte("live")
     )
     after_seq = select(
-        func.coalesce(func.max(live.c.last_seq), bindparam("p_pinned_seq"))
+        func.coalesce(func.max(loaded_summaries.c.last_seq), bindparam("p_pinned_seq"))
     ).scalar_subquery()
     tail = (
         select(*MESSAGE_COLUMNS)
@@ -125,7 +125,7 @@ def _build_load() -> Any:
             _messages.session_id == bindparam("p_session_id"),
             _messages.seq <= bindparam("p_pinned_seq"),
             shown(_messages),
-            ~exists().where(live.c.first_seq <= bindparam("p_pinned_seq")),
+            ~exists().where(loaded_summaries.c.first_seq <= bindparam("p_pinned_seq")),
         )
         .subquery("pinned")
     )
@@ -134,7 +134,7 @@ def _build_load() -> Any:
     return union_all(
         select(literal(_TAIL, Integer), *tail.c, *summary_nulls),
         select(literal(_PINNED, Integer), *pinned.c, *summary_nulls),
-        select(literal(_SUMMARY, Integer), *message_nulls, *live.c),
+        select(literal(_SUMMARY, Integer), *message_nulls, *loaded_summaries.c),
     )
 
 

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
 from api.errors import SessionGone
 from api.items import joins_next
-from api.store.rows import MESSAGE_COLUMNS, MessageRow, shown
+from api.store.rows import MESSAGE_COLUMNS, MessageRow, live, shown
 
 _messages = cast(Table, Message.__table__).c
 _summaries = cast(Table, Summary.__table__).c
@@ -244,8 +244,7 @@ async def remake_owed(db: AsyncSession, session_id: int) -> bool:
     live_end = await db.scalar(
         select(func.max(Summary.last_seq)).where(
             Summary.session_id == session_id,
-            Summary.superseded_by.is_(None),
-            Summary.erased_at.is_(None),
+            live(Summary),
         )
     )
     return erased_end is not None and erased_end > (live_end or 0)

@@ -88,6 +88,12 @@ class MessageRow(NamedTuple):
 MESSAGE_COLUMNS = _columns(Message, MessageRow._fields)
 
 
+def live(summaries: Any) -> ColumnElement[bool]:
+    """The summaries a load may show (`summaries`: the table's columns, or an alias's):
+    neither superseded nor erased."""
+    return and_(summaries.superseded_by.is_(None), summaries.erased_at.is_(None))
+
+
 def shown(messages: Any) -> ColumnElement[bool]:
     """The messages any view shows (`messages`: the table's columns, or an alias's): neither
     removed nor orphaned."""

@@ -27,7 +27,7 @@ from api.errors import (
     SummaryNotFound,
     SummaryRangeConflict,
 )
-from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow, shown
+from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow, live, shown
 from summarizer.engine import FALLBACK_MODEL
 
 _SUMMARY_TABLE = cast(Table, Summary.__table__)
@@ -38,8 +38,7 @@ _LIVE_SUMMARIES = (
     select(*SUMMARY_COLUMNS)
     .where(
         _summaries.session_id == bindparam("p_session_id"),
-        _summaries.superseded_by.is_(None),
-        _summaries.erased_at.is_(None),
+        live(_summaries),
     )
     .order_by(_summaries.last_seq.desc())
     .limit(bindparam("p_limit"))
@@ -67,8 +66,7 @@ async def live_summary_counts(db: AsyncSession, session_ids: Sequence[int]) -> d
         select(Summary.session_id, func.count())
         .where(
             Summary.session_id.in_(session_ids),
-            Summary.superseded_by.is_(None),
-            Summary.erased_at.is_(None),
+            live(Summary),
         )
         .group_by(Summary.session_id)
     )
@@ -85,7 +83,7 @@ async def list_summaries(
     """Summaries newest first, keyset-paginated by id."""
     query = select(*SUMMARY_COLUMNS).where(_summaries.session_id == session_id)
     if not include_superseded:
-        query = query.where(_summaries.superseded_by.is_(None), _summaries.erased_at.is_(None))
+        query = query.where(live(_summaries))
     if before_id is not None:
         query = query.where(_summaries.id < before_id)
     result = await db.execute(query.order_by(_summaries.id.desc()).limit(limit))
@@ -126,8 +124,7 @@ async def summary_before(db: AsyncSession, session_id: int, first_seq: int) -> S
     """The live summary ending right before `first_seq`, if any."""
     query = select(*SUMMARY_COLUMNS).where(
         _summaries.session_id == session_id,
-        _summaries.superseded_by.is_(None),
-        _summaries.erased_at.is_(None),
+        live(_summaries),
         _summaries.last_seq == first_seq - 1,
     )
     return _summary((await db.execute(query)).first())
@@ -139,8 +136,7 @@ async def live_fallback_summaries(db: AsyncSession, limit: int) -> list[SummaryR
         select(*SUMMARY_COLUMNS)
         .where(
             _summaries.model == FALLBACK_MODEL,
-            _summaries.superseded_by.is_(None),
-            _summaries.erased_at.is_(None),
+            live(_summaries),
         )
         .order_by(_summaries.id)
         .limit(limit)
@@ -298,8 +294,7 @@ _summarized_seq = (
     select(func.coalesce(func.max(Summary.last_seq), 0))
     .where(
         Summary.session_id == bindparam("p_session_id"),
-        Summary.superseded_by.is_(None),
-        Summary.erased_at.is_(None),
+        live(Summary),
     )
     .scalar_subquery()
 )
