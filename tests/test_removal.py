@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api import store
 from api.db.models import Message, Session, Summary
 from scripts.bench.fake_llm import MARKER_PATTERN, FakeLLM
 from tests.helpers import (
@@ -403,3 +404,21 @@ async def test_a_reused_call_id_ties_each_result_to_its_own_call(
     second = (await append(client, sid, tool_call("c"), tool_result("c")))["messages"]
     context = (await client.get(f"/v1/sessions/{sid}/history")).json()["context"]
     assert context == [user("q1"), user("q2"), tool_call("c"), tool_result("c")]
+
+
+@pytest.mark.parametrize("settings_overrides", [LOCAL_ONLY], indirect=True)
+async def test_a_re_make_is_owed_until_the_erased_range_is_summarized_again(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    stored = (await append(client, sid, user("one"), user("two"), user("three")))["messages"]
+    await compact(client, sid)
+    async with sessionmaker() as db:
+        session_id = await db.scalar(select(Session.id).where(Session.external_id == sid))
+        assert session_id is not None
+        assert not await store.remake_owed(db, session_id)
+    await client.delete(f"/v1/sessions/{sid}/messages/{stored[1]['id']}")
+    async with sessionmaker() as db:
+        assert await store.remake_owed(db, session_id)
+    await compact(client, sid)
+    async with sessionmaker() as db:
+        assert not await store.remake_owed(db, session_id)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import ColumnElement, Table, and_, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Table, and_, case, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
@@ -236,15 +236,9 @@ async def _erase_from(db: AsyncSession, session_id: int, seq: int, now: datetime
 async def remake_owed(db: AsyncSession, session_id: int) -> bool:
     """Whether erased summaries covered seqs after the newest live summary: their range is
     loaded raw until a summary is made of it again."""
-    erased_end = await db.scalar(
-        select(func.max(Summary.last_seq)).where(
-            Summary.session_id == session_id, Summary.erased_at.is_not(None)
-        )
-    )
-    live_end = await db.scalar(
-        select(func.max(Summary.last_seq)).where(
-            Summary.session_id == session_id,
-            live(Summary),
-        )
-    )
+    ends = select(
+        func.max(case((Summary.erased_at.is_not(None), Summary.last_seq))),
+        func.max(case((live(Summary), Summary.last_seq))),
+    ).where(Summary.session_id == session_id)
+    erased_end, live_end = (await db.execute(ends)).one()
     return erased_end is not None and erased_end > (live_end or 0)
