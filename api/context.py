@@ -73,7 +73,7 @@ def assemble(
     pinned_tokens = sum(item.tokens for item in pinned)
     if max_tokens is not None:
         max_tokens -= pinned_tokens
-    units = tool_safe_units(messages, responses)
+    units = _item_units(messages) if responses else tool_safe_units(messages)
     kept_summaries = list(summaries)
     dropped = not_loaded
     if max_tokens is not None and (not_loaded or _tokens(kept_summaries, units) > max_tokens):
@@ -101,17 +101,13 @@ def assemble(
     )
 
 
-def tool_safe_units(messages: Sequence[Item], responses: bool = False) -> list[list[Item]]:
+def tool_safe_units(messages: Sequence[Item]) -> list[list[Item]]:
     """Group messages into units valid for an OpenAI-compatible API.
 
     An assistant message with `tool_calls` is followed by one result per call: the stored
     result, or a placeholder when none is in the window. A tool result whose call is not
-    in the window is dropped. With `responses` (Responses items, where an output need not
-    follow its call at once), the items keep their stored order: a unit runs from one legal
-    cut to the next.
+    in the window is dropped.
     """
-    if responses:
-        return _item_units(messages)
     results: dict[str, Item] = {}
     for item in messages:
         call_id = item.message.get("tool_call_id")
@@ -129,7 +125,7 @@ def tool_safe_units(messages: Sequence[Item], responses: bool = False) -> list[l
                 call_id = call["id"]
                 result = results.get(call_id)
                 if result is None or call_id in used:
-                    result = _placeholder(call_id, responses)
+                    result = _placeholder(call_id)
                 used.add(call_id)
                 unit.append(result)
         units.append(unit)
@@ -137,7 +133,8 @@ def tool_safe_units(messages: Sequence[Item], responses: bool = False) -> list[l
 
 
 def _item_units(messages: Sequence[Item]) -> list[list[Item]]:
-    """Responses items in stored order, grouped between legal cuts, so no call is parted from
+    """`tool_safe_units` of the Responses view, where an output need not follow its call at
+    once: items in stored order, grouped between legal cuts, so no call is parted from
     its outputs; an output whose call is not in the window is dropped, and a call without an
     output gets a placeholder at the end of its unit."""
     declared: set[str] = set()
@@ -167,7 +164,7 @@ def _tokens(summaries: Sequence[Item], units: Sequence[Sequence[Item]]) -> int:
     )
 
 
-def _placeholder(call_id: str, responses: bool, call_type: str = "function_call") -> Item:
+def _placeholder(call_id: str, responses: bool = False, call_type: str = "function_call") -> Item:
     message = {"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT}
     shown = [missing_output(call_id, MISSING_TOOL_RESULT, call_type)] if responses else None
     return Item(message, count_message(message), shown)
