@@ -61,7 +61,7 @@ UPDATE sessions SET
     last_seq = last_seq + ?,
     pinned_seq = CASE WHEN pinned_seq = last_seq THEN last_seq + ? ELSE pinned_seq END,
     format = coalesce(format, ?)
-WHERE tenant = ? AND external_id = ?
+WHERE tenant = ? AND external_id = ? AND (format IS NULL OR format = ?)
 RETURNING {_SESSION_NAMES}
 """
 
@@ -149,8 +149,6 @@ def _append(
     batch: Sequence[NewMessage],
     defaults: BacklogDefaults,
 ) -> Appended:
-    held = connection.execute(FORMAT, (tenant, external_id)).fetchone()
-    check_format(external_id, held[0] if held else None, batch)
     stored = _stored(connection, tenant, external_id, batch)
     check_repeats(batch, stored)
     fresh = _fresh(batch, stored)
@@ -158,9 +156,13 @@ def _append(
     at = encode_time(now)
     reserve, leading, given = len(fresh), leading_pinned(fresh), batch_format(batch)
     row = connection.execute(
-        UPDATE_SESSION, (at, reserve, leading, given, tenant, external_id)
+        UPDATE_SESSION, (at, reserve, leading, given, tenant, external_id, given)
     ).fetchone()
     if row is None:
+        # no such session, or one holding the other format (left alone by the UPDATE)
+        held = connection.execute(FORMAT, (tenant, external_id)).fetchone()
+        if held is not None:
+            check_format(external_id, held[0], batch)
         row = connection.execute(
             CREATE_SESSION, (tenant, external_id, reserve, leading, at, at, given)
         ).fetchone()

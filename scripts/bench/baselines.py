@@ -285,9 +285,8 @@ class RawAiosqlite:
 
     def store_statements(self, news: Sequence[NewMessage], external_id: str) -> RoundFn:
         """The statements every append of one message without a client id runs
-        (`api.store.sqlite_append`), one call each: BEGIN IMMEDIATE, the session's format,
-        the session's UPDATE, the INSERT, the trigger's look at summaries and jobs, COMMIT.
-        The session must exist.
+        (`api.store.sqlite_append`), one call each: BEGIN IMMEDIATE, the session's UPDATE,
+        the INSERT, the trigger's look at summaries and jobs, COMMIT. The session must exist.
         """
         conn = self.conn
 
@@ -295,9 +294,8 @@ class RawAiosqlite:
             now = utcnow()
             at = sqlite_append.encode_time(now)
             await conn.execute("BEGIN IMMEDIATE")
-            await conn.execute_fetchall(sqlite_append.FORMAT, (TENANT, external_id))
             [row] = await conn.execute_fetchall(
-                sqlite_append.UPDATE_SESSION, (at, 1, 0, "openai", TENANT, external_id)
+                sqlite_append.UPDATE_SESSION, (at, 1, 0, "openai", TENANT, external_id, "openai")
             )
             session_id, last_seq = row[0], row[5]
             message = MessageRow(0, session_id, last_seq, *news[i % len(news)], now, None, None)
