@@ -93,48 +93,43 @@ def _nulls(columns: tuple[Any, ...]) -> list[ColumnElement[Any]]:
 
 
 def _build_load() -> Any:
-    loaded_summaries = (
-        select(*SUMMARY_COLUMNS)
-        .where(
-            _summaries.session_id == bindparam("p_session_id"),
-            live(_summaries),
-        )
-        .order_by(_summaries.last_seq.desc())
-        .limit(bindparam("p_summary_limit"))
-        .cte("live")
+    # Three plain index scans, no CTE: the newest live summary's last_seq is a scalar
+    # subquery, and whether a loaded summary covers the pinned prefix is decided in Python
+    # (`load_rows`). Measured on asyncpg, a CTE read twice cost the load its plan's
+    # complexity on every call (docs/performance.md).
+    newest_summary = (
+        select(func.coalesce(func.max(_summaries.last_seq), bindparam("p_pinned_seq")))
+        .where(_summaries.session_id == bindparam("p_session_id"), live(_summaries))
+        .scalar_subquery()
     )
-    after_seq = select(
-        func.coalesce(func.max(loaded_summaries.c.last_seq), bindparam("p_pinned_seq"))
-    ).scalar_subquery()
     tail = (
         select(*MESSAGE_COLUMNS)
         .where(
             _messages.session_id == bindparam("p_session_id"),
-            _messages.seq > after_seq,
+            _messages.seq > newest_summary,
             shown(_messages),
         )
         .order_by(_messages.seq.desc())
         .limit(bindparam("p_page"))
         .subquery("tail")
     )
-    # The pinned prefix is shown unless a loaded summary covers it (pinning was off when the
-    # session's first summary was made).
-    pinned = (
-        select(*MESSAGE_COLUMNS)
-        .where(
-            _messages.session_id == bindparam("p_session_id"),
-            _messages.seq <= bindparam("p_pinned_seq"),
-            shown(_messages),
-            ~exists().where(loaded_summaries.c.first_seq <= bindparam("p_pinned_seq")),
-        )
-        .subquery("pinned")
+    summaries = (
+        select(*SUMMARY_COLUMNS)
+        .where(_summaries.session_id == bindparam("p_session_id"), live(_summaries))
+        .order_by(_summaries.last_seq.desc())
+        .limit(bindparam("p_summary_limit"))
+        .subquery("summaries")
     )
     message_nulls = _nulls(MESSAGE_COLUMNS)
     summary_nulls = _nulls(SUMMARY_COLUMNS)
     return union_all(
         select(literal(_TAIL, Integer), *tail.c, *summary_nulls),
-        select(literal(_PINNED, Integer), *pinned.c, *summary_nulls),
-        select(literal(_SUMMARY, Integer), *message_nulls, *loaded_summaries.c),
+        select(literal(_PINNED, Integer), *MESSAGE_COLUMNS, *summary_nulls).where(
+            _messages.session_id == bindparam("p_session_id"),
+            _messages.seq <= bindparam("p_pinned_seq"),
+            shown(_messages),
+        ),
+        select(literal(_SUMMARY, Integer), *message_nulls, *summaries.c),
     )
 
 
@@ -197,6 +192,10 @@ async def load_rows(
         else:
             page.append(MessageRow._make(row[1:_MESSAGE_END]))
     summaries.sort(key=lambda summary: summary.last_seq)
+    if any(summary.first_seq <= session.pinned_seq for summary in summaries):
+        # a loaded summary covers the prefix (pinning was off when the session's first
+        # summary was made): the summary shows it
+        pinned = []
     pinned.sort(key=lambda message: message.seq)
     page.sort(key=lambda message: message.seq, reverse=True)
     after_seq = summaries[-1].last_seq if summaries else session.pinned_seq

@@ -25,6 +25,7 @@ import asyncpg
 from sqlalchemy.dialects import postgresql, sqlite
 
 from api.db.driver import DriverStatement
+from api.db.engine import PLAN_CACHE_MODE
 from api.db.models import utcnow
 from api.store import sqlite_append
 from api.store.loader import LOAD, load_parameters
@@ -74,7 +75,11 @@ class RawPostgres:
         self.conns: list[Any] = []
 
     async def setup(self, connections: int) -> None:
-        self.conns = [await asyncpg.connect(self.dsn) for _ in range(connections)]
+        # the service's planner setting, so the store's statements get the service's plans
+        settings = {"plan_cache_mode": PLAN_CACHE_MODE}
+        self.conns = [
+            await asyncpg.connect(self.dsn, server_settings=settings) for _ in range(connections)
+        ]
         await self.conns[0].execute(
             f"CREATE TABLE {RAW_TABLE} (id bigserial PRIMARY KEY, session_id bigint NOT NULL,"
             " role text NOT NULL, content text, token_count integer NOT NULL,"
