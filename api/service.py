@@ -226,10 +226,10 @@ async def history(
 ) -> History:
     """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate.
     `view`: the format of `context` (None: the session's own)."""
-    session, job_pending = await store.session_for_history(db, tenant, external_id)
-    policy = compactor.settings.policy(session.settings)
+    start = await store.session_for_history(db, tenant, external_id)
+    policy = compactor.settings.policy(start.session.settings)
     limit = summary_limit or policy.summary_limit
-    loaded = await load_history(db, compactor, session, job_pending, limit, max_tokens, view)
+    loaded = await load_history(db, compactor, start, limit, max_tokens, view)
     if (
         max_tokens is not None
         and loaded.truncated_messages > 0
@@ -241,7 +241,7 @@ async def history(
             try:
                 compaction = partial(
                     compactor.run,
-                    session.id,
+                    start.session.id,
                     "proactive",
                     "token_limit",
                     wait_seconds=INLINE_WAIT_SECONDS,
@@ -260,30 +260,30 @@ async def history(
                         "the truncated context: %s",
                         describe_fault(exc),
                     )
-                schedule = partial(compactor.schedule, session.id, "token_limit")
+                schedule = partial(compactor.schedule, start.session.id, "token_limit")
                 await retrying(schedule, "scheduling a summarization", "summarization")
                 return loaded.model_copy(update={"summarization_pending": True})
             if summary is not None:
                 # One compaction only: whatever it achieved, truncation does the rest.
-                session, job_pending = await store.session_for_history(db, tenant, external_id)
-                loaded = await load_history(
-                    db, compactor, session, job_pending, limit, max_tokens, view
-                )
+                start = await store.session_for_history(db, tenant, external_id)
+                loaded = await load_history(db, compactor, start, limit, max_tokens, view)
     return loaded
 
 
 async def load_history(
     db: AsyncSession,
     compactor: Compactor,
-    session: store.SessionRow,
-    job_pending: bool,
+    start: store.HistoryStart,
     summary_limit: int,
     max_tokens: int | None,
     view: MessageFormat | None = None,
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`, in
     the `view` format (None: the session's own, chat messages until it holds any)."""
-    rows = await store.load_rows(db, session, summary_limit, max_tokens)
+    session = start.session
+    rows = await store.load_rows(
+        db, session, summary_limit, max_tokens, summarized=start.summarized
+    )
     context = loaded_context(rows, max_tokens, view or own_format(session))
     return History(
         session_id=session.external_id,
@@ -293,7 +293,7 @@ async def load_history(
         context=context.messages,
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,
-        summarization_pending=job_pending or compactor.locks.is_held(session.id),
+        summarization_pending=start.job_pending or compactor.locks.is_held(session.id),
     )
 
 
@@ -329,9 +329,9 @@ async def compact(
             "(SUMMARY_COMPACT_DEADLINE_SECONDS); nothing was stored, retry later"
         ) from exc
     # 404 if deleted meanwhile
-    session, job_pending = await store.session_for_history(db, tenant, external_id)
-    policy = compactor.settings.policy(session.settings)
-    loaded = await load_history(db, compactor, session, job_pending, policy.summary_limit, None)
+    start = await store.session_for_history(db, tenant, external_id)
+    policy = compactor.settings.policy(start.session.settings)
+    loaded = await load_history(db, compactor, start, policy.summary_limit, None)
     return CompactResponse(
         summary=SummaryOut.from_row(summary, session.external_id) if summary is not None else None,
         history=loaded,

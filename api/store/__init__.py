@@ -25,7 +25,7 @@ from api.store.jobs import (
     release_job,
     renew_job_lease,
 )
-from api.store.loader import LoadedRows, load_rows, session_for_history
+from api.store.loader import HistoryStart, LoadedRows, load_rows, session_for_history
 from api.store.messages import AppendOutcome, messages_in_range
 from api.store.removal import Removal, message_exists, remake_owed, remove
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
@@ -55,6 +55,7 @@ from api.store.summaries import (
 __all__ = [
     "AppendOutcome",
     "Backlog",
+    "HistoryStart",
     "JobRow",
     "LoadedRows",
     "MessageRow",

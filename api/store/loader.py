@@ -1,5 +1,5 @@
-"""The history loader's reads: the session with its pending-job flag, then the pinned prefix,
-the live summaries and the newest messages after them in one statement.
+"""The history loader's reads: the session with its flags (a job pending, a live summary), then
+the pinned prefix, the live summaries and the newest messages after them in one statement.
 
 An HTTP history load is two round trips while the tail's first page covers the token budget
 (the usual case); a budget larger than a page reads further pages, one round trip each.
@@ -8,7 +8,7 @@ An HTTP history load is two round trips while the tail's first page covers the t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -53,10 +53,23 @@ _sessions = cast(Table, Session.__table__).c
 _jobs = cast(Table, SummaryJob.__table__).c
 
 _SESSION_WITH_JOB = select(
-    *SESSION_COLUMNS, exists().where(_jobs.session_id == _sessions.id).label("job_pending")
+    *SESSION_COLUMNS,
+    exists().where(_jobs.session_id == _sessions.id).label("job_pending"),
+    exists().where(_summaries.session_id == _sessions.id, live(_summaries)).label("summarized"),
 ).where(
     _sessions.tenant == bindparam("p_tenant"), _sessions.external_id == bindparam("p_external_id")
 )
+
+
+class HistoryStart(NamedTuple):
+    """What a history load reads first, in one round trip."""
+
+    session: SessionRow
+    job_pending: bool
+    """Whether a summarization job of the session is pending or running."""
+    summarized: bool
+    """Whether the session had a live summary: if not, the load reads no summaries. One that
+    lands in between is seen by the next load, as if this one had run a moment earlier."""
 
 
 async def _rows(
@@ -70,16 +83,14 @@ async def _rows(
     return list(await db.execute(statement, params))
 
 
-async def session_for_history(
-    db: AsyncSession, tenant: str, external_id: str
-) -> tuple[SessionRow, bool]:
-    """The session, and whether a summarization job of it is pending or running."""
+async def session_for_history(db: AsyncSession, tenant: str, external_id: str) -> HistoryStart:
+    """The session, whether a summarization job of it is pending and whether it has a live
+    summary."""
     found = await _rows(db, _SESSION_WITH_JOB, {"p_tenant": tenant, "p_external_id": external_id})
     if not found:
         raise SessionNotFound(external_id)
-    row = found[0]
-    *values, job_pending = row
-    return SessionRow._make(values), bool(job_pending)
+    *values, job_pending, summarized = found[0]
+    return HistoryStart(SessionRow._make(values), bool(job_pending), bool(summarized))
 
 
 _PINNED, _SUMMARY, _TAIL = 0, 1, 2
@@ -92,51 +103,64 @@ def _nulls(columns: tuple[Any, ...]) -> list[ColumnElement[Any]]:
     return [cast_(null(), column.type) for column in columns]
 
 
-def _build_load() -> Any:
-    # Three plain index scans, no CTE: the newest live summary's last_seq is a scalar
-    # subquery, and whether a loaded summary covers the pinned prefix is decided in Python
-    # (`load_rows`). Measured on asyncpg, a CTE read twice cost the load its plan's
-    # complexity on every call (docs/performance.md).
-    newest_summary = (
-        select(func.coalesce(func.max(_summaries.last_seq), bindparam("p_pinned_seq")))
-        .where(_summaries.session_id == bindparam("p_session_id"), live(_summaries))
-        .scalar_subquery()
-    )
+def _build_load(summarized: bool, pinned: bool) -> Any:
+    """The load's one statement: the tail's first page, with the pinned prefix if `pinned`,
+    with the live summaries if `summarized`. Plain index scans, no CTE: a union carries a cost
+    per part and per column, so a session without summaries or a prefix pays for neither;
+    whether a loaded summary covers the prefix is decided in Python (`load_rows`)."""
+    after_seq: Any = bindparam("p_pinned_seq")
+    if summarized:
+        after_seq = (
+            select(func.coalesce(func.max(_summaries.last_seq), bindparam("p_pinned_seq")))
+            .where(_summaries.session_id == bindparam("p_session_id"), live(_summaries))
+            .scalar_subquery()
+        )
     tail = (
         select(*MESSAGE_COLUMNS)
         .where(
             _messages.session_id == bindparam("p_session_id"),
-            _messages.seq > newest_summary,
+            _messages.seq > after_seq,
             shown(_messages),
         )
         .order_by(_messages.seq.desc())
         .limit(bindparam("p_page"))
         .subquery("tail")
     )
-    summaries = (
-        select(*SUMMARY_COLUMNS)
-        .where(_summaries.session_id == bindparam("p_session_id"), live(_summaries))
-        .order_by(_summaries.last_seq.desc())
-        .limit(bindparam("p_summary_limit"))
-        .subquery("summaries")
-    )
-    message_nulls = _nulls(MESSAGE_COLUMNS)
-    summary_nulls = _nulls(SUMMARY_COLUMNS)
-    return union_all(
-        select(literal(_TAIL, Integer), *tail.c, *summary_nulls),
-        select(literal(_PINNED, Integer), *MESSAGE_COLUMNS, *summary_nulls).where(
-            _messages.session_id == bindparam("p_session_id"),
-            _messages.seq <= bindparam("p_pinned_seq"),
-            shown(_messages),
-        ),
-        select(literal(_SUMMARY, Integer), *message_nulls, *summaries.c),
-    )
+    padding = _nulls(SUMMARY_COLUMNS) if summarized else []
+    parts = [select(literal(_TAIL, Integer), *tail.c, *padding)]
+    if pinned:
+        parts.append(
+            select(literal(_PINNED, Integer), *MESSAGE_COLUMNS, *padding).where(
+                _messages.session_id == bindparam("p_session_id"),
+                _messages.seq <= bindparam("p_pinned_seq"),
+                shown(_messages),
+            )
+        )
+    if summarized:
+        summaries = (
+            select(*SUMMARY_COLUMNS)
+            .where(_summaries.session_id == bindparam("p_session_id"), live(_summaries))
+            .order_by(_summaries.last_seq.desc())
+            .limit(bindparam("p_summary_limit"))
+            .subquery("summaries")
+        )
+        parts.append(select(literal(_SUMMARY, Integer), *_nulls(MESSAGE_COLUMNS), *summaries.c))
+    return union_all(*parts) if len(parts) > 1 else parts[0]
 
 
-LOAD = _build_load()
-"""The pinned prefix, the live summaries and the tail's first page in one statement; built
-once (SQLAlchemy memoizes a statement's cache key on the object). Its parameters:
-`load_parameters`."""
+_LOADS = {
+    (summarized, pinned): _build_load(summarized, pinned)
+    for summarized in (False, True)
+    for pinned in (False, True)
+}
+"""Built once each (SQLAlchemy memoizes a statement's cache key on the object)."""
+
+
+def load_statement(session: SessionRow, summarized: bool) -> Any:
+    """The load's statement for `session` (`summarized`: it had a live summary when read);
+    its parameters: `load_parameters`."""
+    return _LOADS[summarized, session.pinned_seq > 0]
+
 
 _MESSAGE_END = 1 + len(MessageRow._fields)
 
@@ -158,7 +182,7 @@ class LoadedRows:
 def load_parameters(
     session: SessionRow, summary_limit: int, max_tokens: int | None
 ) -> dict[str, Any]:
-    """`LOAD`'s parameters: a page of the tail under a token budget, else all of it."""
+    """The load statement's parameters: a page of the tail under a token budget, else all of it."""
     return {
         "p_session_id": session.id,
         "p_summary_limit": summary_limit,
@@ -168,10 +192,16 @@ def load_parameters(
 
 
 async def load_rows(
-    db: AsyncSession, session: SessionRow, summary_limit: int, max_tokens: int | None
+    db: AsyncSession,
+    session: SessionRow,
+    summary_limit: int,
+    max_tokens: int | None,
+    *,
+    summarized: bool,
 ) -> LoadedRows:
-    """The pinned prefix, the newest `summary_limit` live summaries and the newest messages
-    after them whose stored token counts reach `max_tokens` less the pinned prefix's.
+    """The pinned prefix, the newest `summary_limit` live summaries (read only if
+    `summarized`, `HistoryStart.summarized`) and the newest messages after them whose stored
+    token counts reach `max_tokens` less the pinned prefix's.
 
     Walks back from the newest message in pages, so the cost follows what is returned, not
     the session's size; it keeps walking while the oldest loaded message is a tool result,
@@ -180,7 +210,8 @@ async def load_rows(
     message after the newest loaded summary.
     """
     params = load_parameters(session, summary_limit, max_tokens)
-    result = await _rows(db, LOAD, params, paged=max_tokens is not None)
+    statement = load_statement(session, summarized)
+    result = await _rows(db, statement, params, paged=max_tokens is not None)
     pinned: list[MessageRow] = []
     summaries: list[SummaryRow] = []
     page: list[MessageRow] = []

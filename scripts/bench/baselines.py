@@ -28,9 +28,9 @@ from api.db.driver import DriverStatement
 from api.db.engine import PLAN_CACHE_MODE
 from api.db.models import utcnow
 from api.store import sqlite_append
-from api.store.loader import LOAD, load_parameters
+from api.store.loader import HistoryStart, load_parameters, load_statement
 from api.store.pg_append import APPEND, BacklogDefaults, arguments
-from api.store.rows import MessageRow, NewMessage, SessionRow
+from api.store.rows import MessageRow, NewMessage
 from scripts.bench.lib import TENANT, RoundFn, concurrent, sequential
 
 RAW_TABLE = "bench_raw_messages"
@@ -144,12 +144,14 @@ class RawPostgres:
 
         return sequential(one)
 
-    def load_statement(self, session: SessionRow, max_tokens: int | None) -> RoundFn:
-        """The loader's own statement (`api.store.loader.LOAD`, the pinned prefix, the live
-        summaries and the tail's first page) on a bare connection."""
+    def load_statement(self, start: HistoryStart, max_tokens: int | None) -> RoundFn:
+        """The loader's own statement (`api.store.loader.load_statement`: the tail's first
+        page, with the pinned prefix and the live summaries when the session has them) on a
+        bare connection."""
         conn = self.conns[0]
-        compiled = DriverStatement.compile(LOAD, postgresql_dialect)
-        args = compiled.arguments(load_parameters(session, SUMMARY_LIMIT, max_tokens))
+        statement = load_statement(start.session, start.summarized)
+        compiled = DriverStatement.compile(statement, postgresql_dialect)
+        args = compiled.arguments(load_parameters(start.session, SUMMARY_LIMIT, max_tokens))
 
         async def one(_i: int) -> None:
             await conn.fetch(compiled.sql, *args)
@@ -314,10 +316,11 @@ class RawAiosqlite:
 
         return sequential(one)
 
-    def load_statement(self, session: SessionRow, max_tokens: int | None) -> RoundFn:
-        """The loader's own statement (`api.store.loader.LOAD`) in one call."""
-        compiled = DriverStatement.compile(LOAD, sqlite_dialect)
-        args = compiled.arguments(load_parameters(session, SUMMARY_LIMIT, max_tokens))
+    def load_statement(self, start: HistoryStart, max_tokens: int | None) -> RoundFn:
+        """The loader's own statement (`api.store.loader.load_statement`) in one call."""
+        statement = load_statement(start.session, start.summarized)
+        compiled = DriverStatement.compile(statement, sqlite_dialect)
+        args = compiled.arguments(load_parameters(start.session, SUMMARY_LIMIT, max_tokens))
 
         async def one(_i: int) -> None:
             await self.conn.execute_fetchall(compiled.sql, args)

@@ -154,10 +154,13 @@ async def history(running: Running, scope: Scope, tenant: str, external_id: str)
     summary_limit = int(query["summary_limit"]) if "summary_limit" in query else None
     with metrics.HISTORY_SECONDS.time():
         async with running.database.reading() as db:
-            session, job_pending = await store.session_for_history(db, tenant, external_id)
+            start = await store.session_for_history(db, tenant, external_id)
+            session = start.session
             policy = running.settings.policy(session.settings)
             limit = summary_limit or policy.summary_limit
-            rows = await store.load_rows(db, session, limit, max_tokens)
+            rows = await store.load_rows(
+                db, session, limit, max_tokens, summarized=start.summarized
+            )
         context = loaded_context(rows, max_tokens)
         return pydantic_core.to_json(
             {
@@ -169,7 +172,7 @@ async def history(running: Running, scope: Scope, tenant: str, external_id: str)
                 "token_estimate": context.token_estimate,
                 "truncated_messages": context.truncated_messages,
                 # No summarization runs in this process, so none holds the session's lock.
-                "summarization_pending": job_pending,
+                "summarization_pending": start.job_pending,
             }
         )
 

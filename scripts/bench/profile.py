@@ -79,11 +79,13 @@ async def profile_all(url: str, calls: int) -> None:
 
     async def load(_i: int) -> object:
         async with read() as db:
-            session = await store.get_session(db, TENANT, "profiled")
-            return await store.load_rows(db, session, 3, 7_500)
+            start = await store.session_for_history(db, TENANT, "profiled")
+            return await store.load_rows(db, start.session, 3, 7_500, summarized=start.summarized)
 
     await profiled("store append (store_batch), 1 message", calls, append)
-    await profiled("store history load (load_rows), 50 of 1,000 messages", calls, load)
+    await profiled(
+        "store history load (session_for_history, load_rows), 50 of 1,000 messages", calls, load
+    )
 
     app = create_app(settings)
     async with (

@@ -230,8 +230,9 @@ class PrecisStore:
             self.sessionmaker, self.read_sessionmaker, asyncio.Lock() if sqlite else None
         )
         self.settings = Settings(_env_file=None, database_url=url, summary_workers=0)
-        self.sessions: dict[int, store.SessionRow] = {}
-        """Rows of the sessions this store created (a load starts from the session row)."""
+        self.starts: dict[int, store.HistoryStart] = {}
+        """What a load of each session starts from: the session row and its flags, as the
+        history route reads them first (`refresh`)."""
 
     async def append(self, external_id: str, batch: Sequence[store.NewMessage]) -> None:
         """The service's append (`store_batch`): PostgreSQL's one statement, SQLite's
@@ -242,14 +243,23 @@ class PrecisStore:
         async with self.sessionmaker() as db:
             session = await store.create_session(db, TENANT, external_id, {}, settings)
             await db.commit()
-            self.sessions[session.id] = session
             return session.id
+
+    async def refresh(self, external_id: str) -> store.HistoryStart:
+        """Read what a load of the session starts from (the route's first round trip)."""
+        async with self.read_sessionmaker() as db:
+            start = await store.session_for_history(db, TENANT, external_id)
+        self.starts[start.session.id] = start
+        return start
 
     async def load(self, session_id: int, max_tokens: int | None) -> int:
         """What the loader asks of the store once it has the session row: the live summaries
         and the messages after them (one statement while a page covers the budget)."""
+        start = self.starts[session_id]
         async with self.read_sessionmaker() as db:
-            rows = await store.load_rows(db, self.sessions[session_id], 3, max_tokens)
+            rows = await store.load_rows(
+                db, start.session, 3, max_tokens, summarized=start.summarized
+            )
             return len(rows.messages)
 
     async def pooled_query(self, sql: str, args: tuple[Any, ...]) -> None:
@@ -665,6 +675,7 @@ class Bench:
         """One session's loads at the store, service and HTTP layers (Precis and the minimal
         app), the raw query, Agents."""
         max_tokens = built.budget if variant == "tail" else None
+        start = await precis.refresh(built.external_id)
         returned = await precis.load(built.session_id, max_tokens)
 
         async def service_load(_i: int) -> None:
@@ -684,10 +695,9 @@ class Bench:
             "http": sequential(lambda _i: get(servers.precis, path, query)),
             "minimal": sequential(lambda _i: get(servers.minimal, path, query)),
         }
-        row = precis.sessions[built.session_id]
         same = raw if isinstance(raw, RawPostgres) else self.driver
         if same is not None:
-            contestants["statement"] = same.load_statement(row, max_tokens)
+            contestants["statement"] = same.load_statement(start, max_tokens)
         if "agents" in peer_sessions:
             session = peer_sessions["agents"]
             contestants["agents"] = sequential(lambda _i: session.get_items(limit=TAIL_MESSAGES))

@@ -1,0 +1,95 @@
+"""The history loader's two reads: the session with its flags, then one statement that reads
+only the parts the session has (a pinned prefix, live summaries), on both databases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from api import store
+from api.db.driver import DriverStatement
+from api.db.engine import create_read_sessionmaker
+from api.store.loader import load_statement
+from tests.helpers import append_batch, summary_draft
+
+TENANT = "default"
+
+
+def chat(role: str, text: str) -> store.NewMessage:
+    return store.NewMessage(role, text, None, None, None, None, None, None, 5)
+
+
+async def start_of(engine: AsyncEngine, external_id: str) -> store.HistoryStart:
+    async with create_read_sessionmaker(engine)() as reading:
+        return await store.session_for_history(reading, TENANT, external_id)
+
+
+async def load(engine: AsyncEngine, start: store.HistoryStart) -> store.LoadedRows:
+    async with create_read_sessionmaker(engine)() as reading:
+        return await store.load_rows(reading, start.session, 3, None, summarized=start.summarized)
+
+
+async def test_the_session_read_says_whether_a_live_summary_exists(
+    engine: AsyncEngine, db: AsyncSession
+) -> None:
+    await append_batch(db, TENANT, "s", [chat("user", f"m{i}") for i in range(6)])
+    assert not (await start_of(engine, "s")).summarized
+    session = (await start_of(engine, "s")).session
+    async with db.begin():
+        await store.save_summary(db, session.id, summary_draft(1, 4))
+    assert (await start_of(engine, "s")).summarized
+
+
+async def test_a_load_started_before_a_summary_landed_shows_the_messages_it_covers(
+    engine: AsyncEngine, db: AsyncSession
+) -> None:
+    await append_batch(
+        db, TENANT, "s", [chat("system", "rules"), *[chat("user", f"m{i}") for i in range(6)]]
+    )
+    before = await start_of(engine, "s")
+    async with db.begin():
+        await store.save_summary(db, before.session.id, summary_draft(2, 5))
+
+    earlier = await load(engine, before)  # as if it had run before the summary landed
+    assert earlier.summaries == []
+    assert [m.content for m in earlier.pinned] == ["rules"]
+    assert [m.content for m in earlier.messages] == [f"m{i}" for i in range(6)]
+
+    now = await load(engine, await start_of(engine, "s"))
+    assert [s.last_seq for s in now.summaries] == [5]
+    assert [m.content for m in now.pinned] == ["rules"]
+    assert [m.content for m in now.messages] == ["m4", "m5"]
+
+
+async def test_a_load_whose_summaries_were_erased_meanwhile_shows_the_messages(
+    engine: AsyncEngine, db: AsyncSession
+) -> None:
+    await append_batch(db, TENANT, "s", [chat("user", f"m{i}") for i in range(6)])
+    unsummarized = await start_of(engine, "s")
+    ids = {m.content: m.id for m in (await load(engine, unsummarized)).messages}
+    async with db.begin():
+        await store.save_summary(db, unsummarized.session.id, summary_draft(1, 4))
+    started = await start_of(engine, "s")
+    assert started.summarized
+    async with db.begin():  # m3 is under the summary: removing it erases the summary
+        assert await store.remove(db, started.session.id, ids["m3"]) is not None
+
+    rows = await load(engine, started)  # read as summarized; its only summary is gone now
+    assert rows.summaries == []
+    assert [m.content for m in rows.messages] == ["m0", "m1", "m2", "m4", "m5"]
+
+
+def test_a_session_without_summaries_or_prefix_is_loaded_by_one_index_scan() -> None:
+    dialect = postgresql.asyncpg.dialect()  # type: ignore[no-untyped-call]
+
+    def sql(pinned_seq: int, summarized: bool) -> str:
+        now = datetime.now(UTC)
+        session = store.SessionRow(1, TENANT, "s", {}, {}, 9, pinned_seq, now, now, 0, None)
+        return DriverStatement.compile(load_statement(session, summarized), dialect).sql
+
+    bare = sql(0, summarized=False)
+    assert "session_summaries" not in bare and "UNION" not in bare
+    assert "UNION" in sql(1, summarized=False) and "session_summaries" not in sql(1, False)
+    assert "session_summaries" in sql(0, summarized=True)
