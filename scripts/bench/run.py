@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from api import service, store
 from api.appending import store_batch
 from api.compaction import Compactor
+from api.db import driver
 from api.db.engine import (
     create_engine,
     create_read_sessionmaker,
@@ -46,6 +47,7 @@ from api.db.transactions import Database
 from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
+from api.store.loader import load_parameters, load_statement
 from scripts.bench.baselines import (
     AgentsPeer,
     LangchainPeer,
@@ -262,11 +264,15 @@ class PrecisStore:
             )
             return len(rows.messages)
 
-    async def pooled_query(self, sql: str, args: tuple[Any, ...]) -> None:
-        """The least any path through SQLAlchemy's pool pays for a load: check a connection
-        out, run the raw query at the driver level (`exec_driver_sql`), check it back in."""
-        async with self.read_engine.connect() as connection:
-            (await connection.exec_driver_sql(sql, args)).all()
+    async def pooled_statement(self, session_id: int, max_tokens: int | None) -> None:
+        """The least the store's load can cost on the service's pool: a connection checked
+        out, the loader's statement run on its driver connection (and, on SQLite, its values
+        decoded), the connection checked back in (`api.db.driver.fetch`); no row types, no
+        token budget, no read session."""
+        start = self.starts[session_id]
+        statement = load_statement(start.session, start.summarized)
+        params = load_parameters(start.session, 3, max_tokens)
+        await driver.fetch(self.read_engine, statement, params, paged=max_tokens is not None)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -686,10 +692,9 @@ class Bench:
         path = f"/v1/sessions/{built.external_id}/history"
         after_seq = 0 if variant == "tail" else built.size - TAIL_MESSAGES
         limit = returned if variant == "tail" else None
-        pooled_sql, pooled_args = raw.loader_query(built.session_id, after_seq, limit)
         contestants: dict[str, RoundFn] = {
             "raw": raw.loader(built.session_id, after_seq, limit),
-            "pooled": sequential(lambda _i: precis.pooled_query(pooled_sql, pooled_args)),
+            "pooled": sequential(lambda _i: precis.pooled_statement(built.session_id, max_tokens)),
             "store": sequential(lambda _i: precis.load(built.session_id, max_tokens)),
             "service": sequential(service_load),
             "http": sequential(lambda _i: get(servers.precis, path, query)),
@@ -765,7 +770,7 @@ class Bench:
                 RowOut(
                     backend,
                     "load",
-                    f"history {size:,} msgs ({name}), SQLAlchemy pool floor p50",
+                    f"history {size:,} msgs ({name}), the store's statement on the pool p50",
                     ms(stats["pooled"], p95=True),
                     f"{label} query {ms(stats['raw'])}",
                     stats["pooled"].p50_ms / stats["raw"].p50_ms,
