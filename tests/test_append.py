@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import store
 from api.appending import new_messages, store_batch
 from api.db.models import Message, Session
-from api.store import sqlite_append
+from api.store import pg_append, sqlite_append
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import IMAGE_PART_TOKENS, count_message
 
@@ -389,3 +389,14 @@ async def test_concurrent_appends_to_one_session_get_seqs_1_to_400(
         rows = (await app_db.execute(query.order_by(Message.seq))).all()
     assert [seq for seq, _ in rows] == list(range(1, CONCURRENT_TASKS * APPENDS_PER_TASK + 1))
     assert len({content for _, content in rows}) == CONCURRENT_TASKS * APPENDS_PER_TASK
+
+
+def test_a_batch_without_client_ids_is_appended_without_their_checks() -> None:
+    plain = store.NewMessage("user", "a", None, None, None, None, None, None, 1)
+    keyed = plain._replace(client_id="c1")
+
+    lean = pg_append.statement([plain, plain])
+    assert lean == pg_append.APPEND_WITHOUT_CLIENT_IDS
+    assert "known AS" not in lean and "row_number()" not in lean
+    assert pg_append.statement([plain, keyed]) == pg_append.APPEND
+    assert "known AS" in pg_append.APPEND

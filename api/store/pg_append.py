@@ -46,14 +46,7 @@ _MESSAGE_COLUMNS = (
     "metadata, client_id, token_count, item, created_at, removed_at, orphaned_at"
 )
 
-APPEND = f"""
-WITH batch AS (
-    SELECT * FROM unnest(
-        $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-        $10::text[], $11::int[], $17::text[]
-    ) WITH ORDINALITY AS b(role, content, content_parts, name, tool_calls, tool_call_id,
-                           metadata, client_id, token_count, item, ord)
-),
+_CLIENT_IDS = """\
 known AS (
     SELECT m.* FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
     WHERE s.tenant = $1 AND s.external_id = $2 AND m.client_id = ANY($10::text[])
@@ -74,7 +67,28 @@ fresh AS (
         AND b.ord = (SELECT min(d.ord) FROM batch AS d WHERE d.client_id = b.client_id)
     ))
 ),
-counts AS (
+"""
+"""The batch's messages whose `client_id` the session does not hold yet (`fresh`), and the
+first one that repeats a stored `client_id` with another message (`conflict`)."""
+
+_NO_CLIENT_IDS = """\
+conflict AS (SELECT NULL::bigint AS id, NULL::bigint AS seq, NULL::text AS client_id WHERE false),
+fresh AS (SELECT b.*, b.ord AS n FROM batch AS b),
+"""
+"""The same for a batch without `client_id`s: every message is fresh, and the server skips
+the look at the session's stored ids (a join, a window function and two subqueries)."""
+
+
+def _append(client_ids: str) -> str:
+    return f"""
+WITH batch AS (
+    SELECT * FROM unnest(
+        $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+        $10::text[], $11::int[], $17::text[]
+    ) WITH ORDINALITY AS b(role, content, content_parts, name, tool_calls, tool_call_id,
+                           metadata, client_id, token_count, item, ord)
+),
+{client_ids}counts AS (
     SELECT count(*) AS fresh,
            coalesce(min(n) FILTER (WHERE role NOT IN ('system', 'developer')) - 1, count(*))
                AS leading
@@ -136,6 +150,9 @@ SELECT s.*, k.after_seq,
        (SELECT c.client_id FROM conflict AS c) AS conflict_client_id
 FROM session AS s, backlog AS k
 """
+
+
+APPEND = _append(_CLIENT_IDS)
 """$1 tenant, $2 external id, $3-$11 the batch's columns (JSON as text), $12 the time,
 $13 the append id, $14-$16 the server's `dynamic_summary_enabled`, `pin_system` and
 `message_limit` (a session's own settings override them, as `Settings.policy` does), $17 the
@@ -146,6 +163,17 @@ format is left alone, and the statement answers no row. A batch repeating a stor
 The backlog's tokens (existing messages from the statement's snapshot, the new ones from
 `inserted`) are counted only when they can matter: the session summarizes and its backlog is
 under the message limit. So the scan reads fewer than `message_limit` rows."""
+
+APPEND_WITHOUT_CLIENT_IDS = _append(_NO_CLIENT_IDS)
+
+
+def statement(batch: Sequence[NewMessage]) -> str:
+    """The append's statement for `batch`: `APPEND`, or the same without the `client_id`
+    checks when no message of the batch has one."""
+    if any(message.client_id is not None for message in batch):
+        return APPEND
+    return APPEND_WITHOUT_CLIENT_IDS
+
 
 _STORED = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND client_id = ANY($2)"
 
@@ -259,7 +287,7 @@ async def append(
     async with driver.checked_out(engine) as connection:
         server_pid: int = connection.get_server_pid()
         try:
-            row = await connection.fetchrow(APPEND, *values)
+            row = await connection.fetchrow(statement(batch), *values)
             if row is None:
                 held = await connection.fetchval(_FORMAT, tenant, external_id)
                 check_format(external_id, held, batch)

@@ -29,7 +29,7 @@ from api.db.engine import PLAN_CACHE_MODE
 from api.db.models import utcnow
 from api.store import sqlite_append
 from api.store.loader import HistoryStart, load_parameters, load_statement
-from api.store.pg_append import APPEND, BacklogDefaults, arguments
+from api.store.pg_append import BacklogDefaults, arguments, statement
 from api.store.rows import MessageRow, NewMessage
 from scripts.bench.lib import TENANT, RoundFn, concurrent, sequential
 
@@ -131,7 +131,7 @@ class RawPostgres:
         return sequential(one)
 
     def store_statement(self, news: Sequence[NewMessage]) -> RoundFn:
-        """The store's own append statement (`api.store.pg_append.APPEND`), one message at a
+        """The store's own append statement (`api.store.pg_append.statement`), one message at a
         time on a bare connection: what the service's append costs without the service."""
         conn = self.conns[0]
         defaults = BacklogDefaults(summarize=True, pin_system=True, message_limit=80)
@@ -140,9 +140,21 @@ class RawPostgres:
             values = arguments(
                 "bench", "raw-statement", [news[i % len(news)]], utcnow(), i, defaults
             )
-            await conn.fetchrow(APPEND, *values)
+            await conn.fetchrow(statement([news[i % len(news)]]), *values)
 
         return sequential(one)
+
+    def store_statement_concurrent(self, news: Sequence[NewMessage], workers: int) -> RoundFn:
+        """The store's append statement on `workers` bare connections at once, one session
+        each: what concurrent appends cost the server without the service."""
+        defaults = BacklogDefaults(summarize=True, pin_system=True, message_limit=80)
+
+        async def one(worker: int, i: int) -> None:
+            message = news[(worker * 31 + i) % len(news)]
+            values = arguments("bench", f"raw-statement-{worker}", [message], utcnow(), i, defaults)
+            await self.conns[worker].fetchrow(statement([message]), *values)
+
+        return concurrent(one, workers)
 
     def load_statement(self, start: HistoryStart, max_tokens: int | None) -> RoundFn:
         """The loader's own statement (`api.store.loader.load_statement`: the tail's first
