@@ -742,6 +742,21 @@ class Bench:
         sizes = sorted(by_size)
         small, large = sizes[0], sizes[-1]
         held = backend == "PostgreSQL"  # SQLite's target is against the same statement
+
+        def against_raw(size: int, what: str, ours: Stats) -> RowOut:
+            """A row without a target: `what` against the raw query, for the record."""
+            raw = by_size[size]["raw"]
+            return RowOut(
+                backend,
+                "load",
+                f"history {size:,} msgs ({name}), {what} p50",
+                ms(ours, p95=True),
+                f"{label} query {ms(raw)}",
+                ours.p50_ms / raw.p50_ms,
+                "",
+                None,
+            )
+
         for size in sizes:
             stats = by_size[size]
             ratio = stats["store"].p50_ms / stats["raw"].p50_ms
@@ -772,42 +787,9 @@ class Bench:
             )
             if held:
                 # what no code around the statement can go below: the statement itself
-                res.row(
-                    RowOut(
-                        backend,
-                        "load",
-                        f"history {size:,} msgs ({name}), the store's statement alone p50",
-                        ms(stats["statement"], p95=True),
-                        f"{label} query {ms(stats['raw'])}",
-                        stats["statement"].p50_ms / stats["raw"].p50_ms,
-                        "",
-                        None,
-                    )
-                )
-            res.row(
-                RowOut(
-                    backend,
-                    "load",
-                    f"history {size:,} msgs ({name}), the store's statement on the pool p50",
-                    ms(stats["pooled"], p95=True),
-                    f"{label} query {ms(stats['raw'])}",
-                    stats["pooled"].p50_ms / stats["raw"].p50_ms,
-                    "",
-                    None,
-                )
-            )
-            res.row(
-                RowOut(
-                    backend,
-                    "load",
-                    f"history {size:,} msgs ({name}), HTTP p50",
-                    ms(stats["http"], p95=True),
-                    f"{label} query {ms(stats['raw'])}",
-                    stats["http"].p50_ms / stats["raw"].p50_ms,
-                    "",
-                    None,
-                )
-            )
+                res.row(against_raw(size, "the store's statement alone", stats["statement"]))
+            res.row(against_raw(size, "the store's statement on the pool", stats["pooled"]))
+            res.row(against_raw(size, "HTTP", stats["http"]))
             ratio = stats["http"].p50_ms / stats["minimal"].p50_ms
             res.row(
                 RowOut(
