@@ -79,6 +79,24 @@ async def test_a_load_whose_summaries_were_erased_meanwhile_shows_the_messages(
     rows = await load(engine, started)  # read as summarized; its only summary is gone now
     assert rows.summaries == []
     assert [m.content for m in rows.messages] == ["m0", "m1", "m2", "m4", "m5"]
+    assert not (await start_of(engine, "s")).summarized  # an erased summary is not live
+
+
+async def test_a_load_asking_for_no_summaries_shows_every_message(
+    engine: AsyncEngine, db: AsyncSession
+) -> None:
+    await append_batch(db, TENANT, "s", [chat("user", f"m{i}") for i in range(6)])
+    session = (await start_of(engine, "s")).session
+    async with db.begin():
+        await store.save_summary(db, session.id, summary_draft(1, 4))
+    started = await start_of(engine, "s")
+    async with create_read_sessionmaker(engine)() as reading:
+        for max_tokens in (None, 1000):
+            rows = await store.load_rows(
+                reading, started.session, 0, max_tokens, summarized=started.summarized
+            )
+            assert rows.summaries == [] and rows.not_loaded == 0
+            assert [m.content for m in rows.messages] == [f"m{i}" for i in range(6)]
 
 
 def test_a_session_without_summaries_or_prefix_is_loaded_by_one_index_scan() -> None:

@@ -1,27 +1,49 @@
-"""Read sessions hand back what they took, whichever way their statements ran, and the
-PostgreSQL connections plan each prepared statement once."""
+"""Read sessions hand back what they took, and close for free when the statements ran on the
+driver (`api.db.driver`) and the session never opened a connection of its own."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.db.engine import PLAN_CACHE_MODE, create_read_sessionmaker
+from api import store
+from api.db.engine import create_read_sessionmaker
+from api.db.transactions import ReadSession
+from api.errors import SessionNotFound
 
 
-async def test_a_read_session_that_ran_a_statement_hands_its_connection_back(
-    engine: AsyncEngine,
+@pytest.fixture
+def closes(monkeypatch: pytest.MonkeyPatch) -> list[ReadSession]:
+    """The read sessions whose `close` ran."""
+    closed: list[ReadSession] = []
+    close = ReadSession.close
+
+    async def counted(self: ReadSession) -> Any:
+        closed.append(self)
+        return await close(self)
+
+    monkeypatch.setattr(ReadSession, "close", counted)
+    return closed
+
+
+async def test_a_read_session_that_ran_a_statement_closes_and_hands_its_connection_back(
+    engine: AsyncEngine, closes: list[ReadSession]
 ) -> None:
-    reading = create_read_sessionmaker(engine)
-    async with reading() as db:
+    async with create_read_sessionmaker(engine)() as db:
         assert (await db.execute(text("SELECT 1"))).scalar_one() == 1
         assert engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+    assert closes == [db]
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
-@pytest.mark.postgresql_only
-async def test_postgresql_connections_run_generic_plans(engine: AsyncEngine) -> None:
-    async with engine.connect() as connection:
-        mode = (await connection.execute(text("SHOW plan_cache_mode"))).scalar_one()
-    assert mode == PLAN_CACHE_MODE == "force_generic_plan"
+async def test_a_read_session_whose_reads_ran_on_the_driver_has_nothing_to_close(
+    engine: AsyncEngine, closes: list[ReadSession]
+) -> None:
+    async with create_read_sessionmaker(engine)() as db:
+        with pytest.raises(SessionNotFound):
+            await store.session_for_history(db, "default", "missing")
+    assert closes == []
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]

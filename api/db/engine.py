@@ -33,13 +33,6 @@ connection idle for longer, which a server restart or an idle timeout may have c
 first (one round trip) and replaced if dead.
 """
 
-PLAN_CACHE_MODE = "force_generic_plan"
-"""Every prepared statement (asyncpg prepares each one once per connection) runs one plan,
-made once. Left to choose, PostgreSQL kept planning the history load's statement anew on
-every call (a union of three index scans: its planning took longer than its execution);
-every statement of the service looks rows up by a session's key or an indexed column, where
-the generic plan is the custom one (`docs/performance.md`)."""
-
 
 def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection.
@@ -50,11 +43,6 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     kwargs.setdefault("hide_parameters", True)
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite":
-        if url.get_driver_name() == "asyncpg":
-            server_settings = kwargs.setdefault("connect_args", {}).setdefault(
-                "server_settings", {}
-            )
-            server_settings.setdefault("plan_cache_mode", PLAN_CACHE_MODE)
         engine = create_async_engine(url, **kwargs)
         mark_connection_faults(engine)
         _ping_idle_connections(engine)

@@ -210,7 +210,8 @@ async def load_rows(
     message after the newest loaded summary.
     """
     params = load_parameters(session, summary_limit, max_tokens)
-    statement = load_statement(session, summarized)
+    # no summary shown, none hides a message
+    statement = load_statement(session, summarized and summary_limit > 0)
     result = await _rows(db, statement, params, paged=max_tokens is not None)
     pinned: list[MessageRow] = []
     summaries: list[SummaryRow] = []

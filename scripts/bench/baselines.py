@@ -14,6 +14,7 @@ The peers are imported only when used: they live in the bench virtualenv, never 
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
 import uuid
@@ -25,7 +26,6 @@ import asyncpg
 from sqlalchemy.dialects import postgresql, sqlite
 
 from api.db.driver import DriverStatement
-from api.db.engine import PLAN_CACHE_MODE
 from api.db.models import utcnow
 from api.store import sqlite_append
 from api.store.loader import HistoryStart, load_parameters, load_statement
@@ -75,11 +75,7 @@ class RawPostgres:
         self.conns: list[Any] = []
 
     async def setup(self, connections: int) -> None:
-        # the service's planner setting, so the store's statements get the service's plans
-        settings = {"plan_cache_mode": PLAN_CACHE_MODE}
-        self.conns = [
-            await asyncpg.connect(self.dsn, server_settings=settings) for _ in range(connections)
-        ]
+        self.conns = [await asyncpg.connect(self.dsn) for _ in range(connections)]
         await self.conns[0].execute(
             f"CREATE TABLE {RAW_TABLE} (id bigserial PRIMARY KEY, session_id bigint NOT NULL,"
             " role text NOT NULL, content text, token_count integer NOT NULL,"
@@ -130,17 +126,21 @@ class RawPostgres:
 
         return sequential(one)
 
-    def store_statement(self, news: Sequence[NewMessage]) -> RoundFn:
+    def store_statement(self, news: Sequence[NewMessage], keyed: bool = False) -> RoundFn:
         """The store's own append statement (`api.store.pg_append.statement`), one message at a
-        time on a bare connection: what the service's append costs without the service."""
+        time on a bare connection: what the service's append costs without the service;
+        `keyed`: each message with a new client_id."""
         conn = self.conns[0]
         defaults = BacklogDefaults(summarize=True, pin_system=True, message_limit=80)
+        keys = itertools.count()
+        session = "raw-keyed" if keyed else "raw-statement"
 
         async def one(i: int) -> None:
-            values = arguments(
-                "bench", "raw-statement", [news[i % len(news)]], utcnow(), i, defaults
-            )
-            await conn.fetchrow(statement([news[i % len(news)]]), *values)
+            message = news[i % len(news)]
+            if keyed:
+                message = message._replace(client_id=f"raw-{next(keys)}")
+            values = arguments("bench", session, [message], utcnow(), i, defaults)
+            await conn.fetchrow(statement([message]), *values)
 
         return sequential(one)
 
