@@ -80,6 +80,7 @@ the look at the session's stored ids (a join, a window function and two subqueri
 
 
 def _append(client_ids: str) -> str:
+    """The append statement, with `client_ids` the CTEs that pick the batch's fresh messages."""
     return f"""
 WITH batch AS (
     SELECT * FROM unnest(
