@@ -111,3 +111,25 @@ def test_a_session_without_summaries_or_prefix_is_loaded_by_one_index_scan() -> 
     assert "session_summaries" not in bare and "UNION" not in bare
     assert "UNION" in sql(1, summarized=False) and "session_summaries" not in sql(1, False)
     assert "session_summaries" in sql(0, summarized=True)
+
+
+async def test_a_budgeted_load_walks_back_across_a_long_run_of_removed_messages(
+    engine: AsyncEngine, db: AsyncSession
+) -> None:
+    # every page's window is bounded by seqs, and tombstones keep theirs: the walk widens its
+    # window below a short one until it has found enough messages
+    outcome = await append_batch(db, TENANT, "s", [chat("user", f"m{i}") for i in range(400)])
+    removed = [m.id for m in outcome.messages[20:390]]
+    async with db.begin():
+        for message_id in removed:
+            assert await store.remove(db, outcome.session.id, message_id) is not None
+    started = await start_of(engine, "s")
+    async with create_read_sessionmaker(engine)() as reading:
+        rows = await store.load_rows(reading, started.session, 3, 100, summarized=False)
+        everything = await store.load_rows(reading, started.session, 3, 10**6, summarized=False)
+    kept = [f"m{i}" for i in (*range(20), *range(390, 400))]
+    assert [m.content for m in everything.messages] == kept
+    assert everything.not_loaded == 0
+    assert [m.content for m in rows.messages] == kept[-len(rows.messages) :]
+    assert 100 // 5 < len(rows.messages) < len(kept)  # past the budget, at a message
+    assert rows.not_loaded == len(kept) - len(rows.messages)

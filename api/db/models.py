@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -103,6 +103,10 @@ class Session(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+HIDDEN_MESSAGES = "removed_at IS NOT NULL OR orphaned_at IS NOT NULL"
+"""The predicate of the partial index of messages no view shows (`api.store.rows.hidden`)."""
+
+
 class Message(Base):
     """One appended message, immutable after insert except for its removal.
 
@@ -121,6 +125,15 @@ class Message(Base):
             unique=True,
             postgresql_where=text("client_id IS NOT NULL"),
             sqlite_where=text("client_id IS NOT NULL"),
+        ),
+        # Counts of removed and orphaned messages in a seq range read only those (the loader's
+        # `truncated_messages`), whatever the range's size.
+        Index(
+            "ix_messages_hidden",
+            "session_id",
+            "seq",
+            postgresql_where=text(HIDDEN_MESSAGES),
+            sqlite_where=text(HIDDEN_MESSAGES),
         ),
     )
 

@@ -40,6 +40,7 @@ from api.store.rows import (
     MessageRow,
     SessionRow,
     SummaryRow,
+    hidden,
     live,
     shown,
 )
@@ -120,6 +121,7 @@ def _build_load(summarized: bool, pinned: bool) -> Any:
         .where(
             _messages.session_id == bindparam("p_session_id"),
             _messages.seq > after_seq,
+            _messages.seq > bindparam("p_floor_seq"),
             shown(_messages),
         )
         .order_by(_messages.seq.desc())
@@ -179,14 +181,25 @@ class LoadedRows:
     """Older messages after `after_seq` left unread because the budget was already spent."""
 
 
+def first_floor(session: SessionRow, max_tokens: int | None) -> int:
+    """The seq the load statement's tail starts after (besides the newest summary): a page of
+    seqs below the session's newest under a token budget, else none."""
+    return -1 if max_tokens is None else session.last_seq - TAIL_PAGE_SIZE
+
+
 def load_parameters(
     session: SessionRow, summary_limit: int, max_tokens: int | None
 ) -> dict[str, Any]:
-    """The load statement's parameters: a page of the tail under a token budget, else all of it."""
+    """The load statement's parameters: a page of the tail under a token budget, else all of it.
+
+    The page is bounded by seqs (`first_floor`), not only by its LIMIT: on a session the
+    planner's statistics have not seen yet (bulk-appended since the last ANALYZE), a plan
+    that reads the whole range and sorts it looks as cheap as one that stops after a page."""
     return {
         "p_session_id": session.id,
         "p_summary_limit": summary_limit,
         "p_pinned_seq": session.pinned_seq,
+        "p_floor_seq": first_floor(session, max_tokens),
         "p_page": UNBOUNDED if max_tokens is None else TAIL_PAGE_SIZE,
     }
 
@@ -235,7 +248,8 @@ async def load_rows(
         page.reverse()
         return LoadedRows(pinned, summaries, page, after_seq)
     budget = max(1, max_tokens - sum(message.token_count for message in pinned))
-    messages = await _walk_back(db, session.id, after_seq, budget, page)
+    first = Window(max(after_seq, first_floor(session, max_tokens)), UNBOUNDED, TAIL_PAGE_SIZE)
+    messages = await _walk_back(db, session.id, after_seq, budget, page, first)
     not_loaded = await _not_loaded(db, session, after_seq, messages)
     return LoadedRows(pinned, summaries, messages, after_seq, not_loaded)
 
@@ -253,32 +267,63 @@ _TAIL_PAGE = (
 )
 
 
-_COUNT_BETWEEN = select(func.count()).where(
+_HIDDEN_BETWEEN = select(func.count()).where(
     _messages.session_id == bindparam("session_id"),
     _messages.seq > bindparam("after_seq"),
     _messages.seq < bindparam("before_seq"),
-    shown(_messages),
+    hidden(_messages),
 )
+"""Read through the partial index of hidden messages: as many rows as were removed, however
+many seqs lie between."""
 
 
 async def _not_loaded(
     db: AsyncSession, session: SessionRow, after_seq: int, messages: list[MessageRow]
 ) -> int:
     """How many messages lie between `after_seq` and the oldest loaded one: the seqs between
-    them, unless the session has removed messages (tombstones keep seqs): then counted."""
+    them, less the hidden ones (tombstones keep seqs) if the session has removed messages."""
     before_seq = messages[0].seq if messages else session.last_seq + 1
-    if before_seq - after_seq <= 1 or not session.removed_count:
-        return before_seq - after_seq - 1
+    between = before_seq - after_seq - 1
+    if between <= 0 or not session.removed_count:
+        return max(between, 0)
     params = {"session_id": session.id, "after_seq": after_seq, "before_seq": before_seq}
-    return int((await _rows(db, _COUNT_BETWEEN, params))[0][0])
+    return between - int((await _rows(db, _HIDDEN_BETWEEN, params))[0][0])
+
+
+class Window(NamedTuple):
+    """Seqs a page of the tail is read from: after `floor`, before `before`, at most a page.
+
+    Every read names its lower bound, so even a plan that reads its whole range reads a bounded
+    one. The window below one that came back short (hidden messages keep their seqs) is twice
+    as wide, so a long run of tombstones costs a few round trips, not one per page."""
+
+    floor: int
+    before: int
+    width: int
+
+    def below(self, page: list[MessageRow], after_seq: int) -> Window | None:
+        """The next window down, after `page` (newest first) was read from this one; None when
+        none is left above `after_seq`."""
+        if len(page) == TAIL_PAGE_SIZE:
+            before = page[-1].seq
+            return Window(max(after_seq, before - 1 - TAIL_PAGE_SIZE), before, TAIL_PAGE_SIZE)
+        if self.floor <= after_seq:
+            return None
+        width = 2 * self.width
+        return Window(max(after_seq, self.floor - width), self.floor + 1, width)
 
 
 async def _walk_back(
-    db: AsyncSession, session_id: int, after_seq: int, budget: int, page: list[MessageRow]
+    db: AsyncSession,
+    session_id: int,
+    after_seq: int,
+    budget: int,
+    page: list[MessageRow],
+    window: Window,
 ) -> list[MessageRow]:
-    """The messages of `page` (the newest, descending) and of the pages before it, until
-    their token counts pass `budget` at a message that is not a tool result, and no Responses
-    `reasoning` item is left behind the item it led to; ascending."""
+    """The messages of `page` (the newest, descending, read from `window`) and of the windows
+    below it, until their token counts pass `budget` at a message that is not a tool result,
+    and no Responses `reasoning` item is left behind the item it led to; ascending."""
     loaded: list[MessageRow] = []
     total = 0
     passed = False
@@ -291,10 +336,12 @@ async def _walk_back(
             total += message.token_count
             passed = passed or (total > budget and message.role != "tool")
         # past the budget, a chat message needs no look at the one before it
-        if len(page) < TAIL_PAGE_SIZE or (passed and loaded[-1].item is None):
+        next_window = window.below(page, after_seq)
+        if next_window is None or (passed and loaded and loaded[-1].item is None):
             loaded.reverse()
             return loaded
-        params = {"session_id": session_id, "after_seq": after_seq, "before_seq": page[-1].seq}
+        window = next_window
+        params = {"session_id": session_id, "after_seq": window.floor, "before_seq": window.before}
         page = [MessageRow._make(row) for row in await _rows(db, _TAIL_PAGE, params)]
 
 

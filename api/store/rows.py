@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Column, ColumnElement, Table, and_
+from sqlalchemy import Column, ColumnElement, Table, and_, or_
 
 from api.db.models import Message, Session, Summary, SummaryJob
 from summarizer.triggers import Reason, Trigger
@@ -98,6 +98,12 @@ def shown(messages: Any) -> ColumnElement[bool]:
     """The messages any view shows (`messages`: the table's columns, or an alias's): neither
     removed nor orphaned."""
     return and_(messages.removed_at.is_(None), messages.orphaned_at.is_(None))
+
+
+def hidden(messages: Any) -> ColumnElement[bool]:
+    """The messages no view shows (removed or orphaned): the predicate of the partial index
+    `ix_messages_hidden`, which a count of them in a seq range reads."""
+    return or_(messages.removed_at.is_not(None), messages.orphaned_at.is_not(None))
 
 
 class SummaryRow(NamedTuple):

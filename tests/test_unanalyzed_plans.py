@@ -1,0 +1,211 @@
+"""The hot path's cost does not depend on planner statistics (PostgreSQL).
+
+A session bulk-appended right after its creation is exactly what a production table's
+statistics have not seen yet (autoanalyze waits for a tenth of the table to change): the
+planner then believes the session holds about one row. Every statement of the history load and
+of the append must read a bounded page of it all the same. The test records the statements
+the service really runs (on the driver's connection), then runs each under
+`EXPLAIN (ANALYZE, BUFFERS)` on the unanalyzed table and bounds the rows every plan node read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy import text
+
+from api.db.engine import create_engine
+from api.main import create_app
+from api.store.loader import TAIL_PAGE_SIZE
+from tests.conftest import QUIET, make_settings, migrated_database
+
+SESSION_SIZE = 50_000
+"""Messages bulk-loaded into the session the statistics have not seen."""
+
+ANALYZED_SESSIONS = 200
+"""Small sessions the statistics have seen, so the big one is unknown to them (not rare)."""
+
+ROW_BOUND = 4 * TAIL_PAGE_SIZE
+"""Most rows any plan node may produce or filter out: a few pages, never the session."""
+
+TABLES = ("sessions", "messages", "session_summaries", "summary_jobs")
+
+
+@pytest.fixture(scope="module")
+async def unanalyzed_url(
+    tmp_path_factory: pytest.TempPathFactory, postgres_available: bool
+) -> AsyncIterator[str]:
+    """A database whose statistics know small sessions, then a big session bulk-appended."""
+    async with migrated_database(
+        "postgresql", tmp_path_factory.mktemp("plans"), postgres_available
+    ) as url:
+        engine = create_engine(url)
+        async with engine.begin() as connection:
+            for table in TABLES:  # no autoanalyze may catch up while the test runs
+                await connection.execute(
+                    text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+                )
+            await connection.execute(
+                text(
+                    "INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, "
+                    "pinned_seq, removed_count, format, created_at, updated_at) "
+                    "SELECT 'default', 'small-' || n, '{}', '{}', 20, 0, 0, 'openai', now(), "
+                    f"now() FROM generate_series(1, {ANALYZED_SESSIONS}) AS n"
+                )
+            )
+            await connection.execute(
+                text(
+                    "INSERT INTO messages (session_id, seq, role, content, token_count, "
+                    "created_at) SELECT s.id, n, 'user', 'small ' || n, 5, now() "
+                    "FROM sessions AS s, generate_series(1, 20) AS n"
+                )
+            )
+        async with engine.connect() as connection:
+            await connection.execute(text("ANALYZE"))
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, "
+                    "pinned_seq, removed_count, format, created_at, updated_at) VALUES "
+                    f"('default', 'big', '{{}}', '{{}}', {SESSION_SIZE}, 0, 0, 'openai', "
+                    "now(), now())"
+                )
+            )
+            await connection.execute(
+                text(
+                    "INSERT INTO messages (session_id, seq, role, content, client_id, "
+                    "token_count, created_at) SELECT s.id, n, "
+                    "CASE WHEN n % 2 = 1 THEN 'user' ELSE 'assistant' END, "
+                    "'message number ' || n, 'c' || n, 6, now() "
+                    f"FROM sessions AS s, generate_series(1, {SESSION_SIZE}) AS n "
+                    "WHERE s.external_id = 'big'"
+                )
+            )
+        await engine.dispose()
+        yield url
+
+
+@pytest.fixture
+async def api(unanalyzed_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(make_settings(unanalyzed_url, **QUIET))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http,
+    ):
+        yield http
+
+
+@contextmanager
+def recorded_statements() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    """Every statement run on an asyncpg connection's `fetch`, `fetchrow` or `fetchval`
+    meanwhile (the driver's hot path), with its arguments."""
+    statements: list[tuple[str, tuple[Any, ...]]] = []
+    names = ("fetch", "fetchrow", "fetchval")
+    originals = {name: getattr(asyncpg.Connection, name) for name in names}
+
+    def recording(original: Any) -> Any:
+        async def run(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+            statements.append((query, args))
+            return await original(self, query, *args, **kwargs)
+
+        return run
+
+    for name, original in originals.items():
+        setattr(asyncpg.Connection, name, recording(original))
+    try:
+        yield statements
+    finally:
+        for name, original in originals.items():
+            setattr(asyncpg.Connection, name, original)
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+async def widest_node(url: str, query: str, args: tuple[Any, ...]) -> tuple[int, str]:
+    """The most rows one node of `query`'s plan produced or filtered out, run for real (in a
+    transaction rolled back, so an append stores nothing), and that node's type."""
+    connection = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        transaction = connection.transaction()
+        await transaction.start()
+        try:
+            explained = await connection.fetchval(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", *args
+            )
+        finally:
+            await transaction.rollback()
+    finally:
+        await connection.close()
+    plan = json.loads(explained)[0]["Plan"]
+    return max(
+        (
+            node["Actual Rows"] * node["Actual Loops"]
+            + node.get("Rows Removed by Filter", 0)
+            + node.get("Rows Removed by Index Recheck", 0),
+            node["Node Type"],
+        )
+        for node in _nodes(plan)
+    )
+
+
+async def assert_bounded(url: str, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    assert statements, "the driver ran nothing: the hot path was not recorded"
+    for query, args in statements:
+        rows, node = await widest_node(url, query, args)
+        assert rows <= ROW_BOUND, f"{node} read {rows} rows of:\n{query}"
+
+
+async def test_a_history_load_reads_a_page_of_an_unanalyzed_session(
+    api: httpx.AsyncClient, unanalyzed_url: str
+) -> None:
+    with recorded_statements() as statements:
+        answer = await api.get("/v1/sessions/big/history", params={"max_tokens": 8000})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["messages"][-1]["content"] == f"message number {SESSION_SIZE}"
+    await assert_bounded(unanalyzed_url, statements)
+
+
+async def test_an_append_reads_a_page_of_an_unanalyzed_session(
+    api: httpx.AsyncClient, unanalyzed_url: str
+) -> None:
+    batch = {"messages": [{"role": "user", "content": "one more", "client_id": "fresh-1"}]}
+    with recorded_statements() as statements:
+        answer = await api.post("/v1/sessions/big/messages", json=batch)
+    assert answer.status_code == 201, answer.text
+    await assert_bounded(unanalyzed_url, statements)
+
+
+async def test_an_append_repeating_a_client_id_reads_a_page(
+    api: httpx.AsyncClient, unanalyzed_url: str
+) -> None:
+    repeat = {"messages": [{"role": "user", "content": "message number 7", "client_id": "c7"}]}
+    with recorded_statements() as statements:
+        answer = await api.post("/v1/sessions/big/messages", json=repeat)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["messages"][0]["seq"] == 7
+    await assert_bounded(unanalyzed_url, statements)
+
+
+async def test_a_history_load_after_a_removal_counts_what_it_left_out_in_a_page(
+    api: httpx.AsyncClient, unanalyzed_url: str
+) -> None:
+    listed = await api.get("/v1/sessions/big/messages", params={"after_seq": 99, "limit": 1})
+    removed = listed.json()["messages"][0]
+    assert (await api.delete(f"/v1/sessions/big/messages/{removed['id']}")).status_code == 204
+    with recorded_statements() as statements:
+        answer = await api.get("/v1/sessions/big/history", params={"max_tokens": 8000})
+    assert answer.status_code == 200, answer.text
+    history = answer.json()
+    in_context = len(history["context"]) - 1  # behind the truncation marker
+    assert history["truncated_messages"] == SESSION_SIZE - in_context  # one more, one removed
+    await assert_bounded(unanalyzed_url, statements)
