@@ -108,7 +108,7 @@ class Compactor:
     sessionmaker: async_sessionmaker[AsyncSession]
     locks: SessionLocks
     write_lock: asyncio.Lock | None = None
-    """SQLite only: the process's writers take turns (see `api.deps.write_transaction`)."""
+    """SQLite only: the process's writers take turns (see `api.db.transactions.transaction`)."""
 
     async def run(
         self,
@@ -128,18 +128,21 @@ class Compactor:
         `wait_seconds`. Returns the new summary, or None when nothing was left to summarize,
         the session included: a session deleted meanwhile is normal use, not a failure.
         """
-        async with self.locks.hold(session_id, wait_seconds):
-            try:
-                return await self._run_held(
-                    session_id, trigger, reason, keep_last_n, keep_pending_turn
-                )
-            except SummaryRangeConflict as exc:
-                # A message was removed while the model worked: what it read is stale, and the
-                # removal erased what it had reached. Read again and make it once more.
-                logger.info("summarizing session %s again: %s", session_id, exc.detail)
-                return await self._run_held(
-                    session_id, trigger, reason, keep_last_n, keep_pending_turn
-                )
+        try:
+            async with self.locks.hold(session_id, wait_seconds):
+                try:
+                    return await self._run_held(
+                        session_id, trigger, reason, keep_last_n, keep_pending_turn
+                    )
+                except SummaryRangeConflict as exc:
+                    # A message was removed while the model worked: what it read is stale, and
+                    # the removal erased what it had reached. Read again and make it once more.
+                    logger.info("summarizing session %s again: %s", session_id, exc.detail)
+                    return await self._run_held(
+                        session_id, trigger, reason, keep_last_n, keep_pending_turn
+                    )
+        except SessionGone:  # deleted before its lease could be taken
+            return None
 
     async def _run_held(
         self,
@@ -316,7 +319,9 @@ class Compactor:
         return transaction(self.sessionmaker, self.write_lock)
 
     async def _save(self, session_id: int, draft: store.SummaryDraft) -> store.SummaryRow:
-        async with self.writing() as db:
+        """Store `draft` while this summarizer still holds the session's lease (`LeaseLost`
+        otherwise: another took the session over)."""
+        async with self.locks.fenced(session_id) as db:
             return await store.save_summary(db, session_id, draft)
 
     @staticmethod

@@ -1,46 +1,78 @@
-"""One summarizer per session: an in-process lock, plus a PostgreSQL advisory lock across replicas.
+"""One summarizer per session: an in-process lock, plus a lease on a database row across
+processes and replicas.
 
-On SQLite (one process) the in-process lock serializes summarizations; the range check in
-`store.save_summary`, made under the write lock, keeps even racing processes from storing
-an overlapping summary.
+The lease (`api.store.leases`) holds nothing on a server connection, so it is correct behind a
+transaction pooler too; its holder renews it while it works, and a holder that died loses it
+when it expires. A summary is saved only while its maker still holds the lease (`fenced`), and
+the range check in `store.save_summary`, made under the session row's lock, stays the last line
+of defence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import secrets
 import time
 import weakref
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from datetime import timedelta
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-ADVISORY_LOCK_NAMESPACE = 0x50524543
-"""First key of every advisory lock Precis takes ("PREC"), so other applications' locks differ."""
+from api import store
+from api.db.engine import create_sessionmaker
+from api.db.faults import describe_fault
+from api.db.models import utcnow
+from api.db.transactions import cut_off, transaction
+from api.errors import SessionGone
+from api.store import leases
 
-ADVISORY_POLL_SECONDS = 0.05
-"""How often a waiter retries the advisory lock: short, since summarizations take seconds."""
+logger = logging.getLogger("precis.locks")
+
+LEASE_DURATION = timedelta(seconds=30)
+"""How long a lease lasts unrenewed: how long a crashed summarizer keeps its session from
+being summarized again. Shorter frees sessions sooner but lets a shorter database outage
+cost a running summarization its lease."""
+
+RENEWALS_PER_LEASE = 3
+"""Renewals per lease period: one may fail (the database down a moment) and the next one
+still comes in time."""
+
+LEASE_POLL_SECONDS = 0.05
+"""How often a waiter tries the lease again: short, since summarizations take seconds."""
 
 
 class CompactionBusy(Exception):
     """Another summarization of the session holds the lock."""
 
 
+class LeaseLost(CompactionBusy):
+    """The summarizer's lease ran out and another took the session over: what it made is not
+    saved."""
+
+
 class SessionLocks:
     """Per-session summarizer locks; with `max_running`, also a bound on summarizations at once.
 
-    A running summarization holds one connection for its advisory lock and, at times, one
-    for its reads and writes: with `max_running` and a pool of at least twice that, the
+    A running summarization holds, at times, a connection for its lease's writes and one for
+    its reads and writes: with `max_running` and a pool of at least twice that, the
     summarizations of a process can never starve each other of connections.
     """
 
-    def __init__(self, engine: AsyncEngine, max_running: int | None = None) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        max_running: int | None = None,
+        write_lock: asyncio.Lock | None = None,
+    ) -> None:
+        self._sessionmaker = create_sessionmaker(engine)
+        self._write_lock = write_lock
         self._slots = asyncio.Semaphore(max_running) if max_running else None
         # Weak values: a session's lock lives while a holder or a waiter references it.
         self._local: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._postgres = engine.dialect.name == "postgresql"
+        self._tokens: dict[int, int] = {}
 
     def is_held(self, session_id: int) -> bool:
         lock = self._local.get(session_id)
@@ -59,10 +91,26 @@ class SessionLocks:
         except TimeoutError as exc:
             raise CompactionBusy(f"session {session_id} is being summarized") from exc
         try:
-            async with self._slot(session_id, deadline), self._advisory(session_id, deadline):
+            async with self._slot(session_id, deadline), self._lease(session_id, deadline):
                 yield
         finally:
             lock.release()
+
+    @asynccontextmanager
+    async def fenced(self, session_id: int) -> AsyncIterator[AsyncSession]:
+        """A write transaction that commits only while this process still holds the session's
+        lease (on PostgreSQL its row stays locked until the commit); `LeaseLost` otherwise, or
+        `SessionGone` if the session was deleted."""
+        token = self._tokens.get(session_id)
+        async with self._writing() as db:
+            if token is None or not await leases.holds_lease(db, session_id, token, utcnow()):
+                if await store.get_session_by_id(db, session_id) is None:
+                    raise SessionGone("the session no longer exists")  # its lease went with it
+                raise LeaseLost(f"session {session_id}: another summarizer took it over")
+            yield db
+
+    def _writing(self) -> AbstractAsyncContextManager[AsyncSession]:
+        return transaction(self._sessionmaker, self._write_lock)
 
     @asynccontextmanager
     async def _slot(self, session_id: int, deadline: float) -> AsyncIterator[None]:
@@ -82,37 +130,50 @@ class SessionLocks:
             self._slots.release()
 
     @asynccontextmanager
-    async def _advisory(self, session_id: int, deadline: float) -> AsyncIterator[None]:
-        """PostgreSQL: the advisory lock, on a connection held for the whole summarization."""
-        if not self._postgres:
-            yield
-            return
-        async with self._engine.connect() as connection:
-            await self._advisory_lock(connection, session_id, deadline)
-            try:
-                yield
-            finally:
-                # A dead connection has released the lock with it.
-                with suppress(Exception):
-                    await connection.scalar(
-                        select(func.pg_advisory_unlock(ADVISORY_LOCK_NAMESPACE, _key(session_id)))
-                    )
-                    await connection.commit()
-
-    async def _advisory_lock(
-        self, connection: AsyncConnection, session_id: int, deadline: float
-    ) -> None:
-        while True:
-            acquired = await connection.scalar(
-                select(func.pg_try_advisory_lock(ADVISORY_LOCK_NAMESPACE, _key(session_id)))
-            )
-            await connection.commit()
-            if acquired:
-                return
+    async def _lease(self, session_id: int, deadline: float) -> AsyncIterator[None]:
+        """The session's lease, renewed while the block runs and given back after it."""
+        token = secrets.randbits(63)
+        while not await self._take(session_id, token):
             if time.monotonic() >= deadline:
                 raise CompactionBusy(f"session {session_id} is being summarized elsewhere")
-            await asyncio.sleep(ADVISORY_POLL_SECONDS)
+            await asyncio.sleep(LEASE_POLL_SECONDS)
+        self._tokens[session_id] = token
+        renewing = asyncio.create_task(self._renew(session_id, token))
+        try:
+            yield
+        finally:
+            del self._tokens[session_id]
+            renewing.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewing
+            await self._give_back(session_id, token)
 
+    async def _take(self, session_id: int, token: int) -> bool:
+        async with self._writing() as db:
+            return await leases.take_lease(db, session_id, token, utcnow(), LEASE_DURATION)
 
-def _key(session_id: int) -> int:
-    return session_id & 0x7FFFFFFF
+    async def _renew(self, session_id: int, token: int) -> None:
+        interval = LEASE_DURATION.total_seconds() / RENEWALS_PER_LEASE
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self._writing() as db:
+                    held = await leases.renew_lease(db, session_id, token, utcnow(), LEASE_DURATION)
+            except Exception as exc:
+                if not cut_off(exc):
+                    raise
+                logger.warning("session %s: lease not renewed: %s", session_id, describe_fault(exc))
+                continue
+            if not held:
+                logger.warning("session %s: the summarizer's lease ran out", session_id)
+                return
+
+    async def _give_back(self, session_id: int, token: int) -> None:
+        """End the lease; if the database cannot be reached, it runs out by itself."""
+        try:
+            async with self._writing() as db:
+                await leases.give_back_lease(db, session_id, token)
+        except Exception as exc:
+            if not cut_off(exc):
+                raise
+            logger.warning("session %s: lease left to expire: %s", session_id, describe_fault(exc))

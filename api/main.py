@@ -15,11 +15,12 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import KeyGate
 from api.compaction import Compactor
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
-from api.db.transactions import Database
+from api.db.transactions import Database, RetryPolicy, retry_budget
 from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         app.state.settings = resolved
         app.state.tenant_keys = resolved.tenant_keys()
+        app.state.retry_policy = RetryPolicy(resolved.database_retry_seconds)
         encoding()  # load the tokenizer now, not in the first request
         if resolved.summary_model != LOCAL_MODEL:
             # Importing litellm takes seconds of CPU: pay it before serving, not mid-traffic.
@@ -72,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         compactor = Compactor(
             resolved,
             background_sessionmaker,
-            SessionLocks(background, max_running=running),
+            SessionLocks(background, max_running=running, write_lock=write_lock),
             write_lock,
         )
         worker = Worker(compactor, resolved.summary_workers)
@@ -107,9 +109,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)
+    app.add_middleware(DatabaseRetryBudget)
     app.add_middleware(BodySizeLimit)  # reads settings.max_request_bytes once they are known
     app.add_middleware(KeyGate)  # added last, so it runs first: no key, nothing else happens
     return app
+
+
+class DatabaseRetryBudget:
+    """Give each HTTP request a database retry budget of its own (DATABASE_RETRY_SECONDS from
+    its first lost connection: `api.db.transactions.RetryBudget`), which every unit of work
+    of the request draws on, the driver's hot reads included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        policy: RetryPolicy = scope["app"].state.retry_policy
+        with retry_budget(policy):
+            await self.app(scope, receive, send)
 
 
 def _document_with_server_rules(

@@ -29,6 +29,7 @@ from api.main import create_app
 from api.settings import Settings
 from scripts.bench import scratch_db
 from scripts.bench.fake_llm import FakeLLM, running_fake_llm
+from tests.pgbouncer import pgbouncer_binary, running_pgbouncer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -40,6 +41,28 @@ SKIP_POSTGRES_REASON = (
     "start it (or set PRECIS_TEST_POSTGRES_URL) to run the PostgreSQL tests"
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+THROUGH_POOLER = frozenset(
+    {
+        "test_append",
+        "test_history",
+        "test_summarization_service",
+        "test_jobs",
+        "test_repair",
+        "test_removal",
+        "test_replicas",
+        "test_races",
+        "test_summarization_lease",
+    }
+)
+"""Test modules whose PostgreSQL tests run a third time, through the run's own PgBouncer in
+transaction mode (`tests/pgbouncer.py`): appends, history, summarization and its lease, jobs,
+repair, removal and replicas racing."""
+
+SKIP_POOLER_REASON = (
+    "pgbouncer is not installed: `apt-get install pgbouncer` (as root) to run the tests "
+    "through a transaction pooler"
+)
 
 
 def _postgres_reachable() -> bool:
@@ -61,36 +84,49 @@ def pytest_configure(config: pytest.Config) -> None:
     reachable = _postgres_reachable()
     if not reachable and IN_CI:
         raise pytest.UsageError(f"CI=true but {SKIP_POSTGRES_REASON}")
+    if pgbouncer_binary() is None and IN_CI:
+        raise pytest.UsageError(f"CI=true but {SKIP_POOLER_REASON}")
     config.stash[_PG_KEY] = reachable
 
 
 _PG_KEY = pytest.StashKey[bool]()
 _MISSING_PG_KEY = pytest.StashKey[int]()
+_MISSING_POOLER_KEY = pytest.StashKey[int]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave out (deselect, not skip) what cannot run here.
 
-    Tests marked `postgresql_only` are not run for SQLite; without a reachable PostgreSQL
-    the PostgreSQL variants are left out, and the run ends with one line saying so.
+    Tests marked `postgresql_only` are not run for SQLite; the PgBouncer variants run only
+    for the modules of `THROUGH_POOLER`; without a reachable PostgreSQL (or an installed
+    PgBouncer) those variants are left out, and the run ends with one line saying so.
     """
     postgres_reachable = config.stash[_PG_KEY]
+    pooler_installed = pgbouncer_binary() is not None
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
-    missing_postgres = 0
+    missing_postgres = missing_pooler = 0
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params.values() if callspec is not None else ()
         backends = {value for value in params if isinstance(value, str)}
         on_sqlite = "sqlite" in backends
-        if on_sqlite and item.get_closest_marker("postgresql_only"):
+        through_pooler = "pgbouncer" in backends
+        not_for_this_backend = (on_sqlite and item.get_closest_marker("postgresql_only")) or (
+            through_pooler and item.path.stem not in THROUGH_POOLER
+        )
+        if not_for_this_backend:
             dropped.append(item)
-        elif "postgresql" in backends and not postgres_reachable:
+        elif ("postgresql" in backends or through_pooler) and not postgres_reachable:
             dropped.append(item)
             missing_postgres += 1
+        elif through_pooler and not pooler_installed:
+            dropped.append(item)
+            missing_pooler += 1
         else:
             kept.append(item)
     config.stash[_MISSING_PG_KEY] = missing_postgres
+    config.stash[_MISSING_POOLER_KEY] = missing_pooler
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
@@ -100,6 +136,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     missing = config.stash.get(_MISSING_PG_KEY, 0)
     if missing:
         terminalreporter.write_line(f"{missing} PostgreSQL tests not run: {SKIP_POSTGRES_REASON}")
+    missing_pooler = config.stash.get(_MISSING_POOLER_KEY, 0)
+    if missing_pooler:
+        terminalreporter.write_line(
+            f"{missing_pooler} tests through PgBouncer not run: {SKIP_POOLER_REASON}"
+        )
 
 
 async def create_postgres_database() -> str:
@@ -158,16 +199,39 @@ async def migrated_database(
         await drop_postgres_database(url)
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="session")
+def pgbouncer_port(postgres_available: bool) -> Iterator[int]:
+    """The run's PgBouncer in transaction mode, in front of the test server (one per run)."""
+    if not postgres_available:
+        pytest.skip(SKIP_POSTGRES_REASON)
+    upstream = make_url(POSTGRES_ADMIN_URL)
+    with running_pgbouncer(
+        upstream.host or "127.0.0.1", upstream.port or 5432, upstream.username or "postgres"
+    ) as port:
+        yield port
+
+
+def through_pgbouncer(url: str, port: int) -> str:
+    """`url`'s database reached through the run's PgBouncer, as Precis is told of a pooler."""
+    pooled = make_url(url).set(host="127.0.0.1", port=port)
+    return pooled.update_query_dict({"pooler": "transaction"}).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql", "pgbouncer"])
 async def database_url(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     postgres_available: bool,
 ) -> AsyncIterator[str]:
-    """One migrated database per backend for the whole run."""
+    """One migrated database per backend for the whole run; `pgbouncer`: a PostgreSQL
+    database of its own, migrated directly, reached through the run's PgBouncer."""
     folder = tmp_path_factory.mktemp("sqlite")
-    async with migrated_database(request.param, folder, postgres_available) as url:
-        yield url
+    backend = "postgresql" if request.param == "pgbouncer" else request.param
+    async with migrated_database(backend, folder, postgres_available) as url:
+        if request.param == "pgbouncer":
+            yield through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
+        else:
+            yield url
 
 
 @pytest.fixture

@@ -250,13 +250,13 @@ async def test_compact_on_one_replica_waits_for_a_summarization_running_on_anoth
 ) -> None:
     """Catches a summarizer lock that holds within one process only: the compacting replica
     does not share the in-process lock of the replica whose worker runs the job, so only
-    the advisory lock makes it wait; without it the compact answers before the release."""
+    the lease makes it wait; without it the compact answers before the release."""
     reached = watch_lock_requests(monkeypatch)
     await append(client, "across", *(user(f"{HOLD} question {i}") for i in range(4)))
     await wait_until(gate.entered)  # the worker of `client`'s app summarizes 1..3, held
     reached.clear()
     # Seqs 5..6 only: a backlog of 4 would schedule a new job when this one ends, and that
-    # job may take the advisory lock between two polls of the waiting compact.
+    # job may take the lease between two polls of the waiting compact.
     await append(other_replica, "across", *(user(f"late question {i}") for i in range(2)))
 
     compact = asyncio.create_task(
@@ -286,7 +286,7 @@ async def test_compact_waiting_on_another_replica_gives_up_with_409_and_stores_n
     sessionmaker: async_sessionmaker[AsyncSession],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Catches an advisory-lock wait without a deadline (the request would hang until the
+    """Catches a lease wait without a deadline (the request would hang until the
     release) or one that, timed out, goes on to summarize anyway."""
     monkeypatch.setattr(service, "COMPACT_WAIT_SECONDS", 0.3)
     await append(client, "across-busy", *(user(f"{HOLD} question {i}") for i in range(4)))

@@ -32,6 +32,7 @@ from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
+from api.db.pooler import transaction_pooled
 from api.db.transactions import read_once_more_if_cut
 
 Processor = Callable[[Any], Any]
@@ -150,7 +151,9 @@ async def _fetch_once(engine: AsyncEngine, sql: str, arguments: list[Any], paged
 @asynccontextmanager
 async def checked_out(engine: AsyncEngine) -> AsyncIterator[Any]:
     """The driver connection (asyncpg's, or aiosqlite's) of a connection checked out of
-    `engine`'s pool, outside any transaction: each statement on it commits on its own.
+    `engine`'s pool, outside any transaction: each statement on it commits on its own. Behind
+    a transaction pooler (`api.db.pooler`), inside one transaction that commits when the block
+    ends.
 
     A connection that failed, or whose operation was cancelled halfway, never goes back to the
     pool (the next checkout would find it busy): it is invalidated. The pool's own calls
@@ -158,8 +161,14 @@ async def checked_out(engine: AsyncEngine) -> AsyncIterator[Any]:
     engine.
     """
     pooled = await engine.raw_connection()
+    connection: Any = pooled.driver_connection
     try:
-        yield pooled.driver_connection
+        if transaction_pooled(engine):
+            # a transaction pooler lends a server connection per transaction
+            async with connection.transaction():
+                yield connection
+        else:
+            yield connection
     except BaseException as exc:
         await greenlet_spawn(pooled.invalidate, exc if isinstance(exc, Exception) else None)
         raise

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.util import await_
 
 from api.db.faults import mark_connection_faults
+from api.db.pooler import mark_pooled, pooler_connect_args, split_pooler, transaction_pooled
 from api.db.transactions import ReadSession
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -41,9 +42,13 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     logged database error never carries user data.
     """
     kwargs.setdefault("hide_parameters", True)
-    url = make_url(database_url)
+    url, pooled = split_pooler(make_url(database_url))
     if url.get_backend_name() != "sqlite":
+        if pooled:
+            kwargs["connect_args"] = {**kwargs.get("connect_args", {}), **pooler_connect_args()}
         engine = create_async_engine(url, **kwargs)
+        if pooled:
+            mark_pooled(engine)
         mark_connection_faults(engine)
         _ping_idle_connections(engine)
         return engine
@@ -129,7 +134,8 @@ def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]
 
 
 def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    """Sessions for requests that only read: no BEGIN and no ROLLBACK round trip.
+    """Sessions for requests that only read: no BEGIN and no ROLLBACK round trip (except
+    behind a transaction pooler, where every statement needs a transaction: `api.db.pooler`).
 
     On PostgreSQL they run in autocommit; SQLite's driver already starts a transaction only
     before a write. Each statement then sees what was committed when it started, which is
@@ -139,11 +145,34 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
     A read request that waits on the LLM (`compact`, inline compaction) holds no open
     transaction either. A statement cut by a lost connection runs once more (`ReadSession`).
     """
-    return async_sessionmaker(read_engine(engine), class_=ReadSession, expire_on_commit=False)
+    session_class = PooledReadSession if transaction_pooled(engine) else ReadSession
+    return async_sessionmaker(read_engine(engine), class_=session_class, expire_on_commit=False)
+
+
+class PooledReadSession(ReadSession):
+    """A read session behind a transaction pooler: each statement runs in a transaction of its
+    own, ended at once, so no read holds a server connection while its request goes on (a
+    `compact` waits on the LLM). Rows come back fully fetched, and objects stay loaded."""
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().execute(*args, **kwargs))
+
+    async def scalar(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().scalar(*args, **kwargs))
+
+    async def scalars(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().scalars(*args, **kwargs))
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().get(*args, **kwargs))
+
+    async def _ended(self, answer: Any) -> Any:
+        await self.commit()
+        return answer
 
 
 def read_engine(engine: AsyncEngine) -> AsyncEngine:
     """`engine` for statements that only read (see `create_read_sessionmaker`)."""
-    if engine.dialect.name == "postgresql":
+    if engine.dialect.name == "postgresql" and not transaction_pooled(engine):
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine

@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -239,3 +239,21 @@ class SummaryJob(Base):
     locked_until: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SummarizationLease(Base):
+    """Who summarizes a session now: a lease that its holder renews while it works, so a
+    holder that died loses it when `expires_at` passes (`api.locks`).
+
+    A row, not a lock held by a connection, so it holds across replicas and behind a
+    transaction pooler (which lends a server connection per transaction). `token` fences: a
+    summary is saved only while its maker's token still holds the lease.
+    """
+
+    __tablename__ = "summarization_leases"
+
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    token: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime]

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.db import driver
 from api.db.faults import connection_lost
 from api.db.models import utcnow
+from api.db.pooler import transaction_pooled
 from api.errors import Conflict
 from api.store.messages import (
     AppendOutcome,
@@ -192,7 +193,10 @@ _SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
 _FORMAT = "SELECT format FROM sessions WHERE tenant = $1 AND external_id = $2"
 
 
-_RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')"
+_RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')"
+"""A server process not idle may still commit: running a statement, or (behind a transaction
+pooler, whose append is a transaction) holding its transaction open until the pooler closes
+the connection of the client that went away."""
 
 
 class AppendCutOff(Exception):
@@ -285,9 +289,10 @@ async def append(
     """
     now = utcnow()
     values = arguments(tenant, external_id, batch, now, append_id, defaults)
-    async with driver.checked_out(engine) as connection:
-        server_pid: int = connection.get_server_pid()
-        try:
+    server_pid: int | None = None
+    try:
+        async with driver.checked_out(engine) as connection:
+            server_pid = await _server_pid(engine, connection)
             row = await connection.fetchrow(statement(batch), *values)
             if row is None:
                 held = await connection.fetchval(_FORMAT, tenant, external_id)
@@ -305,14 +310,26 @@ async def append(
                 for i, (id_, new) in enumerate(zip(ids, inserted, strict=True))
             ]
             stored = await _stored(connection, session.id, batch, fresh)
-        except Exception as exc:
-            if connection_lost(exc):
-                raise AppendCutOff(server_pid) from exc
-            raise
+    except Exception as exc:
+        # cut before the statement was sent: nothing ran, the caller runs it again
+        if server_pid is not None and connection_lost(exc):
+            raise AppendCutOff(server_pid) from exc
+        raise
     after_seq = row["after_seq"]
     backlog = CountedBacklog(after_seq, session.last_seq - after_seq, row["backlog_tokens"])
     messages = in_batch_order(batch, fresh, stored)
     return Appended(AppendOutcome(session, messages, len(fresh)), backlog, row["job_queued"])
+
+
+async def _server_pid(engine: AsyncEngine, connection: Any) -> int:
+    """The server process that runs the append: the one the connection reached, or behind a
+    transaction pooler (whose answer names the pooler's own) the one lent for this
+    transaction, asked inside it."""
+    if transaction_pooled(engine):
+        pid: int = await connection.fetchval("SELECT pg_backend_pid()")
+        return pid
+    direct: int = connection.get_server_pid()
+    return direct
 
 
 async def _stored(
@@ -328,8 +345,9 @@ async def _stored(
 
 
 async def still_running(engine: AsyncEngine, server_pid: int) -> bool:
-    """Whether the server process of a cut connection is still running its statement (it
-    commits or rolls back when it ends; a process that is gone or idle has ended)."""
+    """Whether the server process of a cut connection is still running its statement or
+    transaction (it commits or rolls back when it ends; a process that is gone or idle has
+    ended)."""
     async with driver.checked_out(engine) as connection:
         running: bool = await connection.fetchval(_RUNNING, server_pid)
     return running
