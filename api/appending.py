@@ -13,13 +13,15 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api import items, metrics, store
+from api import items, store
 from api.compaction import proactive_reason, schedule_if_due
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
     RETRY_PAUSE_SECONDS,
     CommitInterrupted,
     Database,
+    RetryBudget,
+    current_budget,
     cut_off,
     retrying,
 )
@@ -37,13 +39,15 @@ from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 from summarizer.triggers import ProactiveReason
 
-APPEND_ATTEMPTS = 3
-"""Runs of an append's transaction at most, each on a fresh connection after the previous one
-lost its connection without storing anything (a failover may cut two in a row)."""
+RACE_ATTEMPTS = 3
+"""Runs of an append's statement at most when a concurrent request raced it (created the
+session, or stored one of its client ids, at the same moment): nothing landed, run it again.
+A lost connection is retried within the request's retry budget instead."""
 
 OUTCOME_WAIT_SECONDS = 5.0
-"""How long an append whose connection was cut off waits for the database to say whether it
-landed (the server ends the dead connection's statement within moments)."""
+"""How long an append whose connection was cut off waits for the server process that ran its
+statement to end, while the database answers (the server ends a dead connection's statement
+within moments); while the database does not answer, it waits within the retry budget."""
 
 OUTCOME_POLL_SECONDS = 0.05
 """How often that question is asked again while the statement still runs."""
@@ -181,33 +185,42 @@ async def _store_in_one_statement(
     """
     engine = database.engine
     append_id = secrets.randbits(63)
-    for attempt in range(1, APPEND_ATTEMPTS + 1):
+    budget = current_budget()
+    races = 0
+    while True:
         try:
             appended = await pg_append.append(
                 engine, tenant, external_id, batch, append_id, _backlog_defaults(settings)
             )
         except pg_append.AppendCutOff as exc:
-            outcome = await _landed(engine, tenant, external_id, batch, append_id, exc.server_pid)
+            outcome = await _landed(
+                engine, tenant, external_id, batch, append_id, exc.server_pid, budget
+            )
             if outcome is not None:
                 policy = settings.policy(outcome.session.settings)
                 return outcome, await _schedule_if_due(database, outcome.session, policy, None)
-            if attempt == APPEND_ATTEMPTS:
-                raise exc.__cause__ or exc from None  # it did not land: nothing was stored
-            _log_retry(f"before its statement landed: {describe_fault(exc)}")
+            # it did not land: nothing was stored
+            if not await budget.wait_to_retry(exc, "an append", "append"):
+                raise exc.__cause__ or exc from None
         except Exception as exc:
             if pg_append.raced_on_client_id(exc):
-                if attempt < APPEND_ATTEMPTS:
+                races += 1
+                if races < RACE_ATTEMPTS:
                     continue  # nothing landed; the next run sees the other request's message
                 raise Conflict("concurrent appends stored this batch's client ids; retry") from exc
-            if attempt == APPEND_ATTEMPTS or not connection_lost(exc):
+            if not connection_lost(exc) or not await budget.wait_to_retry(
+                exc, "an append", "append"
+            ):
                 raise
-            _log_retry(describe_fault(exc))
         else:
-            if appended is None:
-                continue  # a concurrent request created the session just now
-            return appended.outcome, await _schedule(database, settings, appended)
-        await asyncio.sleep(RETRY_PAUSE_SECONDS * attempt)
-    raise Conflict("the session was created and deleted under this append repeatedly; retry")
+            if appended is not None:
+                return appended.outcome, await _schedule(database, settings, appended)
+            races += 1  # a concurrent request created the session just now
+            if races >= RACE_ATTEMPTS:
+                raise Conflict(
+                    "the session was created and deleted under this append repeatedly; retry"
+                )
+            await asyncio.sleep(RETRY_PAUSE_SECONDS * races)
 
 
 async def _schedule(
@@ -246,11 +259,12 @@ async def _landed(
     batch: Sequence[store.NewMessage],
     append_id: int,
     server_pid: int,
+    budget: RetryBudget,
 ) -> store.AppendOutcome | None:
     """What a cut-off append stored, once the server process that ran it has ended; None if it
-    stored nothing. Raises `CommitInterrupted` if the database cannot tell within
-    OUTCOME_WAIT_SECONDS."""
-    deadline = time.monotonic() + OUTCOME_WAIT_SECONDS
+    stored nothing. Raises `CommitInterrupted` if the database cannot tell: its process still
+    runs after OUTCOME_WAIT_SECONDS, or the database does not answer within the budget."""
+    running_until: float | None = None
     while True:
         try:
             if not await pg_append.still_running(engine, server_pid):
@@ -258,8 +272,17 @@ async def _landed(
         except Exception as exc:
             if not connection_lost(exc):
                 raise
-            # the database is not answering yet: ask again
-        if time.monotonic() >= deadline:
+            # the database is not answering (a restart cut the append): wait for it
+            asking = "finding out whether an append landed"
+            if not await budget.wait_to_retry(exc, asking, "append"):
+                raise CommitInterrupted(
+                    "the append's connection was lost and the database did not come back; "
+                    "its outcome is unknown"
+                ) from exc
+            continue
+        now = time.monotonic()
+        running_until = running_until or now + OUTCOME_WAIT_SECONDS
+        if now >= running_until:
             raise CommitInterrupted("the append's connection was lost; its outcome is unknown")
         await asyncio.sleep(OUTCOME_POLL_SECONDS)
 
@@ -299,8 +322,3 @@ async def _schedule_if_due(
             raise
         logger.warning("an append's summarization job was not recorded: %s", describe_fault(exc))
         return None
-
-
-def _log_retry(cause: str) -> None:
-    metrics.DATABASE_RETRIES.labels("append").inc()
-    logger.warning("an append lost its database connection; appending again: %s", cause)

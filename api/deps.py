@@ -30,21 +30,15 @@ async def read_transaction(request: Request) -> AsyncIterator[AsyncSession]:
             yield db
 
 
-async def write_transaction(request: Request) -> AsyncIterator[AsyncSession]:
-    """The transaction of a request that writes: it commits before the response is sent, so a
-    2xx means the data is committed; any error rolls it back."""
-    with database_faults_as_503():
-        async with database_of(request).transaction() as db:
-            yield db
-
-
 def database_of(request: Request) -> Database:
     database: Database = request.app.state.database
     return database
 
 
 async def app_database(request: Request) -> Database:
-    """The app's database, for a use case that opens its own units of work (an append).
+    """The app's database, for a use case that opens its own units of work (an append, a
+    write run again when its connection is lost: `Database.write`). Each commits before the
+    response is sent, so a 2xx means the data is committed.
 
     Every dependency here is async: FastAPI runs a plain function in a worker thread, a
     thread hop per dependency per request."""
@@ -54,7 +48,8 @@ async def app_database(request: Request) -> Database:
 @contextmanager
 def database_faults_as_503() -> Iterator[None]:
     """A database that failed (rather than a statement) becomes 503 with Retry-After, logged
-    once at WARNING with its cause."""
+    once at WARNING with its cause. A lost connection gets here once the request's retry
+    budget is spent (DATABASE_RETRY_SECONDS), or when the work cannot be run again."""
     try:
         yield
     except Exception as exc:
@@ -107,7 +102,6 @@ async def settings_of(request: Request) -> Settings:
 
 
 ReadDb = Annotated[AsyncSession, Depends(read_transaction, scope="function")]
-WriteDb = Annotated[AsyncSession, Depends(write_transaction, scope="function")]
 AppDatabase = Annotated[Database, Depends(app_database)]
 AppSettings = Annotated[Settings, Depends(settings_of)]
 AppCompactor = Annotated[Compactor, Depends(compactor_of)]

@@ -50,8 +50,9 @@ PENDING_JOBS = Gauge("precis_pending_summary_jobs", "Summarization jobs queued o
 JOB_FAILURES = Counter("precis_summary_job_failures_total", "Background jobs that failed")
 DATABASE_RETRIES = Counter(
     "precis_database_retries_total",
-    "Database work run again on a fresh connection after its connection died, by kind "
-    "(read: a statement of a read request or the readiness probe; append: a whole append; "
-    "summarization: a job, its bookkeeping, an inline compaction)",
+    "Database work run again on a fresh connection after its connection died or none could "
+    "be made, by kind (read: a statement of a read request or a probe; write: a session's "
+    "create, patch or delete, a message's removal; append: a whole append; summarization: a "
+    "job, its bookkeeping, an inline compaction, a repair)",
     ["kind"],
 )

@@ -20,14 +20,13 @@ from api import appending, metrics, service, store
 from api.auth import Tenant
 from api.db.faults import connection_lost
 from api.db.models import SCHEMA_REVISION
-from api.db.transactions import Database, retrying
+from api.db.transactions import Database, RetryPolicy, retry_budget, retrying
 from api.deps import (
     AppCompactor,
     AppDatabase,
     AppSettings,
     AppWorker,
     ReadDb,
-    WriteDb,
     database_faults_as_503,
 )
 from api.errors import (
@@ -179,6 +178,11 @@ async def well_formed(request: Request) -> None:
 router = APIRouter(prefix="/v1", dependencies=[Depends(well_formed)])
 probes = APIRouter()
 
+PROBE_RETRIES = RetryPolicy(budget_seconds=0.5)
+"""The probes (`/readyz`, `/metrics`) answer within a prober's timeout (Kubernetes: 1 s by
+default), so they wait this long at most for an unreachable database, not
+DATABASE_RETRY_SECONDS."""
+
 
 @router.post(
     "/sessions",
@@ -186,13 +190,15 @@ probes = APIRouter()
     responses=responses(*COMMON, SessionExists, *BODY),
 )
 async def create_session(
-    body: SessionCreate, db: WriteDb, tenant: Tenant, settings: AppSettings
+    body: SessionCreate, database: AppDatabase, tenant: Tenant, settings: AppSettings
 ) -> SessionOut:
     """Create an empty session (`id` generated when absent; `format` fixed now or by its first
     append); 409 `SessionExists` if the id is taken."""
     check_metadata_size(body.metadata, "metadata", settings.max_metadata_bytes)
     check_session_model(body.settings, settings)
-    return await service.create_session(db, settings, tenant, body)
+    with database_faults_as_503():
+        # not repeatable: a create that landed would answer 409 the second time
+        return await database.write(lambda db: service.create_session(db, settings, tenant, body))
 
 
 @router.get("/sessions", responses=responses(*COMMON, BadRequest))
@@ -216,12 +222,21 @@ async def get_session(
 
 @router.patch("/sessions/{session_id}", responses=responses(*COMMON, SessionNotFound, *BODY))
 async def update_session(
-    session_id: SessionPath, body: SessionUpdate, db: WriteDb, tenant: Tenant, settings: AppSettings
+    session_id: SessionPath,
+    body: SessionUpdate,
+    database: AppDatabase,
+    tenant: Tenant,
+    settings: AppSettings,
 ) -> SessionOut:
     """A JSON Merge Patch (RFC 7396) of `metadata` and `settings`: a key given replaces its
     value, null removes it, absent keys stay."""
     check_session_model(body.settings, settings)
-    return await service.update_session(db, settings, tenant, session_id, body)
+    with database_faults_as_503():
+        # a merge patch applied twice gives what it gave once
+        return await database.write(
+            lambda db: service.update_session(db, settings, tenant, session_id, body),
+            repeatable=True,
+        )
 
 
 @router.delete(
@@ -229,9 +244,13 @@ async def update_session(
     status_code=status.HTTP_204_NO_CONTENT,
     responses=responses(*COMMON, SessionNotFound),
 )
-async def delete_session(session_id: SessionPath, db: WriteDb, tenant: Tenant) -> Response:
+async def delete_session(
+    session_id: SessionPath, database: AppDatabase, tenant: Tenant
+) -> Response:
     """Delete the session with its messages, summaries and links."""
-    await service.delete_session(db, tenant, session_id)
+    with database_faults_as_503():
+        # not repeatable: a delete that landed would answer 404 the second time
+        await database.write(lambda db: service.delete_session(db, tenant, session_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -323,8 +342,12 @@ async def _remove(
     message_id: int | None,
 ) -> store.Removal | None:
     with database_faults_as_503():
-        async with database.transaction() as db:
-            removal = await service.remove_message(db, settings, tenant, session_id, message_id)
+        # Removing a given message twice answers as once (204); a second pop would remove
+        # the next message.
+        removal = await database.write(
+            lambda db: service.remove_message(db, settings, tenant, session_id, message_id),
+            repeatable=message_id is not None,
+        )
     if removal is not None:
         metrics.REMOVED_MESSAGES.inc()
         metrics.ERASED_SUMMARIES.inc(removal.erased_summaries)
@@ -440,7 +463,8 @@ async def readyz(request: Request) -> Health:
     """Readiness: the database answers, and its schema is at the revision this build needs."""
     probe = partial(_database_revision, request.app.state.engine)
     try:
-        revision = await retrying(probe, "the readiness probe", "read")
+        with retry_budget(PROBE_RETRIES):
+            revision = await retrying(probe, "the readiness probe", "read")
     except Exception as exc:
         raise ServiceUnavailable(f"the database is unreachable: {type(exc).__name__}") from exc
     if revision != SCHEMA_REVISION:
@@ -482,6 +506,7 @@ async def _schema_revision(connection: AsyncConnection) -> str | None:
 )
 async def prometheus_metrics(_tenant: Tenant, db: ReadDb) -> PlainTextResponse:
     """Prometheus text; needs a key like every /v1 route (loopback only without API_KEYS)."""
-    with suppress(SQLAlchemyError, OSError):  # database down: the gauge keeps its last value
+    # database down: the gauge keeps its last value
+    with suppress(SQLAlchemyError, OSError), retry_budget(PROBE_RETRIES):
         metrics.PENDING_JOBS.set(await store.pending_job_count(db))
     return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)

@@ -252,11 +252,12 @@ async def history(
             except Exception as exc:
                 if not isinstance(exc, TimeoutError) and not cut_off(exc):
                     raise
-                # Past its deadline (the chat turn cannot wait), or cut off twice by a lost
-                # database connection: answer the truncated context, summarize in the background.
+                # Past its deadline (the chat turn cannot wait), or cut off by lost database
+                # connections until the retry budget was spent: answer the truncated
+                # context, summarize in the background.
                 if not isinstance(exc, TimeoutError):
                     logger.warning(
-                        "an inline compaction lost its database connection twice; answering "
+                        "an inline compaction kept losing its database connection; answering "
                         "the truncated context: %s",
                         describe_fault(exc),
                     )

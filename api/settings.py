@@ -26,6 +26,10 @@ from summarizer.local import LOCAL_MODEL
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"
 """The embedded default: one SQLite file under ./data/, created on first migration."""
 
+DEFAULT_DATABASE_RETRY_SECONDS = 10.0
+"""How long a request or job waits for a database that went away (DATABASE_RETRY_SECONDS):
+a restart or a failover takes a few seconds; longer, and a client is better told (503)."""
+
 PositiveInt = Annotated[int, Field(ge=1, le=10_000_000)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=10_000_000)]
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
@@ -144,6 +148,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
 
     database_url: str = DEFAULT_DATABASE_URL
+    database_retry_seconds: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_DATABASE_RETRY_SECONDS
+    """How long, from its first lost connection, a request or a background job retries on a
+    fresh connection while the database is unreachable (a restart, a failover); past it a
+    request answers 503 with Retry-After."""
     api_keys: SecretStr = SecretStr("")
 
     dynamic_summary_enabled: bool = True

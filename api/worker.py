@@ -1,7 +1,10 @@
 """The background summarization worker: claims durable jobs from the database and runs them.
 
 Jobs live in `summary_jobs`, so a restart resumes them and any replica can run them. A
-failed job goes back to pending with exponential backoff; appends never wait on it. A running
+failed job goes back to pending with exponential backoff; appends never wait on it. While the
+database is unreachable (a restart), each claim, job and repair round waits for it within a
+retry budget of its own (DATABASE_RETRY_SECONDS), and a job it cut off goes back to pending
+without counting as failed. A running
 job's lease is renewed while it runs (a heartbeat), so the lease can be short: a killed
 worker's job is taken over within a minute, a slow one's never.
 """
@@ -20,7 +23,7 @@ from api import metrics, store
 from api.compaction import Compactor, schedule_if_due
 from api.db.faults import describe_fault
 from api.db.models import utcnow
-from api.db.transactions import cut_off, retrying
+from api.db.transactions import RetryPolicy, cut_off, retry_budget, retrying
 from api.locks import CompactionBusy
 from summarizer.retry import describe
 
@@ -70,6 +73,7 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._summarizing: set[asyncio.Task[None]] = set()
         self._repairing: asyncio.Task[None] | None = None
+        self._retries = RetryPolicy(compactor.settings.database_retry_seconds)
 
     def start(self) -> None:
         self._stopping = False
@@ -107,18 +111,34 @@ class Worker:
         while not self._stopping:
             await asyncio.sleep(interval)
             try:
-                async with self._compactor.sessionmaker() as db:
-                    fallbacks = await store.live_fallback_summaries(db, REPAIRS_PER_ROUND)
-                for fallback in fallbacks:
-                    if await self._compactor.repair(fallback.id) is None:
-                        break
+                with retry_budget(self._retries):
+                    await self._repair_round()
             except Exception as exc:
                 logger.warning("repairing fallback summaries failed: %s", describe(exc))
+
+    async def _repair_round(self) -> None:
+        """Repair live fallbacks until the model fails one; a repair cut off by a lost
+        connection runs again (a second run of one that landed finds it superseded)."""
+
+        async def live_fallbacks() -> list[store.SummaryRow]:
+            async with self._compactor.sessionmaker() as db:
+                return await store.live_fallback_summaries(db, REPAIRS_PER_ROUND)
+
+        looking = "looking for fallback summaries"
+        fallbacks = await retrying(live_fallbacks, looking, "summarization")
+        for fallback in fallbacks:
+            repair = partial(self._compactor.repair, fallback.id)
+            what = f"repairing fallback summary {fallback.id}"
+            if await retrying(repair, what, "summarization") is None:
+                break
 
     async def _loop(self) -> None:
         while not self._stopping:
             try:
-                job = await retrying(self._claim, "claiming a summarization job", "summarization")
+                with retry_budget(self._retries):
+                    job = await retrying(
+                        self._claim, "claiming a summarization job", "summarization"
+                    )
             except Exception as exc:
                 _log_failure("could not claim a summarization job", exc)
                 job = None
@@ -143,6 +163,11 @@ class Worker:
             return await store.claim_job(db, JOB_LEASE)
 
     async def _run(self, job: store.JobRow) -> None:
+        """Run a claimed job with a retry budget of its own."""
+        with retry_budget(self._retries):
+            await self._run_budgeted(job)
+
+    async def _run_budgeted(self, job: store.JobRow) -> None:
         try:
             async with self._compactor.sessionmaker() as db:
                 before = await store.get_session_by_id(db, job.session_id)
@@ -173,7 +198,11 @@ class Worker:
             await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
             return
         finish = partial(self._finish, job, summary is not None, seen)
-        await retrying(finish, f"finishing summarization job {job.id}", "summarization")
+        try:
+            await retrying(finish, f"finishing summarization job {job.id}", "summarization")
+        except Exception as exc:
+            # its summary is stored; the job runs again, finding nothing, once its lease ends
+            _log_failure(f"could not finish summarization job {job.id}", exc)
 
     async def _finish(
         self, job: store.JobRow, summarized: bool, seen: tuple[int, int] | None

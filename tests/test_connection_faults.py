@@ -36,6 +36,7 @@ from api.main import create_app
 from api.store import summaries as summary_store
 from api.worker import CONNECTION_RETRY_SECONDS
 from scripts.bench.fake_llm import FakeLLM
+from scripts.bench.load import free_port
 from tests.conftest import QUIET, make_settings
 from tests.helpers import WAIT_SECONDS, append, user, wait_for_summary
 from tests.pg_proxy import CuttingProxy, cutting_proxy
@@ -125,6 +126,36 @@ def test_connection_faults_are_told_from_statement_errors() -> None:
     # the pool's checkout found a stale connection, then a fresh one cut at once
     assert connection_lost(InvalidRequestError("This connection is closed"))
     assert not connection_lost(InvalidRequestError("A transaction is already begun"))
+
+
+# --- a database that does not come back ------------------------------------------------------
+
+GIVE_UP_SECONDS = 0.3
+"""A short DATABASE_RETRY_SECONDS, for a database that never answers."""
+
+
+async def test_requests_answer_503_with_retry_after_once_the_retry_budget_is_spent(
+    database_url: str,
+) -> None:
+    """No server listens: every try is refused; past the budget, reads and writes alike
+    answer 503 in the project's error shape, after retrying."""
+    nowhere = make_url(database_url).set(port=free_port()).render_as_string(hide_password=False)
+    app = create_app(make_settings(nowhere, database_retry_seconds=GIVE_UP_SECONDS, **QUIET))
+    before = {kind: retries(kind) for kind in ("read", "append", "write")}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http,
+    ):
+        answers = [
+            await http.get("/v1/sessions/gone/history"),
+            await http.post("/v1/sessions/gone/messages", json={"messages": [user("hi")]}),
+            await http.post("/v1/sessions", json={"id": "gone"}),
+        ]
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"] == "1"
+        assert answer.json()["error"] == "ServiceUnavailable"
+    assert all(retries(kind) > before[kind] for kind in before), "nothing was retried"
 
 
 # --- reads ------------------------------------------------------------------------------------
@@ -560,18 +591,30 @@ async def test_an_inline_compaction_cut_off_once_is_run_once_more(
     assert retries("summarization") == before + 1
 
 
-async def test_an_inline_compaction_cut_off_twice_answers_the_truncated_context(
+INLINE_DEADLINE_SECONDS = 1.0
+"""A short SUMMARY_INLINE_DEADLINE_SECONDS, well within the retry budget."""
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_inline_deadline_seconds": INLINE_DEADLINE_SECONDS}],
+    indirect=True,
+)
+async def test_an_inline_compaction_cut_off_until_its_deadline_answers_the_truncated_context(
     client: httpx.AsyncClient,
     database_url: str,
     sessionmaker: async_sessionmaker[AsyncSession],
     monkeypatch: pytest.MonkeyPatch,
     sid: str,
 ) -> None:
+    """A cut compaction runs again within the retry budget, but never past the inline
+    deadline: the chat turn gets the truncated context and a job is left behind."""
     await append(client, sid, *(user(f"question {i} " + "word " * 10) for i in range(6)))
+    before = retries("summarization")
     monkeypatch.setattr(
         summary_store,
         "_link_messages",
-        kill_before_calls(summary_store._link_messages, database_url, 2),
+        kill_before_calls(summary_store._link_messages, database_url, calls=1_000),
     )
     answer = await client.get(f"/v1/sessions/{sid}/history?max_tokens={HISTORY_BUDGET}")
     assert answer.status_code == 200, answer.text
@@ -579,6 +622,7 @@ async def test_an_inline_compaction_cut_off_twice_answers_the_truncated_context(
     assert history["summaries"] == []
     assert history["token_estimate"] <= HISTORY_BUDGET
     assert history["summarization_pending"] is True
+    assert retries("summarization") - before >= 2  # run again more than once
     assert await count(sessionmaker, SummaryJob) == 1  # the summary is left to a job
     await assert_nothing_lost(sessionmaker, sid, 6)
 

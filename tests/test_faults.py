@@ -241,7 +241,8 @@ async def kill_connections(database_url: str) -> int:
 
 async def test_an_unreachable_database_gets_503_and_readyz_says_so() -> None:
     url = "postgresql+asyncpg://postgres@127.0.0.1:1/precis"  # nothing listens on port 1
-    app = create_app(make_settings(url, summary_workers=0))
+    # a short DATABASE_RETRY_SECONDS: the append gives up quickly
+    app = create_app(make_settings(url, summary_workers=0, database_retry_seconds=0.3))
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,

@@ -111,6 +111,15 @@ def test_unreadable_metrics_fail_the_run() -> None:
     assert reasons == ["/metrics answered 401: job failures unknown"]
 
 
+def test_acknowledged_messages_read_back_wrong_fail_the_run() -> None:
+    contents = load.Contents(acknowledged=4, lost=1, duplicated=1)
+    reasons = load.failures(outcome(contents=contents), CLEAN_LOG, 0, 0)
+    assert reasons == [
+        "sessions read back wrong: 1 acknowledged messages lost, 1 duplicated, 0 altered, "
+        "0 unexpected, 0 sessions unreadable"
+    ]
+
+
 def test_a_clean_outcome_passes() -> None:
     assert load.failures(outcome(), CLEAN_LOG, -15, 0) == []
 
@@ -177,9 +186,11 @@ def test_a_small_comparison_with_the_minimal_app_reports_both_rates_and_their_ra
             "only terminates connections of a database on loopback",
         ),
         (["--chaos", "--database", "postgresql", "--chaos-kills", "0"], "must be positive"),
+        (["--restart"], "add --database postgresql"),
+        (["--restart", "--database", "postgresql", "--compare-minimal"], "leave out --chaos"),
     ],
 )
-def test_chaos_is_refused_where_it_could_harm_or_do_nothing(
+def test_chaos_and_restarts_are_refused_where_they_could_harm_or_do_nothing(
     arguments: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit):

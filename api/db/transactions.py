@@ -1,27 +1,50 @@
-"""Units of work, and what each does when the connection dies under it.
+"""Units of work, and what each does when the connection dies under it or none can be made.
 
 Who commits: `transaction` below, and nothing else. A request's own reads and writes run in
-the scope its dependency opens (`api.deps`); an append opens its own, to run it again when its
-connection dies (`api.appending.store_batch`); summarization writes in short scopes of its own
+the scope its dependency opens (`api.deps`) or in a unit of work its route runs
+(`Database.write`); an append opens its own, to run it again when its connection dies
+(`api.appending.store_batch`); summarization writes in short scopes of its own
 (`Compactor.writing`), never in the request's. Store functions never commit.
 
-- A read (`ReadSession`, autocommit) runs a statement cut by a lost connection once more on a
-  fresh connection: each statement stands alone, so the second run is the same as the first.
+One retry policy for every lost connection (a connection cut, a server refusing connections
+or shutting down, as during a restart): the work runs again on a fresh connection, after a
+pause that doubles from try to try (with jitter), until the `RetryBudget` of its request or
+job is spent: DATABASE_RETRY_SECONDS from its first lost connection. Then the error goes up
+(503 with Retry-After for a request). Only work that a second run cannot store twice runs
+again:
+
+- A read (`ReadSession`, autocommit, and the driver's `fetch`) runs a cut statement again:
+  each statement stands alone, so the second run is the same as the first.
 - A write (`transaction`) commits when its block ends and rolls back on any error. A lost
-  connection before COMMIT was sent stored nothing, so its caller may run it again; one lost
-  while COMMIT was under way raises `CommitInterrupted` (its outcome is unknown). The append
+  connection before COMMIT was sent stored nothing, so `Database.write` runs the whole unit
+  again; one lost while COMMIT was under way raises `CommitInterrupted` (its outcome is
+  unknown), run again only for units whose second run answers as the first did. The append
   on PostgreSQL is one autocommit statement instead, which finds out by its own id whether
   it landed (`api.appending`).
-- Summarization (jobs, their bookkeeping, inline compactions) and the readiness probe run
-  through `retrying`.
+- Summarization (jobs, their bookkeeping, inline compactions) and the probes run through
+  `retrying`.
+
+The budget reaches the code through a context variable, set per request by the app's
+middleware (`api.main`) and per job by the worker (`retry_budget`): the driver's hot reads
+take no settings. Outside both (scripts, tests calling the store), each call has a budget of
+its own of the default length.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+    suppress,
+)
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -31,14 +54,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import metrics
 from api.db.faults import connection_lost, describe_fault
+from api.settings import DEFAULT_DATABASE_RETRY_SECONDS
 
 logger = logging.getLogger("precis.db")
 
 T = TypeVar("T")
 
 RETRY_PAUSE_SECONDS = 0.05
-"""Pause before a retry on a fresh connection: long enough for the pool to see the others
-die too (a failover takes them all), short enough that a client does not notice."""
+"""Pause before the first retry on a fresh connection: long enough for the pool to see the
+others die too (a failover takes them all), short enough that a client does not notice."""
+
+MAX_RETRY_PAUSE_SECONDS = 0.5
+"""Longest pause between two tries: once the database is back, a waiting request notices
+within this long; shorter would knock on a restarting server more often for nothing."""
+
+RetryKind = Literal["read", "write", "append", "summarization"]
+"""The label of `precis_database_retries_total` a retry counts under."""
 
 
 class CommitInterrupted(Exception):
@@ -46,9 +77,76 @@ class CommitInterrupted(Exception):
     landed."""
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long work waits for a database that lost its connections or refuses new ones."""
+
+    budget_seconds: float = DEFAULT_DATABASE_RETRY_SECONDS
+    """Counted from the first lost connection of a request or job (DATABASE_RETRY_SECONDS)."""
+    first_pause_seconds: float = RETRY_PAUSE_SECONDS
+    max_pause_seconds: float = MAX_RETRY_PAUSE_SECONDS
+
+
+class RetryBudget:
+    """The retries of one request or job: exponential backoff with jitter, until
+    `policy.budget_seconds` have passed since its first lost connection."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.retries = 0
+        self._deadline: float | None = None
+
+    def next_pause(self) -> float | None:
+        """Seconds to wait before the next try; None when the budget is spent."""
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + self.policy.budget_seconds
+        remaining = self._deadline - now
+        if remaining <= 0:
+            return None
+        policy = self.policy
+        pause = min(policy.max_pause_seconds, policy.first_pause_seconds * 2.0**self.retries)
+        self.retries += 1
+        return min(pause * random.uniform(0.5, 1.0), remaining)
+
+    async def wait_to_retry(self, exc: BaseException, what: str, kind: RetryKind) -> bool:
+        """After `exc` lost the connection under `what`: count, log and wait before the next
+        try. False, at once, when the budget is spent."""
+        pause = self.next_pause()
+        if pause is None:
+            return False
+        metrics.DATABASE_RETRIES.labels(kind).inc()
+        # One WARNING per request or job; a restart would otherwise log every try of each.
+        level = logging.WARNING if self.retries == 1 else logging.DEBUG
+        logger.log(
+            level, "%s lost its database connection; retrying: %s", what, describe_fault(exc)
+        )
+        await asyncio.sleep(pause)
+        return True
+
+
+_budget: ContextVar[RetryBudget | None] = ContextVar("precis_retry_budget", default=None)
+
+
+@contextmanager
+def retry_budget(policy: RetryPolicy) -> Iterator[RetryBudget]:
+    """Run the block (one request, one job) with a retry budget of its own."""
+    budget = RetryBudget(policy)
+    token = _budget.set(budget)
+    try:
+        yield budget
+    finally:
+        _budget.reset(token)
+
+
+def current_budget() -> RetryBudget:
+    """The budget of the request or job running; a fresh default one outside both."""
+    return _budget.get() or RetryBudget(RetryPolicy())
+
+
 class ReadSession(AsyncSession):
     """The session of a request that only reads: a statement cut by a lost connection runs
-    once more on a fresh connection.
+    again on a fresh connection, within the request's retry budget.
 
     The session is closed in between (the dead connection goes back to the pool, which
     discards it); rows and objects already read stay usable.
@@ -82,19 +180,19 @@ class ReadSession(AsyncSession):
 async def read_once_more_if_cut(
     read: Callable[[], Awaitable[T]], release: Callable[[], Awaitable[None]] | None = None
 ) -> T:
-    """`read`, run once more on a fresh connection if a lost connection cut it (after
-    `release` hands the dead one back to the pool, which discards it)."""
-    try:
-        return await read()
-    except Exception as exc:
-        if not connection_lost(exc):
-            raise
-        if release is not None:
-            await release()
-        metrics.DATABASE_RETRIES.labels("read").inc()
-        logger.warning("a read lost its database connection; retrying: %s", describe_fault(exc))
-    await asyncio.sleep(RETRY_PAUSE_SECONDS)
-    return await read()
+    """`read`, run again on a fresh connection while a lost connection cuts it, within the
+    retry budget (after `release` hands the dead one back to the pool, which discards it)."""
+    budget = current_budget()
+    while True:
+        try:
+            return await read()
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            if release is not None:
+                await release()
+            if not await budget.wait_to_retry(exc, "a read", "read"):
+                raise
 
 
 @asynccontextmanager
@@ -142,6 +240,26 @@ class Database:
     def transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
         return transaction(self.sessionmaker, self.write_lock)
 
+    async def write(
+        self, work: Callable[[AsyncSession], Awaitable[T]], *, repeatable: bool = False
+    ) -> T:
+        """`work` in one transaction, run again within the retry budget when the connection
+        was lost before COMMIT (the transaction rolled back: nothing was stored).
+
+        `repeatable`: a second run of work that landed answers as the first did (a merge
+        patch, removing a given message), so a COMMIT cut under way runs it again too;
+        otherwise `CommitInterrupted` goes up (503: read it back, or retry).
+        """
+        budget = current_budget()
+        while True:
+            try:
+                async with self.transaction() as db:
+                    return await work(db)
+            except Exception as exc:
+                again = connection_lost(exc) or (repeatable and cut_off(exc))
+                if not again or not await budget.wait_to_retry(exc, "a write", "write"):
+                    raise
+
     @property
     def engine(self) -> AsyncEngine:
         engine: AsyncEngine = self.sessionmaker.kw["bind"]
@@ -151,21 +269,18 @@ class Database:
         return self.read_sessionmaker()
 
 
-async def retrying(
-    operation: Callable[[], Awaitable[T]], what: str, kind: Literal["read", "summarization"]
-) -> T:
-    """Run `operation`, once more on a fresh connection if the connection died under it.
+async def retrying(operation: Callable[[], Awaitable[T]], what: str, kind: RetryKind) -> T:
+    """Run `operation`, again on a fresh connection while the connection dies under it,
+    within the retry budget.
 
     For work that is safe to repeat: a read, a job's bookkeeping (the second run of one that
     landed changes nothing), a summarization (it summarizes what is still unsummarized).
     `kind` labels `precis_database_retries_total`.
     """
-    try:
-        return await operation()
-    except Exception as exc:
-        if not cut_off(exc):
-            raise
-        metrics.DATABASE_RETRIES.labels(kind).inc()
-        logger.warning("%s lost its database connection; retrying: %s", what, describe_fault(exc))
-        await asyncio.sleep(RETRY_PAUSE_SECONDS)
-        return await operation()
+    budget = current_budget()
+    while True:
+        try:
+            return await operation()
+        except Exception as exc:
+            if not cut_off(exc) or not await budget.wait_to_retry(exc, what, kind):
+                raise

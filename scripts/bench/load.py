@@ -3,6 +3,7 @@
     python -m scripts.bench.load [--backends 16] [--turns 20] [--duration 60]
                            [--database sqlite|postgresql] [--message-limit 12]
                            [--chaos [--chaos-kills 12] [--chaos-max-interval 3]]
+                           [--restart [--restart-after 2] [--restart-downtime 3]]
                            [--compare-minimal]
 
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
@@ -20,6 +21,15 @@ is terminated (`pg_terminate_backend`, as an operator or a failover would) at ra
 intervals while the backends play, `--chaos-kills` times at most: the run must pass all the
 same, the service answering every request and draining every job.
 
+With `--restart` (PostgreSQL), the run's database lives on a PostgreSQL cluster of its own,
+made in a temporary folder with the installed server binaries (`scripts/bench/pg_cluster.py`;
+as root they run as the `postgres` user) on a free loopback port. `--restart-after` seconds
+into the turns it is stopped (`pg_ctl stop -m fast`: transactions under way are rolled back,
+every connection is cut, new ones are refused), and started again `--restart-downtime`
+seconds later, as a failover or a minor-version upgrade would. The run must pass all the
+same: requests wait for the database within DATABASE_RETRY_SECONDS instead of failing. The
+report gives the downtime and the latencies of the requests that spanned it.
+
 With `--compare-minimal`, summarization is off and the same turns are played twice on one
 database: against Precis, then against the minimal ASGI app of `scripts/bench/minimal_app.py`
 (the same SQL through the same store functions, the same answers), each served the same way
@@ -28,11 +38,15 @@ It prints the requests/s of each and their ratio (target: Precis at least 0.8x),
 verify; the exit status says whether both runs were clean (the ratio is reported, not
 enforced: one short run on a shared machine is noisy).
 
+After the drain, every backend's session is read back (`GET .../messages`): each message
+whose append was acknowledged must be stored exactly once, as sent.
+
 Prints throughput, p50/p95/p99 per operation and the errors: HTTP errors, background
 summarization job failures (`precis_summary_job_failures_total` on /metrics at the end), and
 tracebacks and ERROR lines in the server's log (its stdout and stderr, captured from start to
-exit). Exit status 0 only when all of them are zero, the background work drained, the server
-stopped cleanly and verify found nothing; the last line says which of these failed.
+exit). Exit status 0 only when all of them are zero, the background work drained, every acknowledged
+message was read back as sent, the server stopped cleanly and verify found nothing; the last
+line says which of these failed.
 """
 
 from __future__ import annotations
@@ -57,14 +71,17 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
+
+if TYPE_CHECKING:
+    from scripts.bench.pg_cluster import PgCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,6 +111,15 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 CHAOS_MIN_INTERVAL_SECONDS = 0.5
 """Shortest pause between two rounds of `--chaos` terminations."""
+
+RESTART_AFTER_SECONDS = 2.0
+"""`--restart`: seconds into the turns when PostgreSQL is stopped (the backends are busy)."""
+
+RESTART_DOWNTIME_SECONDS = 3.0
+"""`--restart`: seconds between the server's stop and its start, as in a quick failover."""
+
+MESSAGES_PAGE = 500
+"""Messages per page when a session is read back after the run."""
 
 TERMINATE_OTHERS = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -257,15 +283,31 @@ class LiveServer:
 # --- the simulated chat backends ------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A message a backend appended, as it sent it."""
+
+    client_id: str
+    role: str
+    content: str
+
+
 @dataclass
 class Stats:
     """Latencies (seconds) per operation and the errors seen."""
 
     latencies: dict[str, list[float]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    spans: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) on the monotonic clock of every answered request."""
+    acknowledged: dict[str, list[Sent]] = field(default_factory=dict)
+    """Per session, the messages whose append answered 201, in the order sent."""
+    unacknowledged: set[str] = field(default_factory=set)
+    """Client ids of appends that failed: stored or not, either is right."""
 
-    def record(self, operation: str, seconds: float) -> None:
+    def record(self, operation: str, seconds: float, started: float) -> None:
         self.latencies.setdefault(operation, []).append(seconds)
+        self.spans.append((started, started + seconds))
 
     @property
     def requests(self) -> int:
@@ -293,6 +335,15 @@ class Chaos:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """`--restart`: stop the cluster `after` seconds into the turns, start it `downtime` later."""
+
+    cluster: PgCluster
+    after: float
+    downtime: float
+
+
+@dataclass(frozen=True)
 class Plan:
     backends: int
     turns: int
@@ -300,6 +351,37 @@ class Plan:
     max_tokens: int
     seed: int
     chaos: Chaos | None = None
+    restart: Restart | None = None
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """When the database went away and came back (monotonic clock), and the requests that
+    were under way or sent meanwhile."""
+
+    stopping: float
+    """`pg_ctl stop -m fast` was run."""
+    up: float
+    """`pg_ctl start` returned: the server accepts connections again."""
+    started_at: float
+    """Seconds into the turns when it was stopped."""
+    spanning: tuple[float, ...] = ()
+    """Latencies (seconds) of the answered requests whose time overlapped the downtime."""
+
+    @property
+    def downtime(self) -> float:
+        return self.up - self.stopping
+
+
+async def restart_database(restart: Restart, turns_started: float) -> Restarted:
+    """Stop the cluster `restart.after` seconds after `turns_started`, start it
+    `restart.downtime` seconds later."""
+    await asyncio.sleep(max(0.0, turns_started + restart.after - time.monotonic()))
+    stopping = time.monotonic()
+    await asyncio.to_thread(restart.cluster.stop, "fast")
+    await asyncio.sleep(restart.downtime)
+    await asyncio.to_thread(restart.cluster.start)
+    return Restarted(stopping, time.monotonic(), stopping - turns_started)
 
 
 @dataclass
@@ -337,12 +419,13 @@ async def terminate_connections(
 
 async def timed(stats: Stats, operation: str, request: Any, expected: int) -> httpx.Response | None:
     started = time.perf_counter()
+    since = time.monotonic()
     try:
         answer: httpx.Response = await request
     except httpx.HTTPError as exc:
         stats.errors.append(f"{operation}: {type(exc).__name__}: {exc}")
         return None
-    stats.record(operation, time.perf_counter() - started)
+    stats.record(operation, time.perf_counter() - started, since)
     if answer.status_code != expected:
         stats.errors.append(f"{operation}: {answer.status_code} {answer.text[:200]}")
         return None
@@ -365,11 +448,12 @@ async def chat_backend(
             "client_id": f"u{turn}",
             "metadata": {"turn": turn},
         }
-        if not await timed(
+        if not await appended(
             stats,
+            session_id,
             "append user",
             http.post(f"{url}/messages", json={"messages": [question]}),
-            201,
+            question,
         ):
             continue
         history = await timed(
@@ -382,14 +466,94 @@ async def chat_backend(
         if history is not None and history.json()["token_estimate"] > plan.max_tokens:
             stats.errors.append(f"load history: {session_id} over max_tokens")
         answer = {"role": "assistant", "content": sentence(rng, 10, 80), "client_id": f"a{turn}"}
-        await timed(
+        await appended(
             stats,
+            session_id,
             "append assistant",
             http.post(f"{url}/messages", json={"messages": [answer]}),
-            201,
+            answer,
         )
         done += 1
     return done
+
+
+async def appended(
+    stats: Stats, session_id: str, operation: str, request: Any, message: dict[str, Any]
+) -> bool:
+    """Time an append of `message`; remember it as acknowledged (201) or not."""
+    sent = Sent(message["client_id"], message["role"], message["content"])
+    if await timed(stats, operation, request, 201) is None:
+        stats.unacknowledged.add(f"{session_id}/{sent.client_id}")
+        return False
+    stats.acknowledged.setdefault(session_id, []).append(sent)
+    return True
+
+
+@dataclass(frozen=True)
+class Contents:
+    """The backends' sessions read back against what their appends acknowledged."""
+
+    acknowledged: int = 0
+    lost: int = 0
+    """Acknowledged, not stored."""
+    duplicated: int = 0
+    """Stored more than once."""
+    altered: int = 0
+    """Stored with another role or content than sent."""
+    unexpected: int = 0
+    """Stored, though no append of it was acknowledged or failed."""
+    unreadable: int = 0
+    """Sessions whose messages could not be read back."""
+
+    @property
+    def wrong(self) -> int:
+        return self.lost + self.duplicated + self.altered + self.unexpected + self.unreadable
+
+
+async def read_back(http: httpx.AsyncClient, stats: Stats) -> Contents:
+    """Compare every backend session's stored messages with the acknowledged ones."""
+    counts = dict.fromkeys(("acknowledged", "lost", "duplicated", "altered", "unexpected"), 0)
+    unreadable = 0
+    for session_id, sent in stats.acknowledged.items():
+        stored = await stored_messages(http, session_id)
+        if stored is None:
+            unreadable += 1
+            continue
+        seen: dict[str, Sent] = {}
+        for message in stored:
+            if message.client_id in seen:
+                counts["duplicated"] += 1
+            seen[message.client_id] = message
+        for message in sent:
+            counts["acknowledged"] += 1
+            found = seen.pop(message.client_id, None)
+            if found is None:
+                counts["lost"] += 1
+            elif found != message:
+                counts["altered"] += 1
+        counts["unexpected"] += sum(
+            f"{session_id}/{client_id}" not in stats.unacknowledged for client_id in seen
+        )
+    return Contents(**counts, unreadable=unreadable)
+
+
+async def stored_messages(http: httpx.AsyncClient, session_id: str) -> list[Sent] | None:
+    """A session's stored messages, in seq order; None if they could not be read."""
+    messages: list[Sent] = []
+    after_seq = 0
+    while True:
+        answer = await http.get(
+            f"/v1/sessions/{session_id}/messages",
+            params={"after_seq": after_seq, "limit": MESSAGES_PAGE},
+        )
+        if answer.status_code != 200:
+            return None
+        page = answer.json()
+        for message in page["messages"]:
+            messages.append(Sent(message["client_id"], message["role"], message["content"]))
+            after_seq = message["seq"]
+        if page["next_cursor"] is None:
+            return messages
 
 
 JOB_FAILURES_METRIC = "precis_summary_job_failures_total"
@@ -454,6 +618,8 @@ class Outcome:
     pending_jobs: float
     database_retries: float = 0.0
     chaos: ChaosTally | None = None
+    restarted: Restarted | None = None
+    contents: Contents = field(default_factory=Contents)
 
 
 def load_client(base_url: str, api_key: str, plan: Plan) -> httpx.AsyncClient:
@@ -498,10 +664,17 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
             if plan.chaos is not None
             else None
         )
+        restart = (
+            asyncio.create_task(restart_database(plan.restart, time.monotonic()))
+            if plan.restart is not None
+            else None
+        )
         turns, elapsed = await play(http, plan, session_ids, stats)
         backends_done.set()
         chaos_tally = await chaos if chaos is not None else None
+        restarted = spanning(await restart, stats) if restart is not None else None
         drained = await drain(http, [*session_ids, "load-warm-up"], DRAIN_TIMEOUT_SECONDS)
+        contents = await read_back(http, stats)
         metrics = await read_metrics(http)
     metrics_text = metrics.text if metrics.status_code == 200 else ""
     return Outcome(
@@ -517,7 +690,19 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
         pending_jobs=sample_total(metrics_text, PENDING_JOBS_METRIC),
         database_retries=sample_total(metrics_text, DATABASE_RETRIES_METRIC),
         chaos=chaos_tally,
+        restarted=restarted,
+        contents=contents,
     )
+
+
+def spanning(restarted: Restarted, stats: Stats) -> Restarted:
+    """`restarted` with the latencies of the answered requests that overlapped its downtime."""
+    latencies = tuple(
+        end - start
+        for start, end in stats.spans
+        if start < restarted.up and end > restarted.stopping
+    )
+    return replace(restarted, spanning=latencies)
 
 
 # --- the server's log -----------------------------------------------------------------------
@@ -600,6 +785,15 @@ def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: 
             f"background summarization did not drain within {DRAIN_TIMEOUT_SECONDS:.0f} s "
             f"({outcome.pending_jobs:.0f} jobs pending)"
         )
+    contents = outcome.contents
+    if contents.wrong:
+        reasons.append(
+            f"sessions read back wrong: {contents.lost} acknowledged messages lost, "
+            f"{contents.duplicated} duplicated, {contents.altered} altered, "
+            f"{contents.unexpected} unexpected, {contents.unreadable} sessions unreadable"
+        )
+    if outcome.restarted is not None and not outcome.restarted.spanning:
+        reasons.append("no request spanned the database restart: lower --restart-after")
     reasons += server_failures(log, server_exit)
     if verify_exit != 0:
         reasons.append(f"scripts.verify failed (exit {verify_exit})")
@@ -670,6 +864,26 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
             f"{outcome.chaos.terminated} connections terminated; "
             f"{outcome.database_retries:.0f} database retries on a fresh connection"
         )
+    restarted = outcome.restarted
+    if restarted is not None:
+        lines.append(
+            f"  restart: PostgreSQL stopped (pg_ctl stop -m fast) {restarted.started_at:.1f} s "
+            f"into the turns, accepting connections again {restarted.downtime:.1f} s later; "
+            f"{outcome.database_retries:.0f} database retries"
+        )
+        if restarted.spanning:
+            cells = [percentile(restarted.spanning, q) * 1000 for q in (0.50, 0.99)]
+            lines.append(
+                f"    {len(restarted.spanning)} requests spanned the downtime: "
+                f"p50 {cells[0]:.1f} ms, p99 {cells[1]:.1f} ms, "
+                f"max {max(restarted.spanning) * 1000:.1f} ms"
+            )
+    contents = outcome.contents
+    lines.append(
+        f"  read back: {contents.acknowledged} acknowledged messages; {contents.lost} lost, "
+        f"{contents.duplicated} duplicated, {contents.altered} altered, "
+        f"{contents.unexpected} unexpected"
+    )
     lines.append(
         f"  errors: {len(stats.errors)} HTTP, {job_failures} summarization job failures, "
         f"server log: {log.tracebacks} tracebacks, {log.error_lines} ERROR lines"
@@ -839,6 +1053,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--chaos-kills", type=int, default=12, help="rounds of terminations")
     parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="run on a PostgreSQL cluster of the run's own and restart it during the turns "
+        "(pg_ctl stop -m fast, then start)",
+    )
+    parser.add_argument(
+        "--restart-after",
+        type=float,
+        default=RESTART_AFTER_SECONDS,
+        help="seconds into the turns when PostgreSQL is stopped",
+    )
+    parser.add_argument(
+        "--restart-downtime",
+        type=float,
+        default=RESTART_DOWNTIME_SECONDS,
+        help="seconds between the stop and the start",
+    )
+    parser.add_argument(
         "--compare-minimal",
         action="store_true",
         help="summarization off: the same turns against Precis, then against the minimal ASGI "
@@ -853,8 +1085,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.backends < 1 or args.turns < 1 or args.duration <= 0:
         parser.error("--backends, --turns and --duration must be positive")
-    if args.chaos and args.compare_minimal:
-        parser.error("--compare-minimal measures throughput: leave out --chaos")
+    if (args.chaos or args.restart) and args.compare_minimal:
+        parser.error("--compare-minimal measures throughput: leave out --chaos and --restart")
+    if args.restart:
+        if args.database != "postgresql":
+            parser.error("--restart restarts PostgreSQL: add --database postgresql")
+        if args.restart_after < 0 or args.restart_downtime < 0:
+            parser.error("--restart-after and --restart-downtime must not be negative")
     if args.chaos:
         if args.database != "postgresql":
             parser.error("--chaos terminates PostgreSQL connections: add --database postgresql")
@@ -872,6 +1109,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.compare_minimal:
         return compare_minimal(args)
+    if args.restart:
+        from scripts.bench.pg_cluster import temporary_cluster
+
+        with temporary_cluster() as cluster:
+            restart = Restart(cluster, args.restart_after, args.restart_downtime)
+            return run_and_judge(args, cluster.admin_url, restart)
+    return run_and_judge(args, args.postgres_url)
+
+
+def run_and_judge(
+    args: argparse.Namespace, postgres_url: str, restart: Restart | None = None
+) -> int:
+    """The load run (on a new database of `postgres_url`'s server for PostgreSQL), its report
+    and its verdict; the exit status."""
     from scripts.bench.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
     api_key = secrets.token_urlsafe(24)
@@ -879,11 +1130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.database == "sqlite":
             database_url = f"sqlite+aiosqlite:///{Path(folder) / 'load.db'}"
         else:
-            database_url = create_postgres_database(args.postgres_url)
+            database_url = create_postgres_database(postgres_url)
         chaos = (
             Chaos(database_url, args.chaos_kills, args.chaos_max_interval) if args.chaos else None
         )
-        plan = Plan(args.backends, args.turns, args.duration, args.max_tokens, args.seed, chaos)
+        plan = Plan(
+            args.backends, args.turns, args.duration, args.max_tokens, args.seed, chaos, restart
+        )
         try:
             migrate(database_url)
             settings = {
@@ -911,7 +1164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verified = run_verify(database_url)
         finally:
             if args.database == "postgresql":
-                drop_postgres_database(args.postgres_url, database_url)
+                drop_postgres_database(postgres_url, database_url)
     reasons = failures(outcome, log, exit_status, verified)
     print(verdict(reasons), flush=True)
     return 1 if reasons else 0
