@@ -63,7 +63,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if resolved.summary_model != LOCAL_MODEL:
             # Importing litellm takes seconds of CPU: pay it before serving, not mid-traffic.
             await load_litellm()
-        engine = create_engine(resolved.database_url)
+        engine = create_engine(
+            resolved.database_url, pool_size=resolved.database_pool_size, max_overflow=0
+        )
         sessionmaker = create_sessionmaker(engine)
         # Summarization runs while the request that asked for it holds a connection: with one
         # shared pool, requests could hold every connection and wait for each other forever.

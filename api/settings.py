@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     """How long, from its first lost connection, a request or a background job retries on a
     fresh connection while the database is unreachable (a restart, a failover); past it a
     request answers 503 with Retry-After."""
+    database_pool_size: Annotated[int, Field(ge=1, le=1000)] = 15
+    """Connections the request side keeps open to the database, and uses at most. Kept open
+    rather than opened on demand: under concurrent traffic, connections opened and closed per
+    burst (SQLAlchemy's overflow) cost a connect and a server process each."""
     api_keys: SecretStr = SecretStr("")
 
     dynamic_summary_enabled: bool = True

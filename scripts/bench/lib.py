@@ -224,6 +224,9 @@ def sqlite_path(url: str) -> str:
 
 # --- a real server --------------------------------------------------------------------------
 
+SERVER_PIDS: dict[str, int] = {}
+"""The process of each server `served_app` is running, by its base URL."""
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -268,16 +271,25 @@ def served_app(app: str, database_url: str, **settings: str) -> Iterator[str]:
         cwd=REPO_ROOT,
         env=env,
     )
+    base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_for_port(port, process)
-        yield f"http://127.0.0.1:{port}"
+        SERVER_PIDS[base_url] = process.pid
+        yield base_url
     finally:
+        SERVER_PIDS.pop(base_url, None)
         process.terminate()
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time process `pid` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:

@@ -78,7 +78,9 @@ class MinimalApp:
         """Build the engine from the settings (Precis's request-side engine, the same way)."""
         settings = self._settings or get_settings()
         encoding()
-        engine = create_engine(settings.database_url)
+        engine = create_engine(
+            settings.database_url, pool_size=settings.database_pool_size, max_overflow=0
+        )
         write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         database = Database(
             create_sessionmaker(engine), create_read_sessionmaker(engine), write_lock
