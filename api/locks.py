@@ -25,7 +25,7 @@ from api import store
 from api.db.engine import create_sessionmaker
 from api.db.faults import describe_fault
 from api.db.models import utcnow
-from api.db.transactions import cut_off, transaction
+from api.db.transactions import cut_off, retrying, transaction
 from api.errors import SessionGone
 from api.store import leases
 
@@ -169,10 +169,16 @@ class SessionLocks:
                 return
 
     async def _give_back(self, session_id: int, token: int) -> None:
-        """End the lease; if the database cannot be reached, it runs out by itself."""
-        try:
+        """End the lease, waiting within the retry budget for a database that went away (a
+        lease left behind keeps the session from being summarized until it runs out); past
+        the budget it runs out by itself."""
+
+        async def give_back() -> None:
             async with self._writing() as db:
                 await leases.give_back_lease(db, session_id, token)
+
+        try:
+            await retrying(give_back, f"giving back session {session_id}'s lease", "summarization")
         except Exception as exc:
             if not cut_off(exc):
                 raise
