@@ -1,4 +1,5 @@
-"""History assembly: summaries and messages into an OpenAI-valid context under a token budget."""
+"""History assembly: stored rows in the view's format, then summaries and messages into an
+OpenAI-valid context under a token budget."""
 
 from __future__ import annotations
 
@@ -8,8 +9,18 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
-from api.items import developer_item, missing_output
-from summarizer.cuts import legal_cuts
+from api.errors import UnfaithfulView
+from api.items import (
+    Unfaithful,
+    chat_to_items,
+    developer_item,
+    item_to_chat,
+    missing_output,
+    parse_item,
+)
+from api.schemas import MessageFormat
+from api.store import LoadedRows, MessageRow, SessionRow
+from summarizer.cuts import JOINS_NEXT, legal_cuts
 from summarizer.tokens import count_message
 
 TRUNCATION_MARKER = "[Earlier messages truncated to manage context length]"
@@ -174,3 +185,55 @@ def _marker(responses: bool) -> Item:
     message = {"role": "system", "content": TRUNCATION_MARKER}
     shown = [developer_item(TRUNCATION_MARKER)] if responses else None
     return Item(message, count_message(message), shown)
+
+
+def loaded_context(
+    rows: LoadedRows, max_tokens: int | None, view: MessageFormat = "openai"
+) -> AssembledContext:
+    """The context a history load answers in the `view` format: the pinned prefix, the
+    summaries as messages and the loaded messages, under `max_tokens`.
+
+    Raises `UnfaithfulView` when a message has no faithful shape in `view` (a Responses
+    `reasoning` item in the chat view, a named chat message in the Responses view)."""
+    responses = view == "responses"
+    return assemble(
+        [
+            summary_message(s.first_seq, s.last_seq, s.summary_text, responses)
+            for s in rows.summaries
+        ],
+        [_context_item(message, view) for message in rows.messages],
+        max_tokens,
+        not_loaded=rows.not_loaded,
+        pinned=[_context_item(message, view) for message in rows.pinned],
+        responses=responses,
+    )
+
+
+def _context_item(message: MessageRow, view: MessageFormat) -> Item:
+    """A stored message in the context: its chat reading for the rules (pairs, budget), shown
+    in `view`: a Responses item as appended, or converted where that is exact."""
+    if message.item is None and view == "openai":
+        return Item(message.openai(), message.token_count)
+    where = f"message seq {message.seq}"
+    chat = message.openai()
+    try:
+        if message.item is None:
+            shown = chat_to_items(chat, where)
+        elif view == "responses":
+            shown = [parse_item(message.item)]
+            if shown[0].get("type") == "reasoning":
+                chat[JOINS_NEXT] = True  # never parted from the item it led to
+        else:
+            shown = [item_to_chat(parse_item(message.item), where)]
+    except Unfaithful as exc:
+        raise UnfaithfulView(f"{exc}; load this session with format={_other(view)}") from exc
+    return Item(chat, message.token_count, shown)
+
+
+def own_format(session: SessionRow) -> MessageFormat:
+    """The format a session's messages are written in (chat messages until fixed)."""
+    return "responses" if session.format == "responses" else "openai"
+
+
+def _other(view: MessageFormat) -> MessageFormat:
+    return "openai" if view == "responses" else "responses"

@@ -24,7 +24,7 @@ from api.db.transactions import Database, RetryPolicy, retry_budget
 from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
-from api.routes import probes, router
+from api.routes import ROUTERS
 from api.schemas import PATTERN_WORDS, ROLES
 from api.settings import Settings, get_settings
 from api.worker import Worker
@@ -104,8 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         strict_content_type=False,
     )
-    app.include_router(router)
-    app.include_router(probes)
+    for router in ROUTERS:
+        app.include_router(router)
     app.openapi = partial(_document_with_server_rules, app, app.openapi, settings)  # type: ignore[method-assign]
     app.add_exception_handler(PrecisError, _precis_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -199,7 +199,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 def _allowed_methods(path: str) -> list[str]:
     methods: set[str] = set()
-    for route in (*router.routes, *probes.routes):
+    for route in (route for router in ROUTERS for route in router.routes):
         if isinstance(route, APIRoute) and route.path_regex.match(path):
             methods |= route.methods or set()
     return sorted(methods)

@@ -11,17 +11,16 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import items, store
+from api import store
 from api.compaction import Compactor
-from api.context import AssembledContext, Item, assemble, summary_message
+from api.context import loaded_context, own_format
 from api.db.faults import describe_fault
-from api.db.transactions import cut_off, retrying
+from api.db.transactions import Database, cut_off, retrying
 from api.errors import (
     BadRequest,
     MessageNotFound,
     SummarizationInProgress,
     SummarizationTimeout,
-    UnfaithfulView,
 )
 from api.limits import check_metadata_size
 from api.locks import CompactionBusy
@@ -38,7 +37,6 @@ from api.schemas import (
     SummaryOut,
 )
 from api.settings import Settings
-from summarizer.cuts import JOINS_NEXT
 
 COMPACT_WAIT_SECONDS = 60.0
 """How long `compact` waits for a running summarization of the session before answering 409."""
@@ -53,6 +51,14 @@ logger = logging.getLogger("precis.service")
 
 
 async def create_session(
+    database: Database, settings: Settings, tenant: str, body: SessionCreate
+) -> SessionOut:
+    """Create a session in a transaction of its own."""
+    # not repeatable: a create that landed would answer 409 the second time
+    return await database.write(lambda db: _create_session(db, settings, tenant, body))
+
+
+async def _create_session(
     db: AsyncSession, settings: Settings, tenant: str, body: SessionCreate
 ) -> SessionOut:
     external_id = body.id or f"ses_{uuid.uuid4().hex}"
@@ -87,6 +93,16 @@ async def list_sessions(
 
 
 async def update_session(
+    database: Database, settings: Settings, tenant: str, external_id: str, body: SessionUpdate
+) -> SessionOut:
+    """Apply the merge patch `body` to the session in a transaction of its own."""
+    # a merge patch applied twice gives what it gave once
+    return await database.write(
+        lambda db: _update_session(db, settings, tenant, external_id, body), repeatable=True
+    )
+
+
+async def _update_session(
     db: AsyncSession, settings: Settings, tenant: str, external_id: str, body: SessionUpdate
 ) -> SessionOut:
     """Apply the merge patch `body` to the session, read and written in one transaction with
@@ -120,26 +136,44 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
-async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:
-    await store.delete_session(db, tenant, external_id)
+async def delete_session(database: Database, tenant: str, external_id: str) -> None:
+    """Delete the session with its messages, summaries and links, in a transaction."""
+    # not repeatable: a delete that landed would answer 404 the second time
+    await database.write(lambda db: store.delete_session(db, tenant, external_id))
 
 
 # --- messages -------------------------------------------------------------------------------
 
 
 async def remove_message(
-    db: AsyncSession,
+    database: Database,
     settings: Settings,
     tenant: str,
     external_id: str,
     message_id: int | None,
 ) -> store.Removal | None:
     """Remove a message (the newest remaining one when `message_id` is None), hiding the rest
-    of its tool exchange, and queue the re-making of the summaries it reached.
+    of its tool exchange, and queue the re-making of the summaries it reached, in one
+    transaction.
 
     None when the message was removed before (removing is idempotent); `MessageNotFound`
     when the session never held it, or holds nothing left to pop.
     """
+    # Removing a given message twice answers as once (204); a second pop would remove the
+    # next message.
+    return await database.write(
+        lambda db: _remove_message(db, settings, tenant, external_id, message_id),
+        repeatable=message_id is not None,
+    )
+
+
+async def _remove_message(
+    db: AsyncSession,
+    settings: Settings,
+    tenant: str,
+    external_id: str,
+    message_id: int | None,
+) -> store.Removal | None:
     session = await store.get_session(db, tenant, external_id)
     removal = await store.remove(db, session.id, message_id)
     if removal is None:
@@ -163,56 +197,20 @@ async def list_messages(
     return [MessageOut.from_row(message) for message in page], next_cursor
 
 
-def loaded_context(
-    rows: store.LoadedRows, max_tokens: int | None, view: MessageFormat = "openai"
-) -> AssembledContext:
-    """The context a history load answers in the `view` format: the pinned prefix, the
-    summaries as messages and the loaded messages, under `max_tokens`.
-
-    Raises `UnfaithfulView` when a message has no faithful shape in `view` (a Responses
-    `reasoning` item in the chat view, a named chat message in the Responses view)."""
-    responses = view == "responses"
-    return assemble(
-        [
-            summary_message(s.first_seq, s.last_seq, s.summary_text, responses)
-            for s in rows.summaries
-        ],
-        [_context_item(message, view) for message in rows.messages],
-        max_tokens,
-        not_loaded=rows.not_loaded,
-        pinned=[_context_item(message, view) for message in rows.pinned],
-        responses=responses,
-    )
-
-
-def _context_item(message: store.MessageRow, view: MessageFormat) -> Item:
-    """A stored message in the context: its chat reading for the rules (pairs, budget), shown
-    in `view`: a Responses item as appended, or converted where that is exact."""
-    if message.item is None and view == "openai":
-        return Item(message.openai(), message.token_count)
-    where = f"message seq {message.seq}"
-    chat = message.openai()
-    try:
-        if message.item is None:
-            shown = items.chat_to_items(chat, where)
-        elif view == "responses":
-            shown = [items.parse_item(message.item)]
-            if shown[0].get("type") == "reasoning":
-                chat[JOINS_NEXT] = True  # never parted from the item it led to
-        else:
-            shown = [items.item_to_chat(items.parse_item(message.item), where)]
-    except items.Unfaithful as exc:
-        raise UnfaithfulView(f"{exc}; load this session with format={_other(view)}") from exc
-    return Item(chat, message.token_count, shown)
-
-
-def own_format(session: store.SessionRow) -> MessageFormat:
-    """The format a session's messages are written in (chat messages until fixed)."""
-    return "responses" if session.format == "responses" else "openai"
-
-
-def _other(view: MessageFormat) -> MessageFormat:
-    return "openai" if view == "responses" else "responses"
+async def read_history(
+    database: Database,
+    compactor: Compactor,
+    tenant: str,
+    external_id: str,
+    summary_limit: int | None,
+    max_tokens: int | None,
+    view: MessageFormat | None = None,
+) -> History:
+    """`history` on a read session of its own."""
+    # Opened here, not by the ReadDb dependency: a dependency with a cleanup step costs
+    # FastAPI an exit stack and a shielded scope per request.
+    async with database.reading() as db:
+        return await history(db, compactor, tenant, external_id, summary_limit, max_tokens, view)
 
 
 async def history(

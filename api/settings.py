@@ -20,7 +20,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from summarizer.engine import EngineSettings
+from summarizer import EngineSettings
 from summarizer.local import LOCAL_MODEL
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"

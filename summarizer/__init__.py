@@ -2,15 +2,7 @@
 
 from summarizer.client import Completion, CompletionRequest, LLMClient, MergeTask, SummaryTask
 from summarizer.cuts import legal_cuts, summarizable_count
-from summarizer.engine import (
-    METADATA_KEYS,
-    EngineSettings,
-    MergeResult,
-    SummaryResult,
-    build_client,
-    merge_summaries,
-    summarize,
-)
+from summarizer.engine import METADATA_KEYS, MergeResult, SummaryResult, merge_summaries, summarize
 from summarizer.errors import (
     ContextWindowError,
     DegenerateAnswerError,
@@ -22,6 +14,7 @@ from summarizer.errors import (
 )
 from summarizer.local import LOCAL_MODEL, LocalSummarizer
 from summarizer.prompts import PROMPT_VERSION
+from summarizer.settings import EngineSettings, build_client
 
 __all__ = [
     "LOCAL_MODEL",

@@ -27,9 +27,9 @@ from api.db.engine import create_engine, create_sessionmaker
 from api.db.models import Base
 from api.main import create_app
 from api.settings import Settings
-from scripts.bench import scratch_db
-from scripts.bench.fake_llm import FakeLLM, running_fake_llm
-from tests.pgbouncer import pgbouncer_binary, running_pgbouncer
+from tests.support import scratch_db
+from tests.support.fake_llm import FakeLLM, running_fake_llm
+from tests.support.pgbouncer import pgbouncer_binary, running_pgbouncer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -56,8 +56,8 @@ THROUGH_POOLER = frozenset(
     }
 )
 """Test modules whose PostgreSQL tests run a third time, through the run's own PgBouncer in
-transaction mode (`tests/pgbouncer.py`): appends, history, summarization and its lease, jobs,
-repair, removal and replicas racing."""
+transaction mode (`tests/support/pgbouncer.py`): appends, history, summarization and its lease,
+jobs, repair, removal and replicas racing."""
 
 SKIP_POOLER_REASON = (
     "pgbouncer is not installed: `apt-get install pgbouncer` (as root) to run the tests "

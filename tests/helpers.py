@@ -16,7 +16,7 @@ from api.appending import store_batch
 from api.db.engine import create_sessionmaker
 from api.db.transactions import Database
 from api.settings import Settings
-from scripts.bench.fake_llm import FakeLLM
+from tests.support.fake_llm import FakeLLM
 
 WAIT_SECONDS = 30.0
 """Longest wait for background summarization before a test fails."""

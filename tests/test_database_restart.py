@@ -1,7 +1,7 @@
 """PostgreSQL restarted under a chat load: no client sees an error, nothing is lost or stored
 twice, the background work resumes by itself.
 
-A real restart of a cluster of the test's own (`scripts/bench/pg_cluster.py`: `initdb` in a
+A real restart of a cluster of the test's own (`tests/support/pg_cluster.py`: `initdb` in a
 temporary folder, a free loopback port), never of the shared test server: the load test
 (`scripts.bench.load --restart`) plays chat backends against `python -m api`, with
 summarization through the fake LLM, stops the cluster with `pg_ctl stop -m fast` and starts
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from scripts.bench import load
-from scripts.bench.pg_cluster import MISSING, server_bindir
 from tests.conftest import IN_CI
+from tests.support.pg_cluster import MISSING, server_bindir
 
 pytestmark = pytest.mark.postgresql_only
 

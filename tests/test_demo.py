@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.main import create_app
 from scripts import demo, trace_summary, verify
-from scripts.bench.scratch_db import REPO_ROOT
 from tests.conftest import make_settings
+from tests.support.scratch_db import REPO_ROOT
 
 API_KEY = "demo-key"
 TENANT = "demo"

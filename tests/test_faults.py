@@ -21,11 +21,11 @@ from api import store
 from api.db.engine import create_engine
 from api.db.models import Message, Summary, SummaryJob
 from api.main import create_app
-from scripts.bench.fake_llm import FakeLLM
-from scripts.bench.load import LiveServer
 from tests.conftest import make_settings
 from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_for_summary, wait_until
 from tests.invariants import invariant_violations
+from tests.support.fake_llm import FakeLLM
+from tests.support.live_server import LiveServer
 
 KILL_CONNECTIONS = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
 from api.main import create_app
-from scripts.bench.load import LiveServer
 from tests.conftest import migrated_database
+from tests.support.live_server import LiveServer
 
 FUZZ_EXAMPLES = int(os.environ.get("PRECIS_FUZZ_EXAMPLES", "30"))
 """Generated requests per operation: about 30 s for the whole run on both databases."""

@@ -19,8 +19,8 @@ from sqlalchemy.exc import DBAPIError
 
 from api.json_values import MAX_JSON_DEPTH
 from api.main import create_app
-from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
+from tests.support.fake_llm import FakeLLM
 
 KEY_A = "sekret-A-6f1d9c"
 KEY_B = "sekret-B-0b7e44"

@@ -19,8 +19,8 @@ from api.db.engine import create_engine
 from api.db.models import SCHEMA_REVISION, Base, Message, Session
 from api.db.transactions import Database
 from api.main import create_app
-from scripts.bench.scratch_db import alembic_config
 from tests.conftest import make_settings, run_alembic
+from tests.support.scratch_db import alembic_config
 
 DESIGN_TABLES = {"sessions", "messages", "session_summaries", "session_summary_messages"}
 """The four tables of docs/design.md section 2; the models may add more (e.g. background jobs)."""

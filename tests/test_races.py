@@ -17,9 +17,9 @@ import pytest
 from api import metrics, store
 from api.main import create_app
 from api.worker import Worker
-from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import Gate, gated, user, wait_until
+from tests.support.fake_llm import FakeLLM
 
 ROUNDS = 30
 

@@ -13,7 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
 from api.db.models import Message, Session, Summary
-from scripts.bench.fake_llm import MARKER_PATTERN, FakeLLM
 from tests.helpers import (
     WAIT_SECONDS,
     Gate,
@@ -25,6 +24,7 @@ from tests.helpers import (
     wait_until,
 )
 from tests.invariants import invariant_violations
+from tests.support.fake_llm import MARKER_PATTERN, FakeLLM
 from tests.test_summaries_api import metric
 
 LOCAL_ONLY: dict[str, Any] = {"summary_workers": 0, "summary_message_limit": 10_000}

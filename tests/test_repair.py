@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
-from scripts.bench.fake_llm import FakeLLM
 from tests.helpers import WAIT_SECONDS, append, assistant, user
 from tests.invariants import invariant_violations
+from tests.support.fake_llm import FakeLLM
 from tests.test_faults import llm_overrides
 
 

@@ -24,10 +24,10 @@ from api import service, store
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
-from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_until
 from tests.invariants import invariant_violations
+from tests.support.fake_llm import FakeLLM
 
 HOLD = "HOLD-FIRST"
 """Planted in messages: the first summarizer prompt carrying it is held at the fake LLM."""

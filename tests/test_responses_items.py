@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.db.models import Message
 from api.main import create_app
-from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import assistant, user
+from tests.support.fake_llm import FakeLLM
 
 LOCAL_ONLY: dict[str, Any] = {"summary_workers": 0, "summary_message_limit": 10_000}
 

@@ -17,9 +17,9 @@ from api import worker
 from api.db.models import SummaryJob
 from api.main import create_app
 from api.store import summaries as summary_store
-from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import append, user, wait_for_summary
+from tests.support.fake_llm import FakeLLM
 
 
 async def compact(client: httpx.AsyncClient, session: str, **body: Any) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from api.db.models import Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
 from api.store import summaries as summary_store
-from scripts.bench.fake_llm import FakeLLM
 from tests.conftest import make_settings
 from tests.helpers import (
     WAIT_SECONDS,
@@ -29,6 +28,7 @@ from tests.helpers import (
     wait_for_summary,
 )
 from tests.invariants import invariant_violations
+from tests.support.fake_llm import FakeLLM
 
 
 async def session_pk(db: AsyncSession, external_id: str) -> int:

@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import store
 from api.store import audit
 from scripts import trace_summary
-from scripts.bench.scratch_db import REPO_ROOT
 from tests.helpers import (
     WAIT_SECONDS,
     append,
@@ -28,6 +27,7 @@ from tests.helpers import (
     tool_result,
     user,
 )
+from tests.support.scratch_db import REPO_ROOT
 
 LONG_LINE = "word " * 200
 

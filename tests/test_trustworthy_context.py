@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import store
 from api.context import TRUNCATION_MARKER
 from api.db.models import Summary, SummaryJob, SummaryMessage
-from scripts.bench.fake_llm import FakeLLM
 from tests.helpers import Gate, append, assistant, gated, user
 from tests.invariants import invariant_violations
+from tests.support.fake_llm import FakeLLM
 from tests.test_verify import run_verify
 
 SUMMARIZING: dict[str, Any] = {"summary_workers": 0, "summary_message_limit": 10_000}

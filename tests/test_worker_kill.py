@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import store, worker
 from api.db.models import Summary, SummaryJob, utcnow
 from api.main import create_app
-from scripts.bench.fake_llm import FakeLLM
-from scripts.bench.load import LiveServer
 from tests.conftest import make_settings
 from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_for_summary, wait_until
+from tests.support.fake_llm import FakeLLM
+from tests.support.live_server import LiveServer
 from tests.test_faults import assert_nothing_lost, count, llm_overrides
 
 SHORT_LEASE = timedelta(seconds=2)

@@ -13,6 +13,7 @@ and never commit (the caller owns the transaction: see `api.db.transactions`).
   returned by every read, and `NewMessage`, what an append takes.
 - `audit`: the operator tools' read-only engine, session lookup and tracing reads.
 - `integrity`: the integrity queries of `scripts/verify`.
+- `readiness`: the readiness probe's read (the database's schema revision).
 
 The service calls them as `store.<function>`; the names below are that surface.
 """

@@ -3,7 +3,7 @@
     python -m scripts.bench.fidelity [--quick] [--output bench_fidelity.json]
 
 The app runs in-process (ASGI) on a fresh, Alembic-migrated SQLite database, its summarizer
-pointed at the loopback fake LLM of `scripts/bench/fake_llm.py` in `marker_echo` mode: the model
+pointed at the loopback fake LLM of `tests/support/fake_llm.py` in `marker_echo` mode: the model
 repeats every `MARKER-...` token of its prompt, so a summary loses a fact only when the
 service drops it (or the model's `max_tokens` clips it). Every message carries a unique
 marker; the session is replayed one message at a time and, after every user message (once
@@ -52,8 +52,8 @@ from alembic import command
 
 from api.main import create_app
 from api.settings import Settings
-from scripts.bench import scratch_db
-from scripts.bench.fake_llm import FakeLLM, running_fake_llm
+from tests.support import scratch_db
+from tests.support.fake_llm import FakeLLM, running_fake_llm
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sharegpt_multilang.jsonl"
 WINDOWS = (1_500, 3_000, 8_000, 128_000)

@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmark: payloads, timing statistics, scratch databases, a server.
+"""Shared pieces of the benchmark: payloads, timing statistics, database URLs, the machine.
 
 Used by `scripts/bench/run.py`; nothing here runs at import.
 """
@@ -9,12 +9,9 @@ import asyncio
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -222,86 +219,13 @@ def sqlite_path(url: str) -> str:
     return database
 
 
-# --- a real server --------------------------------------------------------------------------
-
-SERVER_PIDS: dict[str, int] = {}
-"""The process of each server `served_app` is running, by its base URL."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def served(database_url: str, **settings: str) -> Iterator[str]:
-    """`uvicorn api.main:app` in a subprocess on a loopback port; yields its base URL."""
-    with served_app("api.main:app", database_url, **settings) as url:
-        yield url
-
-
-@contextmanager
-def served_app(app: str, database_url: str, **settings: str) -> Iterator[str]:
-    """`uvicorn <app>` in a subprocess on a loopback port, configured by environment like the
-    service; yields its base URL."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        **{key.upper(): value for key, value in settings.items()},
-    }
-    env.pop("API_KEYS", None)
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            app,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_port(port, process)
-        SERVER_PIDS[base_url] = process.pid
-        yield base_url
-    finally:
-        SERVER_PIDS.pop(base_url, None)
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+# --- processes ------------------------------------------------------------------------------
 
 
 def cpu_seconds(pid: int) -> float:
     """The user and system CPU time process `pid` has used so far (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError("the server did not start listening in time")
 
 
 # --- the machine ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
 temporary folder, or a new PostgreSQL database on PRECIS_TEST_POSTGRES_URL's server, dropped
 at the end), an API key, and proactive summarization on with a small message limit, against
-the loopback fake OpenAI-compatible LLM of `scripts/bench/fake_llm.py` (litellm's real HTTP path).
+the loopback fake OpenAI-compatible LLM of `tests/support/fake_llm.py` (litellm's real HTTP path).
 Each backend plays turns: append the user's message, load the history under `max_tokens`,
 append the assistant's answer. It stops after `--turns` turns per backend or `--duration`
 seconds, whichever comes first, waits (bounded) until no summarization job is left, not even
@@ -22,7 +22,7 @@ intervals while the backends play, `--chaos-kills` times at most: the run must p
 same, the service answering every request and draining every job.
 
 With `--restart` (PostgreSQL), the run's database lives on a PostgreSQL cluster of its own,
-made in a temporary folder with the installed server binaries (`scripts/bench/pg_cluster.py`;
+made in a temporary folder with the installed server binaries (`tests/support/pg_cluster.py`;
 as root they run as the `postgres` user) on a free loopback port. `--restart-after` seconds
 into the turns it is stopped (`pg_ctl stop -m fast`: transactions under way are rolled back,
 every connection is cut, new ones are refused), and started again `--restart-downtime`
@@ -64,15 +64,13 @@ import random
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -80,16 +78,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from tests.support.live_server import LiveServer
+
 if TYPE_CHECKING:
-    from scripts.bench.pg_cluster import PgCluster
+    from tests.support.pg_cluster import PgCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-START_TIMEOUT_SECONDS = 60.0
-"""How long a server subprocess may take to answer /healthz (imports, then the lifespan)."""
-
-STOP_TIMEOUT_SECONDS = 60.0
-"""How long SIGTERM may take (in-flight requests finish first) before the process is killed."""
 
 DRAIN_TIMEOUT_SECONDS = 120.0
 """How long the load test waits for background summarization to finish after the last turn."""
@@ -164,120 +158,6 @@ WORDS = tuple(
     ]
 )
 """Vocabulary of the simulated conversations."""
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def settings_env(settings: Mapping[str, Any]) -> dict[str, str]:
-    """Settings names (as in api.settings) as environment variables for a server process."""
-    return {name.upper(): _env_value(value) for name, value in settings.items()}
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-class LiveServer:
-    """`python -m api` (or another `module` taking the same flags) in a subprocess on a free
-    loopback port; SIGTERM stops it gracefully.
-
-    The database must be migrated already. `settings` are api.settings names (lower case).
-    """
-
-    def __init__(
-        self,
-        database_url: str,
-        log_path: Path,
-        settings: Mapping[str, Any] | None = None,
-        module: str = "api",
-    ) -> None:
-        self.database_url = database_url
-        self.log_path = log_path
-        self.settings = dict(settings or {})
-        self.module = module
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = START_TIMEOUT_SECONDS) -> LiveServer:
-        """Spawn the server and wait until /healthz answers; raise with its log if it cannot."""
-        env = {
-            **os.environ,
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no network fetch at import
-            "DATABASE_URL": self.database_url,
-            **settings_env(self.settings),
-        }
-        command = [sys.executable, "-m", self.module, "--host", "127.0.0.1"]
-        command += ["--port", str(self.port)]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited at start:\n{self.log_tail()}")
-            with suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/healthz", timeout=1.0).status_code == 200:
-                    return self
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"the server did not answer within {timeout} s:\n{self.log_tail()}")
-
-    def terminate(self) -> None:
-        """Send SIGTERM: uvicorn stops listening, finishes in-flight requests, then exits."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-
-    def wait(self, timeout: float = STOP_TIMEOUT_SECONDS) -> int:
-        """Wait for the process to exit; kill it past `timeout`. Returns its exit status."""
-        assert self.process is not None
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise
-
-    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> int:
-        self.terminate()
-        return self.wait(timeout)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> LiveServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        try:
-            if self.process is not None and self.process.poll() is None:
-                self.stop()
-        finally:
-            self.kill()
 
 
 # --- the simulated chat backends ------------------------------------------------------------
@@ -1004,19 +884,19 @@ def compare_minimal(args: argparse.Namespace) -> int:
 
 
 def create_postgres_database(admin_url: str) -> str:
-    from scripts.bench import scratch_db
+    from tests.support import scratch_db
 
     return asyncio.run(scratch_db.create_postgres_database(admin_url, "precis_load"))
 
 
 def drop_postgres_database(admin_url: str, url: str) -> None:
-    from scripts.bench import scratch_db
+    from tests.support import scratch_db
 
     asyncio.run(scratch_db.drop_postgres_database(admin_url, url))
 
 
 def migrate(database_url: str) -> None:
-    from scripts.bench import scratch_db
+    from tests.support import scratch_db
 
     scratch_db.migrate(database_url)
 
@@ -1110,7 +990,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.compare_minimal:
         return compare_minimal(args)
     if args.restart:
-        from scripts.bench.pg_cluster import temporary_cluster
+        from tests.support.pg_cluster import temporary_cluster
 
         with temporary_cluster() as cluster:
             restart = Restart(cluster, args.restart_after, args.restart_downtime)
@@ -1123,7 +1003,7 @@ def run_and_judge(
 ) -> int:
     """The load run (on a new database of `postgres_url`'s server for PostgreSQL), its report
     and its verdict; the exit status."""
-    from scripts.bench.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
+    from tests.support.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
     api_key = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="precis-load-") as folder:

@@ -42,15 +42,15 @@ from starlette.types import Receive, Scope, Send
 from api import metrics, store
 from api.appending import store_batch
 from api.auth import authenticate
+from api.context import loaded_context
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.db.transactions import Database
 from api.errors import PrecisError, Unauthorized
 from api.items import parse_item
-from api.service import loaded_context
 from api.settings import Settings, get_settings
-from scripts.bench.lib import served_app
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message, encoding
+from tests.support.live_server import served_app
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 OPENAI_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
@@ -295,7 +295,7 @@ app = MinimalApp()
 @contextmanager
 def served(database_url: str, **settings: str) -> Iterator[str]:
     """The minimal app under uvicorn in a subprocess, with the environment, flags and
-    settings `scripts.bench.lib.served` gives Precis; yields its base URL."""
+    settings `tests.support.live_server.served` gives Precis; yields its base URL."""
     with served_app("scripts.bench.minimal_app:app", database_url, **settings) as url:
         yield url
 

@@ -45,9 +45,10 @@ from api.db.engine import create_engine, create_read_sessionmaker, create_sessio
 from api.db.transactions import Database
 from api.main import create_app
 from api.settings import Settings
-from scripts.bench.lib import REPO_ROOT, cpu_seconds, free_port
-from scripts.bench.scratch_db import create_postgres_database, drop_postgres_database, migrate
+from scripts.bench.lib import REPO_ROOT, cpu_seconds
 from scripts.bench.throughput import BACKENDS, NO_SUMMARIES, chat_turns, session_ids
+from tests.support.live_server import free_port
+from tests.support.scratch_db import create_postgres_database, drop_postgres_database, migrate
 
 ADMIN_URL = os.environ.get(
     "PRECIS_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
@@ -243,7 +244,7 @@ def by_layer(root: Frame, requests: int) -> str:
 
 
 def serve_profiled(app: str, port: int, output: Path, requests: Path) -> None:
-    """Serve `app` as `scripts.bench.lib.served_app` does; SIGUSR1 starts the profiler,
+    """Serve `app` as `tests.support.live_server.served_app` does; SIGUSR1 starts the profiler,
     SIGUSR2 stops it and writes its report to `output` (the request count read from
     `requests`)."""
     import uvicorn
@@ -321,7 +322,8 @@ async def profile_server(label: str, app: str, url: str, sessions: list[str], tu
 def profiled_server(
     app: str, url: str, output: Path, requests: Path
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`serve_profiled` in a subprocess, configured as `scripts.bench.lib.served_app` does."""
+    """`serve_profiled` in a subprocess, configured as `tests.support.live_server.served_app`
+    does."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": url, "SUMMARY_WORKERS": "0"}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"

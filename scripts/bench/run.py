@@ -69,14 +69,14 @@ from scripts.bench.lib import (
     interleaved,
     machine,
     sequential,
-    served,
     sqlite_path,
     timed,
 )
 from scripts.bench.minimal_app import served as served_minimal
-from scripts.bench.scratch_db import create_postgres_database, drop_postgres_database, migrate
 from scripts.bench.throughput import BACKENDS, MAX_TOKENS, TARGET, compare
 from summarizer.tokens import count_message, encoding
+from tests.support.live_server import served
+from tests.support.scratch_db import create_postgres_database, drop_postgres_database, migrate
 
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 

@@ -8,7 +8,7 @@ it runs `summarize()` through litellm's real HTTP path and prints a markdown tab
 calls, failed calls, bisect depth, leaves, the lower bound `ceil(input / usable window)`
 leaves plus the merges they imply, and wall time with concurrent halves against
 sequential ones. The server adds `--latency` seconds to every answer, so the concurrency
-comparison means something. It uses the loopback fake LLM of `scripts/bench/fake_llm.py`.
+comparison means something. It uses the loopback fake LLM of `tests/support/fake_llm.py`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from summarizer import EngineSettings, SummaryResult, summarize
-from summarizer.engine import output_cap
 from summarizer.prompts import summary_request
+from summarizer.run_state import output_cap
 from summarizer.tokens import count_message, count_messages
 
 if TYPE_CHECKING:
-    from scripts.bench.fake_llm import FakeLLM
+    from tests.support.fake_llm import FakeLLM
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sharegpt_multilang.jsonl"
 SIZES = (10_000, 100_000, 1_000_000)
@@ -144,7 +144,7 @@ def _reset(server: FakeLLM, window: int, latency: float) -> None:
 
 
 async def bench(sizes: Sequence[int], latency: float, all_sequential: bool) -> list[Row]:
-    from scripts.bench.fake_llm import FakeLLM
+    from tests.support.fake_llm import FakeLLM
 
     server = FakeLLM().start()
     rows: list[Row] = []

@@ -22,8 +22,9 @@ from typing import Any
 
 import httpx
 
-from scripts.bench.lib import SERVER_PIDS, RoundFn, Stats, cpu_seconds, interleaved
+from scripts.bench.lib import RoundFn, Stats, cpu_seconds, interleaved
 from scripts.bench.load import sentence
+from tests.support.live_server import SERVER_PIDS
 
 BACKENDS = 16
 """Chat backends playing at once, each on its own session."""
@@ -150,7 +151,7 @@ async def compare(
 ) -> Compared:
     """The chat turns against both servers in alternating rounds; `create` makes each
     backend's session first, with summaries off (`make load --compare-minimal` turns them off
-    for the whole server). A server started by `scripts.bench.lib.served_app` has its CPU
+    for the whole server). A server started by `tests.support.live_server.served_app` has its CPU
     measured too."""
     clients = {"precis": precis, "minimal": minimal}
     meters: dict[str, Meter] = {}

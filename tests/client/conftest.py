@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from precis_client import AsyncPrecisClient, PrecisClient
 
-from scripts.bench.lib import served_app
+from tests.support.live_server import served_app
 
 QUIET_SERVICE = {"SUMMARY_WORKERS": "1", "DYNAMIC_SUMMARY_ENABLED": "false"}
 """No proactive summaries: what a test stores is what it reads back, until it compacts."""

@@ -15,8 +15,8 @@ import uvicorn
 from precis_client import AsyncPrecisClient, PrecisClient, SessionNotFound, Unauthorized
 
 from api.main import create_app
-from scripts.bench.lib import free_port
 from tests.conftest import QUIET, make_settings
+from tests.support.live_server import free_port
 
 KEY = "key-of-tenant-a"
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from scripts.bench.fake_llm import FakeLLM
 from summarizer import EngineSettings
+from tests.support.fake_llm import FakeLLM
 
 FAST_RETRIES: dict[str, Any] = {
     "max_attempts": 3,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scripts.bench.fake_llm import MARKER_PATTERN, FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
-from summarizer.engine import resolve_window
+from summarizer.settings import resolve_window
 from summarizer.text import MIDDLE_MARKER
 from tests.summarizer.builders import chat, filler, user
+from tests.support.fake_llm import MARKER_PATTERN, FakeLLM
 
 Settings = Callable[..., EngineSettings]
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from scripts.bench.fake_llm import FakeLLM
 from summarizer import DegenerateAnswerError, EngineSettings, merge_summaries, summarize
 from summarizer.echo import ECHO_COPIED_SHARE, copied_share, echo_tokens
 from summarizer.fallback import FALLBACK_PREFIX
@@ -15,6 +14,7 @@ from summarizer.prompts import TRANSCRIPT_TAG, summary_request
 from summarizer.retry import check_answer
 from summarizer.transcript import TranscriptOptions, join, render
 from tests.summarizer.builders import sharegpt
+from tests.support.fake_llm import FakeLLM
 
 Settings = Callable[..., EngineSettings]
 

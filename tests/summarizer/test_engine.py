@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from scripts.bench.fake_llm import FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from summarizer.prompts import CONTINUE_PROMPT, PREVIOUS_TAG, PROMPT_VERSION, SUMMARY_PROMPT
 from summarizer.transcript import PREVIEW_CUT
 from tests.summarizer.builders import assistant, call, chat, filler, result, user
+from tests.support.fake_llm import FakeLLM
 
 Settings = Callable[..., EngineSettings]
 

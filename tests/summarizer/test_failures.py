@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from scripts.bench.fake_llm import FakeLLM
 from summarizer import EngineSettings, summarize
 from summarizer.fallback import FALLBACK_PREFIX
 from tests.summarizer.builders import chat
+from tests.support.fake_llm import FakeLLM
 
 Settings = Callable[..., EngineSettings]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from scripts.bench.fake_llm import MARKER_PATTERN, FakeLLM
 from summarizer import EngineSettings, merge_summaries, summarize
 from tests.summarizer.builders import filler
+from tests.support.fake_llm import MARKER_PATTERN, FakeLLM
 
 Settings = Callable[..., EngineSettings]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from scripts.bench.load import free_port
+from tests.support.live_server import free_port
 
 BINDIR_ENV = "PRECIS_PG_BINDIR"
 """Where the server binaries are, when not in the usual places."""

@@ -1,63 +1,26 @@
-"""Pydantic schemas of the REST API, kept apart from the ORM models.
-
-Request models are strict: a JSON value must have the documented type (`"12"` is not an
-integer, `true` is not 1) and unknown fields are refused.
-"""
+"""Messages and items: what an append takes, and how a stored message is answered."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from api.items import ITEM_SCHEMA, check_item, parse_item
 from api.json_values import check_json_value
-from api.settings import JSON_INTEGER, SummaryOverrides
-from summarizer.triggers import CompactTrigger, ProactiveReason
+from api.schemas.common import (
+    ClientId,
+    ParticipantName,
+    Role,
+    Schema,
+    ToolCallId,
+)
+from summarizer.triggers import ProactiveReason
 
 if TYPE_CHECKING:
-    from api.store.rows import MessageRow, SessionRow, SummaryRow
-
-SESSION_ID_PATTERN = r"^([A-Za-z0-9._:-]{3,128}|[A-Za-z0-9_:-][A-Za-z0-9._:-]?|\.[A-Za-z0-9_:-])$"
-"""1-128 characters of `[A-Za-z0-9._:-]`, except `.` and `..`: clients and proxies resolve
-those as path segments, so a session with such an id could not be addressed."""
-
-PATTERN_WORDS: dict[str, str] = {}
-"""What each pattern of the schemas allows, in words: an error names that, not a regex."""
-
-PATTERN_WORDS[SESSION_ID_PATTERN] = (
-    "a session id is 1 to 128 characters, each a letter (A-Z, a-z), a digit or one of "
-    "`.` `_` `:` `-`, and is not `.` or `..`"
-)
-
-SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN, min_length=1, max_length=128)]
-"""Client-chosen session id: see `SESSION_ID_PATTERN`."""
-
-ClientId = Annotated[str, Field(min_length=1, max_length=256)]
-"""Idempotency key of a message, unique per session."""
-
-ToolCallId = Annotated[str, Field(min_length=1, max_length=256)]
-"""Id linking a tool call to its result."""
-
-PARTICIPANT_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-PATTERN_WORDS[PARTICIPANT_NAME_PATTERN] = (
-    "a name is 1 to 64 characters, each a letter (A-Z, a-z), a digit, `_` or `-`"
-)
-ParticipantName = Annotated[str, Field(pattern=PARTICIPANT_NAME_PATTERN)]
-"""Optional participant name, as OpenAI accepts it."""
-
-Role = Literal["system", "developer", "user", "assistant", "tool"]
-"""`developer` is OpenAI's newer name for `system`; both are accepted and kept as given."""
-
-ROLES: frozenset[str] = frozenset(get_args(Role))
-
-
-class Schema(BaseModel):
-    """Every REST schema: a field's docstring is its description in the OpenAPI document."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    from api.store.rows import MessageRow
 
 
 class TextPart(Schema):
@@ -343,187 +306,3 @@ class MessageList(Schema):
     """The messages of this page, ascending by seq."""
     next_cursor: str | None
     """`after_seq` of the next page; null on the last."""
-
-
-MessageFormat = Literal["openai", "responses"]
-"""How a session's messages are written: OpenAI chat messages, or Responses API items."""
-
-
-class SessionCreate(Schema):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    id: SessionId | None = None
-    """The session's id; generated (`ses_<hex>`) when absent."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    """Anything the client keeps with the session."""
-    settings: SummaryOverrides = Field(default_factory=SummaryOverrides)
-    """Per-session summary settings overriding the server's."""
-    format: MessageFormat | None = Field(
-        default=None,
-        description="The session's message format; when absent, its first append fixes it.",
-    )
-
-    @model_validator(mode="after")
-    def _storable(self) -> SessionCreate:
-        check_json_value(self.metadata, "metadata")
-        return self
-
-
-class SessionUpdate(Schema):
-    """A JSON Merge Patch (RFC 7396) of `metadata` and `settings`: a key given replaces its
-    value (objects in `metadata` merge recursively), a key given as null is removed, absent
-    keys stay; `"metadata": null` or `"settings": null` clears the whole object."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    metadata: dict[str, Any] | None = None
-    """A merge patch of the session's metadata (null: clear it)."""
-    settings: SummaryOverrides | None = None
-    """A merge patch of the session's settings (null: clear them)."""
-
-    @model_validator(mode="after")
-    def _storable(self) -> SessionUpdate:
-        check_json_value(self.metadata, "metadata")
-        return self
-
-
-class SessionOut(Schema):
-    id: str
-    """The session's id."""
-    metadata: dict[str, Any]
-    """What the client keeps with it."""
-    settings: dict[str, Any]
-    """Its own summary settings (the overrides it was given)."""
-    format: MessageFormat | None = Field(
-        description="`openai` (chat messages) or `responses` (Responses items); null until "
-        "the first append fixes it."
-    )
-    effective_settings: dict[str, Any] = Field(
-        description="Every per-session setting in force: the server's defaults with this "
-        "session's `settings` applied."
-    )
-    message_count: int
-    """Messages it holds (removed ones not counted)."""
-    summary_count: int
-    """Its live summaries."""
-    last_seq: int
-    """The seq of its newest message (removed ones included)."""
-    created_at: datetime
-    """When it was created (UTC)."""
-    updated_at: datetime
-    """When it last changed (UTC)."""
-
-    @classmethod
-    def from_row(
-        cls, row: SessionRow, summary_count: int, effective_settings: dict[str, Any]
-    ) -> SessionOut:
-        """Every seq holds a message or a removed message's tombstone."""
-        return cls.model_validate(
-            {
-                **row._asdict(),
-                "id": row.external_id,
-                "effective_settings": effective_settings,
-                "message_count": row.last_seq - row.removed_count,
-                "summary_count": summary_count,
-            }
-        )
-
-
-class SessionList(Schema):
-    sessions: list[SessionOut]
-    """The sessions of this page, newest first."""
-    next_cursor: str | None
-    """`cursor` of the next page; null on the last."""
-
-
-class SummaryOut(Schema):
-    id: int
-    """The summary's id."""
-    session_id: str
-    """The id of its session."""
-    level: int
-    """0: made from messages; 1 and up: a roll-up of summaries (or a repair)."""
-    first_seq: int
-    """The first seq it covers."""
-    last_seq: int
-    """The last seq it covers."""
-    first_message_id: int
-    """The id of the first message it was made from."""
-    last_message_id: int
-    """The id of the last message it was made from."""
-    message_count: int
-    """How many messages it covers."""
-    approx_tokens: int
-    """Its text's tokens (cl100k)."""
-    summary_text: str
-    """The summary (empty once erased)."""
-    model: str
-    """The model that wrote it; `fallback` when written without one."""
-    superseded_by: int | None
-    """The summary that absorbed it (a roll-up or repair), if any."""
-    metadata: dict[str, Any]
-    """How it was made: trigger, reason, chunks, depth, tokens, fallback."""
-    created_at: datetime
-    """When it was stored (UTC)."""
-    erased_at: datetime | None = Field(
-        description="When a removed message reached this summary (it covered the message or "
-        "was made after one that did): its text is erased and it is no longer live."
-    )
-
-    @classmethod
-    def from_row(cls, row: SummaryRow, session_external_id: str, **extra: Any) -> Self:
-        return cls.model_validate({**row._asdict(), "session_id": session_external_id, **extra})
-
-
-class SummaryDetail(SummaryOut):
-    message_ids: list[int]
-    """The ids of every message it covers."""
-
-
-class SummaryList(Schema):
-    summaries: list[SummaryOut]
-    """The summaries of this page, newest first."""
-    next_cursor: str | None
-    """`cursor` of the next page; null on the last."""
-
-
-class History(Schema):
-    session_id: str
-    """The session's id."""
-    pinned: list[MessageOut] = Field(
-        description="The pinned prefix (leading system/developer messages no loaded summary "
-        "covers): always first in `context`, verbatim, never truncated."
-    )
-    summaries: list[SummaryOut]
-    """The live summaries loaded, oldest first."""
-    messages: list[MessageOut]
-    """The stored messages after the newest loaded summary that the loader read."""
-    context: list[dict[str, Any]]
-    """What to send to the model: OpenAI chat messages or Responses items (`format`)."""
-    token_estimate: int
-    """The tokens of `context`."""
-    truncated_messages: int
-    """Messages left out of `context` to fit `max_tokens`."""
-    summarization_pending: bool
-    """Whether a summarization of the session is queued or running."""
-
-
-class CompactRequest(Schema):
-    """`overflow_retry` summarizes everything (keep_last_n 0); `manual` keeps the newest."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    trigger: CompactTrigger = "manual"
-    """`manual` keeps the newest `keep_last_n`; `overflow_retry` summarizes everything but a
-    pending user question."""
-    keep_last_n: Annotated[int, Field(ge=0, le=1_000_000), *JSON_INTEGER] | None = None
-    """Newest messages to leave out (default: the session's setting)."""
-
-
-class CompactResponse(Schema):
-    summary: SummaryOut | None
-    """The summary made, or null when nothing was left to summarize."""
-    history: History
-    """The history after it."""
-
-
-class Health(Schema):
-    status: Literal["ok"]
-    """Always `ok`."""

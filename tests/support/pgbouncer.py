@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.support.live_server import free_port
+
 START_SECONDS = 10.0
 """Longest wait for PgBouncer to accept connections."""
 
@@ -30,13 +32,6 @@ def pgbouncer_binary() -> str | None:
     """The installed `pgbouncer` (Debian puts it in /usr/sbin, off a user's PATH)."""
     found = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     return found if os.access(found, os.X_OK) else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _config(folder: Path, port: int, upstream_host: str, upstream_port: int, user: str) -> Path:
@@ -68,7 +63,7 @@ def running_pgbouncer(upstream_host: str, upstream_port: int, user: str) -> Iter
     if binary is None:
         raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer)")
     folder = Path(tempfile.mkdtemp(prefix="precis-pgbouncer-"))
-    port = _free_port()
+    port = free_port()
     ini = _config(folder, port, upstream_host, upstream_port, user)
     command = [binary, str(ini)]
     if os.geteuid() == 0:

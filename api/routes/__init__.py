@@ -1,0 +1,10 @@
+"""HTTP routes, one module per resource: parse input, call one use case, return its answer.
+
+`checks` holds what they share: the checks every /v1 request passes, the parameter types and
+the errors the routes declare.
+"""
+
+from api.routes import health, history, messages, sessions, summaries
+
+ROUTERS = (sessions.router, messages.router, history.router, summaries.router, health.router)
+"""Every router of the app, in the order its routes are matched and documented."""

@@ -1,0 +1,69 @@
+"""The probes: liveness, readiness, Prometheus metrics."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from functools import partial
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import SQLAlchemyError
+
+from api import metrics, store
+from api.auth import Tenant
+from api.db.models import SCHEMA_REVISION
+from api.db.transactions import RetryPolicy, retry_budget, retrying
+from api.deps import ReadDb
+from api.errors import Forbidden, ServiceUnavailable, Unauthorized, responses
+from api.schemas import Health
+from api.store import readiness
+
+PROBE_RETRIES = RetryPolicy(budget_seconds=0.5)
+"""The probes (`/readyz`, `/metrics`) answer within a prober's timeout (Kubernetes: 1 s by
+default), so they wait this long at most for an unreachable database, not
+DATABASE_RETRY_SECONDS."""
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> Health:
+    """Liveness: the process answers."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", responses=responses(ServiceUnavailable))
+async def readyz(request: Request) -> Health:
+    """Readiness: the database answers, and its schema is at the revision this build needs."""
+    probe = partial(readiness.database_revision, request.app.state.engine)
+    try:
+        with retry_budget(PROBE_RETRIES):
+            revision = await retrying(probe, "the readiness probe", "read")
+    except Exception as exc:
+        raise ServiceUnavailable(f"the database is unreachable: {type(exc).__name__}") from exc
+    if revision != SCHEMA_REVISION:
+        raise ServiceUnavailable(
+            f"the database schema is at revision {revision or 'none'}, this build needs "
+            f"{SCHEMA_REVISION}: run `alembic upgrade head`"
+        )
+    return Health(status="ok")
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={
+        error.status_code: {
+            "description": error.__name__,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        }
+        for error in (Unauthorized, Forbidden, ServiceUnavailable)
+    },
+)
+async def prometheus_metrics(_tenant: Tenant, db: ReadDb) -> PlainTextResponse:
+    """Prometheus text; needs a key like every /v1 route (loopback only without API_KEYS)."""
+    # database down: the gauge keeps its last value
+    with suppress(SQLAlchemyError, OSError), retry_budget(PROBE_RETRIES):
+        metrics.PENDING_JOBS.set(await store.pending_job_count(db))
+    return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)

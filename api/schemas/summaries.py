@@ -1,0 +1,110 @@
+"""Summaries, the history a load answers, and `compact`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, Self
+
+from pydantic import ConfigDict, Field
+
+from api.schemas.common import (
+    Schema,
+)
+from api.schemas.messages import (
+    MessageOut,
+)
+from api.settings import JSON_INTEGER
+from summarizer.triggers import CompactTrigger
+
+if TYPE_CHECKING:
+    from api.store.rows import SummaryRow
+
+
+class SummaryOut(Schema):
+    id: int
+    """The summary's id."""
+    session_id: str
+    """The id of its session."""
+    level: int
+    """0: made from messages; 1 and up: a roll-up of summaries (or a repair)."""
+    first_seq: int
+    """The first seq it covers."""
+    last_seq: int
+    """The last seq it covers."""
+    first_message_id: int
+    """The id of the first message it was made from."""
+    last_message_id: int
+    """The id of the last message it was made from."""
+    message_count: int
+    """How many messages it covers."""
+    approx_tokens: int
+    """Its text's tokens (cl100k)."""
+    summary_text: str
+    """The summary (empty once erased)."""
+    model: str
+    """The model that wrote it; `fallback` when written without one."""
+    superseded_by: int | None
+    """The summary that absorbed it (a roll-up or repair), if any."""
+    metadata: dict[str, Any]
+    """How it was made: trigger, reason, chunks, depth, tokens, fallback."""
+    created_at: datetime
+    """When it was stored (UTC)."""
+    erased_at: datetime | None = Field(
+        description="When a removed message reached this summary (it covered the message or "
+        "was made after one that did): its text is erased and it is no longer live."
+    )
+
+    @classmethod
+    def from_row(cls, row: SummaryRow, session_external_id: str, **extra: Any) -> Self:
+        return cls.model_validate({**row._asdict(), "session_id": session_external_id, **extra})
+
+
+class SummaryDetail(SummaryOut):
+    message_ids: list[int]
+    """The ids of every message it covers."""
+
+
+class SummaryList(Schema):
+    summaries: list[SummaryOut]
+    """The summaries of this page, newest first."""
+    next_cursor: str | None
+    """`cursor` of the next page; null on the last."""
+
+
+class History(Schema):
+    session_id: str
+    """The session's id."""
+    pinned: list[MessageOut] = Field(
+        description="The pinned prefix (leading system/developer messages no loaded summary "
+        "covers): always first in `context`, verbatim, never truncated."
+    )
+    summaries: list[SummaryOut]
+    """The live summaries loaded, oldest first."""
+    messages: list[MessageOut]
+    """The stored messages after the newest loaded summary that the loader read."""
+    context: list[dict[str, Any]]
+    """What to send to the model: OpenAI chat messages or Responses items (`format`)."""
+    token_estimate: int
+    """The tokens of `context`."""
+    truncated_messages: int
+    """Messages left out of `context` to fit `max_tokens`."""
+    summarization_pending: bool
+    """Whether a summarization of the session is queued or running."""
+
+
+class CompactRequest(Schema):
+    """`overflow_retry` summarizes everything (keep_last_n 0); `manual` keeps the newest."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    trigger: CompactTrigger = "manual"
+    """`manual` keeps the newest `keep_last_n`; `overflow_retry` summarizes everything but a
+    pending user question."""
+    keep_last_n: Annotated[int, Field(ge=0, le=1_000_000), *JSON_INTEGER] | None = None
+    """Newest messages to leave out (default: the session's setting)."""
+
+
+class CompactResponse(Schema):
+    summary: SummaryOut | None
+    """The summary made, or null when nothing was left to summarize."""
+    history: History
+    """The history after it."""
