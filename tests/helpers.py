@@ -12,7 +12,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from api import store
-from api.appending import store_batch
+from api.append import AppendOutcome, store_batch
 from api.db.engine import create_sessionmaker
 from api.db.transactions import Database
 from api.settings import Settings
@@ -24,7 +24,7 @@ WAIT_SECONDS = 30.0
 
 async def append_batch(
     db: AsyncSession, tenant: str, external_id: str, batch: Sequence[store.NewMessage]
-) -> store.AppendOutcome:
+) -> AppendOutcome:
     """`batch` stored by the service's append (what the route calls) on `db`'s database,
     summarization off; it commits on its own, so `db` must hold no write of its own."""
     engine = db.bind

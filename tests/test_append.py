@@ -18,9 +18,8 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store
-from api.appending import new_messages, store_batch
+from api.append import AppendOutcome, new_messages, postgresql, sqlite, store_batch
 from api.db.models import Message, Session
-from api.store import pg_append, sqlite_append
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import IMAGE_PART_TOKENS, count_message
 
@@ -319,7 +318,7 @@ async def test_a_batch_counted_off_the_event_loop_gets_the_same_token_counts(
 # --- store level ----------------------------------------------------------------------------
 
 
-async def appended(app: FastAPI, sid: str, *batch: store.NewMessage) -> store.AppendOutcome:
+async def appended(app: FastAPI, sid: str, *batch: store.NewMessage) -> AppendOutcome:
     """`batch` appended by the store's append (what the route calls), without HTTP."""
     outcome, _reason = await store_batch(app.state.database, app.state.settings, "t", sid, batch)
     return outcome
@@ -365,7 +364,7 @@ async def test_a_batch_that_fails_halfway_stores_nothing(
 ) -> None:
     """Past the first INSERT (SQLite inserts 500 rows per statement), a message the table
     refuses: neither the session nor any message of the batch is stored."""
-    batch = [new_message(f"{sid} {i}") for i in range(sqlite_append.ROWS_PER_INSERT + 1)]
+    batch = [new_message(f"{sid} {i}") for i in range(sqlite.ROWS_PER_INSERT + 1)]
     batch[-1] = batch[-1]._replace(token_count=None)  # type: ignore[arg-type]
     with pytest.raises((sqlite3.IntegrityError, asyncpg.NotNullViolationError)):
         await appended(app, sid, *batch)
@@ -395,8 +394,8 @@ def test_a_batch_without_client_ids_is_appended_without_their_checks() -> None:
     plain = store.NewMessage("user", "a", None, None, None, None, None, None, 1)
     keyed = plain._replace(client_id="c1")
 
-    lean = pg_append.statement([plain, plain])
-    assert lean == pg_append.APPEND_WITHOUT_CLIENT_IDS
+    lean = postgresql.statement([plain, plain])
+    assert lean == postgresql.APPEND_WITHOUT_CLIENT_IDS
     assert "known AS" not in lean and "row_number()" not in lean
-    assert pg_append.statement([plain, keyed]) == pg_append.APPEND
-    assert "known AS" in pg_append.APPEND
+    assert postgresql.statement([plain, keyed]) == postgresql.APPEND
+    assert "known AS" in postgresql.APPEND

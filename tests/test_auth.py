@@ -1,10 +1,12 @@
 """Bearer keys per tenant; tenants never see each other; no keys means loopback only.
 
-Tests share the module's app (with two tenants' keys), each on its own session ids.
+The key rule holds on every path but the probes, and is checked before anything of the body
+is read. Tests share the module's app (with two tenants' keys), each on its own session ids.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import store
 from api.main import create_app
 from tests.conftest import QUIET, make_settings
-from tests.helpers import summary_draft
+from tests.helpers import summary_draft, user
 
 KEYS = "tenant_a:key_a,tenant_b:key_b"
 A = {"Authorization": "Bearer key_a"}
@@ -43,7 +45,16 @@ async def client_at(
 
 
 def messages(*contents: str) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": c} for c in contents]}
+    return {"messages": [user(c) for c in contents]}
+
+
+def assert_error(answer: httpx.Response, status: int, *names: str) -> None:
+    """The status, the `{"error", "detail"}` shape, and every name in the detail."""
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert set(body) == {"error", "detail"}, body
+    for name in names:
+        assert name in body["detail"], body["detail"]
 
 
 async def contents(api: httpx.AsyncClient, sid: str, headers: dict[str, str]) -> list[str]:
@@ -107,6 +118,71 @@ async def test_healthz_needs_no_key(api: httpx.AsyncClient) -> None:
     answer = await api.get("/healthz")
     assert answer.status_code == 200
     assert answer.json() == {"status": "ok"}
+
+
+async def test_readyz_needs_no_key(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/readyz")
+    assert answer.status_code == 200
+    assert answer.json() == {"status": "ok"}
+
+
+NEEDS_A_KEY = [
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs"),
+    ("POST", "/v1/sessions/s/compact"),
+    ("GET", "/v1/sessions/s/summaries"),
+    ("GET", "/v1/summaries/1"),
+    ("GET", "/v1/no-such-route"),
+    ("PUT", "/v1/sessions/s"),
+]
+"""Paths outside the `V1_ROUTES` above: operator routes, the docs, unknown routes and methods."""
+
+
+@pytest.mark.parametrize(("method", "path"), NEEDS_A_KEY, ids=[" ".join(r) for r in NEEDS_A_KEY])
+async def test_every_path_but_the_probes_needs_a_key(
+    api: httpx.AsyncClient, method: str, path: str
+) -> None:
+    answer = await api.request(method, path)
+    assert_error(answer, 401, "API key")
+    assert answer.headers["www-authenticate"] == "Bearer"
+
+
+async def test_metrics_are_served_with_a_key(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/metrics", headers=A)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert "precis_summaries_total" in answer.text
+
+
+async def test_the_key_is_checked_before_the_body_is_parsed(api: httpx.AsyncClient) -> None:
+    answer = await api.post(
+        "/v1/sessions", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert_error(answer, 401)
+
+
+@pytest.mark.parametrize("settings_overrides", [{"api_keys": KEYS, "max_request_bytes": 100}])
+async def test_the_key_is_checked_before_the_body_size(client: httpx.AsyncClient) -> None:
+    big = {"messages": [user("x" * 1_000)]}
+    assert_error(await client.post("/v1/sessions/s/messages", json=big), 401)
+    assert_error(await client.post("/v1/sessions/s/messages", json=big, headers=A), 413)
+
+
+async def test_the_openapi_document_declares_the_bearer_key_on_every_route_but_the_probes(
+    api: httpx.AsyncClient,
+) -> None:
+    document = (await api.get("/openapi.json", headers=A)).json()
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            secured = "security" in operation
+            assert secured == (path not in ("/healthz", "/readyz")), f"{method} {path}"
+
+
+def test_one_key_for_two_tenants_is_refused(database_url: str) -> None:
+    with pytest.raises(ValueError, match="two tenants"):
+        make_settings(database_url, api_keys="a:same,b:same").tenant_keys()
 
 
 # --- tenant isolation -----------------------------------------------------------------------
@@ -249,6 +325,24 @@ async def test_without_keys_a_web_page_of_another_site_is_refused(
         assert answer.status_code == status, answer.text
         stored = (await local.get(f"/v1/sessions/{sid}")).status_code
         assert stored == (200 if status == 201 else 404)
+
+
+@dev_mode
+async def test_without_keys_metrics_and_docs_are_refused_to_non_loopback_clients(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="precis.auth")
+    async with client_at(database_url, "203.0.113.9") as remote:
+        for path in ("/metrics", "/openapi.json", "/v1/sessions"):
+            assert_error(await remote.get(path), 403, "loopback")
+    assert "203.0.113.9" in caplog.text and "no API_KEYS" in caplog.text
+
+
+@dev_mode
+async def test_without_keys_the_probes_answer_non_loopback_clients(database_url: str) -> None:
+    async with client_at(database_url, "203.0.113.9") as remote:
+        assert (await remote.get("/healthz")).status_code == 200
+        assert (await remote.get("/readyz")).status_code == 200
 
 
 @dev_mode

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import store
-from api.appending import store_batch
+from api.append import store_batch
 from api.db.engine import create_engine
 from api.db.models import SCHEMA_REVISION, Base, Message, Session
 from api.db.transactions import Database

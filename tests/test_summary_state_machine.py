@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from api.appending import new_messages
+from api.append import new_messages
 from api.compaction import Compactor
 from api.db.engine import create_engine, create_sessionmaker
 from api.locks import SessionLocks

@@ -1,6 +1,6 @@
 """The hot path: statements run on a pooled connection's driver connection, past
 SQLAlchemy's execution layer (the history reads here, compiled once; the appends in
-`api.store.pg_append` and `api.store.sqlite_append`).
+`api.append.postgresql` and `api.append.sqlite`).
 
 The pool, its checkout checks (`api.db.engine`), the column types' encoding and decoding and
 the statements themselves (SQLAlchemy Core, so they stay portable and typed) are

@@ -3,7 +3,7 @@
 Who commits: `transaction` below, and nothing else. A request's own reads and writes run in
 the scope its dependency opens (`api.deps`) or in a unit of work its route runs
 (`Database.write`); an append opens its own, to run it again when its connection dies
-(`api.appending.store_batch`); summarization writes in short scopes of its own
+(`api.append.store_batch`); summarization writes in short scopes of its own
 (`Compactor.writing`), never in the request's. Store functions never commit.
 
 One retry policy for every lost connection (a connection cut, a server refusing connections
@@ -20,7 +20,7 @@ again:
   again; one lost while COMMIT was under way raises `CommitInterrupted` (its outcome is
   unknown), run again only for units whose second run answers as the first did. The append
   on PostgreSQL is one autocommit statement instead, which finds out by its own id whether
-  it landed (`api.appending`).
+  it landed (`api.append`).
 - Summarization (jobs, their bookkeeping, inline compactions) and the probes run through
   `retrying`.
 

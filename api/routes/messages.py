@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Path, Query, Response, status
 
-from api import appending, metrics, service, store
+from api import append, metrics, service, store
 from api.auth import Tenant
 from api.db.transactions import Database
 from api.deps import AppDatabase, AppSettings, AppWorker, ReadDb, database_faults_as_503
@@ -54,7 +54,7 @@ async def append_messages(
         where = f"{name}[{index}].metadata"
         check_metadata_size(message.metadata, where, settings.max_metadata_bytes)
     with metrics.APPEND_SECONDS.time(), database_faults_as_503():
-        answer = await appending.append(database, settings, tenant, session_id, body.batch)
+        answer = await append.append(database, settings, tenant, session_id, body.batch)
     if answer.summarization.scheduled:
         # The append has committed its job: the worker finds it. (A background task would
         # run this plain function in a worker thread, a thread hop per append.)

@@ -1,10 +1,9 @@
-"""All SQL of the service, one module per aggregate; functions take the caller's AsyncSession
-and never commit (the caller owns the transaction: see `api.db.transactions`).
+"""All SQL of the service but the append's (`api.append`), one module per aggregate; functions
+take the caller's AsyncSession and never commit (the caller owns the transaction: see
+`api.db.transactions`).
 
 - `sessions`: create, read, update, delete.
-- `messages`: the listings, and what an append answers (`AppendOutcome`).
-- `pg_append`, `sqlite_append`: the append, one per database, on the driver
-  (`api.db.driver`): one statement on PostgreSQL, one call to the driver's thread on SQLite.
+- `messages`: the listings (the append, one statement on the driver, is in `api.append`).
 - `loader`: the history loader's reads (two round trips per load).
 - `summaries`: live summaries, saving one with its links, the backlog a trigger reads.
 - `jobs`: background summarization jobs.
@@ -27,7 +26,7 @@ from api.store.jobs import (
     renew_job_lease,
 )
 from api.store.loader import HistoryStart, LoadedRows, load_rows, session_for_history
-from api.store.messages import AppendOutcome, messages_in_range
+from api.store.messages import messages_in_range
 from api.store.removal import Removal, message_exists, remake_owed, remove
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
@@ -54,7 +53,6 @@ from api.store.summaries import (
 )
 
 __all__ = [
-    "AppendOutcome",
     "Backlog",
     "HistoryStart",
     "JobRow",

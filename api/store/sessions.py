@@ -1,12 +1,11 @@
 """Sessions: create, read, update, delete (an append moves a session's seqs in its own
-statement: `api.store.pg_append`, `api.store.sqlite_append`).
+statement: `api.append.postgresql`, `api.append.sqlite`).
 
 Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -21,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Session, utcnow
 from api.errors import SessionExists, SessionNotFound
-from api.store.rows import SESSION_COLUMNS, NewMessage, SessionRow
+from api.store.rows import SESSION_COLUMNS, SessionRow
 
 _SESSION_TABLE = cast(Table, Session.__table__)
 _sessions = _SESSION_TABLE.c
@@ -134,17 +133,3 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
     )
     if result.first() is None:
         raise SessionNotFound(external_id)
-
-
-PINNED_ROLES = frozenset({"system", "developer"})
-"""Roles of the pinned prefix: the leading messages that are never summarized."""
-
-
-def leading_pinned(batch: Sequence[NewMessage]) -> int:
-    """How many messages at the start of `batch` have a pinned role."""
-    count = 0
-    for message in batch:
-        if message.role not in PINNED_ROLES:
-            break
-        count += 1
-    return count

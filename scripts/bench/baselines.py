@@ -25,11 +25,18 @@ from typing import Any
 import asyncpg
 from sqlalchemy.dialects import postgresql, sqlite
 
+from api.append.batch import BacklogDefaults
+from api.append.postgresql import arguments, statement
+from api.append.sqlite import (
+    SUMMARIZED_AND_QUEUED,
+    UPDATE_SESSION,
+    encode_time,
+    insert_statement,
+    insert_values,
+)
 from api.db.driver import DriverStatement
 from api.db.models import utcnow
-from api.store import sqlite_append
 from api.store.loader import HistoryStart, load_parameters, load_statement
-from api.store.pg_append import BacklogDefaults, arguments, statement
 from api.store.rows import MessageRow, NewMessage
 from scripts.bench.lib import TENANT, RoundFn, concurrent, sequential
 
@@ -127,7 +134,7 @@ class RawPostgres:
         return sequential(one)
 
     def store_statement(self, news: Sequence[NewMessage], keyed: bool = False) -> RoundFn:
-        """The store's own append statement (`api.store.pg_append.statement`), one message at a
+        """The store's own append statement (`api.append.postgresql.statement`), one message at a
         time on a bare connection: what the service's append costs without the service;
         `keyed`: each message with a new client_id."""
         conn = self.conns[0]
@@ -304,26 +311,22 @@ class RawAiosqlite:
 
     def store_statements(self, news: Sequence[NewMessage], external_id: str) -> RoundFn:
         """The statements every append of one message without a client id runs
-        (`api.store.sqlite_append`), one call each: BEGIN IMMEDIATE, the session's UPDATE,
+        (`api.append.sqlite`), one call each: BEGIN IMMEDIATE, the session's UPDATE,
         the INSERT, the trigger's look at summaries and jobs, COMMIT. The session must exist.
         """
         conn = self.conn
 
         async def one(i: int) -> None:
             now = utcnow()
-            at = sqlite_append.encode_time(now)
+            at = encode_time(now)
             await conn.execute("BEGIN IMMEDIATE")
             [row] = await conn.execute_fetchall(
-                sqlite_append.UPDATE_SESSION, (at, 1, 0, "openai", TENANT, external_id, "openai")
+                UPDATE_SESSION, (at, 1, 0, "openai", TENANT, external_id, "openai")
             )
             session_id, last_seq = row[0], row[5]
             message = MessageRow(0, session_id, last_seq, *news[i % len(news)], now, None, None)
-            await conn.execute_fetchall(
-                sqlite_append.insert_statement(1), sqlite_append.insert_values([message])
-            )
-            await conn.execute_fetchall(
-                sqlite_append.SUMMARIZED_AND_QUEUED, (session_id, session_id)
-            )
+            await conn.execute_fetchall(insert_statement(1), insert_values([message]))
+            await conn.execute_fetchall(SUMMARIZED_AND_QUEUED, (session_id, session_id))
             await conn.commit()
 
         return sequential(one)

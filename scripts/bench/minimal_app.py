@@ -3,7 +3,7 @@
 `GET /v1/sessions/{id}/history` (with `max_tokens`, `summary_limit`) and
 `POST /v1/sessions/{id}/messages` do what Precis does for a valid request, on the same
 kind of engine (`api.db.engine.create_engine`, the same settings) through the same store
-functions (`store.session_for_history` and `store.load_rows`, `appending.store_batch`), so
+functions (`store.session_for_history` and `store.load_rows`, `api.append.store_batch`), so
 the same SQL on the same pool, and answer the same bytes (`tests/test_bench_minimal_app.py`
 proves it). What is left is the least an HTTP layer can add: no framework, no request
 model, the answer encoded by pydantic-core's serializer straight from the rows.
@@ -40,7 +40,7 @@ import pydantic_core
 from starlette.types import Receive, Scope, Send
 
 from api import metrics, store
-from api.appending import store_batch
+from api.append import store_batch
 from api.auth import authenticate
 from api.context import loaded_context
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker

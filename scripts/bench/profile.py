@@ -40,7 +40,7 @@ from pyinstrument.frame import Frame
 from pyinstrument.stack_sampler import get_stack_sampler
 
 from api import store
-from api.appending import store_batch
+from api.append import store_batch
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.db.transactions import Database
 from api.main import create_app

@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import service, store
-from api.appending import store_batch
+from api.append import store_batch
 from api.compaction import Compactor
 from api.db import driver
 from api.db.engine import (

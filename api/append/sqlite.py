@@ -5,7 +5,7 @@ much as a small statement: the append through SQLAlchemy's session made a dozen.
 function, run in that thread, takes the write lock (BEGIN IMMEDIATE), leaves out every message
 whose `client_id` the session already holds, moves the session's seqs (or creates the
 session), inserts the batch in one multi-row INSERT, counts what the proactive trigger asks,
-and commits. Its answer and guarantees are `api.store.pg_append`'s: contiguous seqs in
+and commits. Its answer and guarantees are `api.append.postgresql`'s: contiguous seqs in
 per-session order, the whole batch or nothing, a repeated `client_id` answered with the stored
 message. Nothing can cut a local COMMIT halfway, so it needs no append id.
 """
@@ -22,18 +22,20 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.db import driver
-from api.db.models import Message, Session, utcnow
-from api.store.messages import (
+from api.append.batch import (
+    Appended,
     AppendOutcome,
+    BacklogDefaults,
+    CountedBacklog,
     batch_format,
     check_format,
     check_repeats,
     in_batch_order,
+    leading_pinned,
 )
-from api.store.pg_append import Appended, BacklogDefaults, CountedBacklog
+from api.db import driver
+from api.db.models import Message, Session, utcnow
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
-from api.store.sessions import leading_pinned
 
 _DIALECT = sqlite.dialect()
 _SESSION_NAMES = ", ".join(column.name for column in SESSION_COLUMNS)
@@ -229,7 +231,7 @@ def _backlog(
     defaults: BacklogDefaults,
 ) -> CountedBacklog:
     """What lies after the newest live summary and the pinned prefix; the tokens are counted
-    only when they can matter, as `pg_append.APPEND` does."""
+    only when they can matter, as `postgresql.APPEND` does."""
     overrides = session.settings
     floor = session.pinned_seq if overrides.get("pin_system", defaults.pin_system) else 0
     after_seq = max(summarized, floor)

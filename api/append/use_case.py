@@ -14,6 +14,8 @@ from functools import partial
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import items, store
+from api.append import postgresql, sqlite
+from api.append.batch import Appended, AppendOutcome, BacklogDefaults, CountedBacklog
 from api.compaction import proactive_reason, schedule_if_due
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
@@ -34,7 +36,6 @@ from api.schemas import (
     SummarizationStatus,
 )
 from api.settings import Settings, SummaryPolicy
-from api.store import pg_append, sqlite_append
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 from summarizer.triggers import ProactiveReason
@@ -144,7 +145,7 @@ async def store_batch(
     tenant: str,
     external_id: str,
     batch: Sequence[store.NewMessage],
-) -> tuple[store.AppendOutcome, ProactiveReason | None]:
+) -> tuple[AppendOutcome, ProactiveReason | None]:
     """Append `batch` exactly once, even when the connection dies; record a summarization job
     when the backlog reaches a limit."""
     if database.engine.dialect.name == "postgresql":
@@ -158,12 +159,12 @@ async def _store_in_one_call(
     tenant: str,
     external_id: str,
     batch: Sequence[store.NewMessage],
-) -> tuple[store.AppendOutcome, ProactiveReason | None]:
-    """The append as one transaction in one call to SQLite's driver (`api.store.sqlite_append`),
+) -> tuple[AppendOutcome, ProactiveReason | None]:
+    """The append as one transaction in one call to SQLite's driver (`api.append.sqlite`),
     after the process's other writers (see `api.db.transactions.transaction`). No network can
     cut a local COMMIT, so it never runs twice."""
     async with database.write_lock or nullcontext():
-        appended = await sqlite_append.append(
+        appended = await sqlite.append(
             database.engine, tenant, external_id, batch, _backlog_defaults(settings)
         )
     return appended.outcome, await _schedule(database, settings, appended)
@@ -175,8 +176,8 @@ async def _store_in_one_statement(
     tenant: str,
     external_id: str,
     batch: Sequence[store.NewMessage],
-) -> tuple[store.AppendOutcome, ProactiveReason | None]:
-    """The append as one autocommit statement (PostgreSQL, `api.store.pg_append`).
+) -> tuple[AppendOutcome, ProactiveReason | None]:
+    """The append as one autocommit statement (PostgreSQL, `api.append.postgresql`).
 
     Lost before the answer arrived, the statement may have landed: once the server process
     that ran it has ended, the messages carrying this request's append id say whether it did.
@@ -189,10 +190,10 @@ async def _store_in_one_statement(
     races = 0
     while True:
         try:
-            appended = await pg_append.append(
+            appended = await postgresql.append(
                 engine, tenant, external_id, batch, append_id, _backlog_defaults(settings)
             )
-        except pg_append.AppendCutOff as exc:
+        except postgresql.AppendCutOff as exc:
             outcome = await _landed(
                 engine, tenant, external_id, batch, append_id, exc.server_pid, budget
             )
@@ -203,7 +204,7 @@ async def _store_in_one_statement(
             if not await budget.wait_to_retry(exc, "an append", "append"):
                 raise exc.__cause__ or exc from None
         except Exception as exc:
-            if pg_append.raced_on_client_id(exc):
+            if postgresql.raced_on_client_id(exc):
                 races += 1
                 if races < RACE_ATTEMPTS:
                     continue  # nothing landed; the next run sees the other request's message
@@ -224,7 +225,7 @@ async def _store_in_one_statement(
 
 
 async def _schedule(
-    database: Database, settings: Settings, appended: pg_append.Appended
+    database: Database, settings: Settings, appended: Appended
 ) -> ProactiveReason | None:
     """The proactive trigger's answer to what an append's statement counted; records the job."""
     session = appended.outcome.session
@@ -233,15 +234,15 @@ async def _schedule(
     return await _schedule_if_due(database, session, policy, backlog, appended.job_queued)
 
 
-def _backlog_defaults(settings: Settings) -> pg_append.BacklogDefaults:
-    return pg_append.BacklogDefaults(
+def _backlog_defaults(settings: Settings) -> BacklogDefaults:
+    return BacklogDefaults(
         summarize=settings.dynamic_summary_enabled,
         pin_system=settings.summary_pin_system,
         message_limit=settings.summary_message_limit,
     )
 
 
-def _backlog(policy: SummaryPolicy, counted: pg_append.CountedBacklog) -> store.Backlog | None:
+def _backlog(policy: SummaryPolicy, counted: CountedBacklog) -> store.Backlog | None:
     """The backlog the trigger reads, from what the append's statement counted; None if the
     trigger needs tokens the statement did not count (then they are read again)."""
     if counted.token_count is not None:
@@ -260,15 +261,15 @@ async def _landed(
     append_id: int,
     server_pid: int,
     budget: RetryBudget,
-) -> store.AppendOutcome | None:
+) -> AppendOutcome | None:
     """What a cut-off append stored, once the server process that ran it has ended; None if it
     stored nothing. Raises `CommitInterrupted` if the database cannot tell: its process still
     runs after OUTCOME_WAIT_SECONDS, or the database does not answer within the budget."""
     running_until: float | None = None
     while True:
         try:
-            if not await pg_append.still_running(engine, server_pid):
-                return await pg_append.landed(engine, tenant, external_id, batch, append_id)
+            if not await postgresql.still_running(engine, server_pid):
+                return await postgresql.landed(engine, tenant, external_id, batch, append_id)
         except Exception as exc:
             if not connection_lost(exc):
                 raise

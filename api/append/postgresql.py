@@ -7,7 +7,7 @@ of the batch, and answers what the proactive trigger asks (the backlog after the
 summary, and whether a job is queued already): one round trip where a transaction took five.
 Every message it inserts carries the request's random `append_id`, so a request whose
 connection was cut before the answer arrived can tell whether its statement landed
-(`landed`). The guarantees (SQLite's append, `api.store.sqlite_append`, gives the same):
+(`landed`). The guarantees (SQLite's append, `api.append.sqlite`, gives the same):
 contiguous seqs in per-session order, the whole batch or nothing, and a repeated `client_id`
 answered with the stored message.
 """
@@ -16,24 +16,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.db import driver
-from api.db.faults import connection_lost
-from api.db.models import utcnow
-from api.db.pooler import transaction_pooled
-from api.errors import Conflict
-from api.store.messages import (
+from api.append.batch import (
+    Appended,
     AppendOutcome,
+    BacklogDefaults,
+    CountedBacklog,
     batch_format,
     check_format,
     in_batch_order,
     raise_idempotency_conflict,
 )
+from api.db import driver
+from api.db.faults import connection_lost
+from api.db.models import utcnow
+from api.db.pooler import transaction_pooled
+from api.errors import Conflict
 from api.store.rows import MessageRow, NewMessage, SessionRow
 
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
@@ -205,32 +207,6 @@ class AppendCutOff(Exception):
     def __init__(self, server_pid: int) -> None:
         super().__init__(f"the append's connection (server process {server_pid}) was lost")
         self.server_pid = server_pid
-
-
-@dataclass(frozen=True)
-class BacklogDefaults:
-    """The server's settings the statement reads the backlog with, where a session has none."""
-
-    summarize: bool
-    pin_system: bool
-    message_limit: int
-
-
-@dataclass(frozen=True)
-class CountedBacklog:
-    """What lies after the newest live summary (and the pinned prefix), as the statement saw
-    it; `token_count` is None where it was not counted (see `APPEND`)."""
-
-    after_seq: int
-    message_count: int
-    token_count: int | None
-
-
-@dataclass(frozen=True)
-class Appended:
-    outcome: AppendOutcome
-    backlog: CountedBacklog
-    job_queued: bool
 
 
 def _json(value: Any) -> str | None:
