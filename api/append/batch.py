@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import NoReturn
 
 from api.errors import FormatConflict, IdempotencyConflict
@@ -122,4 +123,20 @@ def _content_of(message: NewMessage | MessageRow) -> tuple[object, ...]:
         message.tool_call_id,
         message.metadata,
         message.item,
+    )
+
+
+def stored_row(
+    message_id: int, session_id: int, seq: int, new: NewMessage, created_at: datetime
+) -> MessageRow:
+    """The row an append stores for `new`, built by name: a column added to both row types
+    needs no change here."""
+    return MessageRow(
+        id=message_id,
+        session_id=session_id,
+        seq=seq,
+        created_at=created_at,
+        removed_at=None,
+        orphaned_at=None,
+        **new._asdict(),
     )

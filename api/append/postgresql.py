@@ -30,24 +30,21 @@ from api.append.batch import (
     check_format,
     in_batch_order,
     raise_idempotency_conflict,
+    stored_row,
 )
 from api.db import driver
 from api.db.faults import connection_lost
 from api.db.models import utcnow
 from api.db.pooler import transaction_pooled
 from api.errors import Conflict
-from api.store.rows import MessageRow, NewMessage, SessionRow
+from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
 
-_SESSION_RETURNING = (
-    "id, tenant, external_id, metadata, settings, last_seq, pinned_seq, created_at, updated_at, "
-    "removed_count, format"
-)
-_MESSAGE_COLUMNS = (
-    "id, session_id, seq, role, content, content_parts, name, tool_calls, tool_call_id, "
-    "metadata, client_id, token_count, item, created_at, removed_at, orphaned_at"
-)
+_SESSION_RETURNING = ", ".join(column.name for column in SESSION_COLUMNS)
+"""The session row's columns in `SessionRow` order (one definition: `api.store.rows`)."""
+_MESSAGE_COLUMNS = ", ".join(column.name for column in MESSAGE_COLUMNS)
+"""The message row's columns in `MessageRow` order."""
 
 _CLIENT_IDS = """\
 known AS (
@@ -282,7 +279,7 @@ async def append(
             inserted: list[NewMessage] = [batch[ord_ - 1] for ord_ in row["fresh_ords"] or ()]
             first_seq = session.last_seq - len(ids) + 1
             fresh = [
-                MessageRow(id_, session.id, first_seq + i, *new, now, None, None)
+                stored_row(id_, session.id, first_seq + i, new, now)
                 for i, (id_, new) in enumerate(zip(ids, inserted, strict=True))
             ]
             stored = await _stored(connection, session.id, batch, fresh)

@@ -32,6 +32,7 @@ from api.append.batch import (
     check_repeats,
     in_batch_order,
     leading_pinned,
+    stored_row,
 )
 from api.db import driver
 from api.db.models import Message, Session, utcnow
@@ -212,10 +213,7 @@ def _insert(
 ) -> list[MessageRow]:
     """Insert `fresh` at the seqs the session row just reserved (the last `len(fresh)`)."""
     first_seq = session.last_seq - len(fresh) + 1
-    rows = [
-        MessageRow(0, session.id, first_seq + i, *new, now, None, None)
-        for i, new in enumerate(fresh)
-    ]
+    rows = [stored_row(0, session.id, first_seq + i, new, now) for i, new in enumerate(fresh)]
     id_of_seq: dict[int, int] = {}
     for start in range(0, len(rows), ROWS_PER_INSERT):
         chunk = rows[start : start + ROWS_PER_INSERT]
