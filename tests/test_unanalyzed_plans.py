@@ -185,6 +185,16 @@ async def test_an_append_reads_a_page_of_an_unanalyzed_session(
     await assert_bounded(unanalyzed_url, statements)
 
 
+async def test_an_append_without_client_ids_reads_a_page_of_an_unanalyzed_session(
+    api: httpx.AsyncClient, unanalyzed_url: str
+) -> None:
+    batch = {"messages": [{"role": "assistant", "content": "an answer"}]}
+    with recorded_statements() as statements:
+        answer = await api.post("/v1/sessions/big/messages", json=batch)
+    assert answer.status_code == 201, answer.text
+    await assert_bounded(unanalyzed_url, statements)
+
+
 async def test_an_append_repeating_a_client_id_reads_a_page(
     api: httpx.AsyncClient, unanalyzed_url: str
 ) -> None:
@@ -207,5 +217,6 @@ async def test_a_history_load_after_a_removal_counts_what_it_left_out_in_a_page(
     assert answer.status_code == 200, answer.text
     history = answer.json()
     in_context = len(history["context"]) - 1  # behind the truncation marker
-    assert history["truncated_messages"] == SESSION_SIZE - in_context  # one more, one removed
+    # two appended by the tests above (the repeat stores nothing), one removed
+    assert history["truncated_messages"] == SESSION_SIZE + 1 - in_context
     await assert_bounded(unanalyzed_url, statements)
