@@ -60,7 +60,7 @@ load: $(STAMP)
 $(BENCH_STAMP): pyproject.toml
 	test -d $(BENCH_VENV) || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' 'openai-agents[sqlalchemy]==0.20.0' 'langchain-postgres==0.0.19' 'psycopg[binary]' 'pyinstrument==5.1.3'
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' 'openai-agents[sqlalchemy]>=0.22,<0.25' 'langchain-postgres==0.0.19' 'psycopg[binary]' 'pyinstrument==5.1.3'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

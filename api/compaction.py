@@ -2,22 +2,22 @@
 rolls up old summaries, repairs fallbacks, and decides when a proactive summary is due.
 
 The engine runs outside any transaction; each summary, its links and any superseding update
-are then written in one short transaction under the session's summarizer lock.
+are then written in one short transaction under the session's summarizer lock. Every read and
+write goes through the `Database` (`api.db.transactions`) the `Compactor` is given: the unit of
+work on the summarizers' own pool, which the worker and the lease (`api.locks`) share.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import metrics, store
-from api.db.transactions import transaction
+from api.db.transactions import Database
 from api.errors import SessionGone, SummaryRangeConflict
 from api.items import joins_next
 from api.locks import CompactionBusy, SessionLocks
@@ -99,16 +99,33 @@ def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> Proactive
     return None
 
 
+@dataclass(frozen=True)
+class BacklogCounting:
+    """What `proactive_reason` reads of a backlog under one policy, as an append's statement
+    counts it (`api.append`): derived from the policy by `of`, so no statement holds a copy
+    of the rule or of a session's overrides (`Settings.policy` resolves those)."""
+
+    pinned_floor: bool
+    """The backlog starts after the pinned prefix (as `pinned_floor` says)."""
+    tokens_below: int
+    """The rule reads the backlog's tokens only while it holds fewer messages than this (0:
+    never): at the message limit, or with summarization off, tokens cannot change its answer."""
+
+    @classmethod
+    def of(cls, policy: SummaryPolicy) -> BacklogCounting:
+        reads_tokens = policy.dynamic_summary_enabled
+        return cls(policy.pin_system, policy.message_limit if reads_tokens else 0)
+
+
 @dataclass
 class Compactor:
     """Makes and stores summaries for sessions (with the engine of `summarizer/`); shared by
     the worker and the inline paths."""
 
     settings: Settings
-    sessionmaker: async_sessionmaker[AsyncSession]
+    database: Database
+    """The unit of work every read and write of summarization runs in."""
     locks: SessionLocks
-    write_lock: asyncio.Lock | None = None
-    """SQLite only: the process's writers take turns (see `api.db.transactions.transaction`)."""
 
     async def run(
         self,
@@ -154,7 +171,7 @@ class Compactor:
     ) -> store.SummaryRow | None:
         """One run under the session's summarizer lock (see `run`)."""
         started = time.perf_counter()
-        async with self.sessionmaker() as db:
+        async with self.database.reading() as db:
             session = await store.get_session_by_id(db, session_id)
             if session is None:
                 return None
@@ -177,7 +194,7 @@ class Compactor:
             return None
         if summary is not None and rolled_up:
             # The new summary may have been absorbed: answer with its `superseded_by`.
-            async with self.sessionmaker() as db:
+            async with self.database.reading() as db:
                 summary = await store.get_summary_by_id(db, summary.id) or summary
         return summary
 
@@ -218,7 +235,7 @@ class Compactor:
         """
         rolled_up = False
         while True:
-            async with self.sessionmaker() as db:
+            async with self.database.reading() as db:
                 live = await store.live_summaries(db, session_id)
             if len(live) <= policy.summary_limit:
                 return rolled_up
@@ -254,7 +271,7 @@ class Compactor:
 
     async def schedule(self, session_id: int, reason: ProactiveReason) -> None:
         """Leave the session's summarization to a background job (durably queued now)."""
-        async with self.writing() as db:
+        async with self.database.transaction() as db:
             await store.enqueue_job(db, session_id, "proactive", reason)
 
     async def repair(self, fallback_id: int) -> store.SummaryRow | None:
@@ -265,14 +282,14 @@ class Compactor:
         storing nothing, when the model still fails, the session is busy, or the fallback is
         gone (superseded meanwhile, or its session deleted).
         """
-        async with self.sessionmaker() as db:
+        async with self.database.reading() as db:
             fallback = await store.get_summary_by_id(db, fallback_id)
         if fallback is None or fallback.superseded_by is not None:
             return None
         session_id = fallback.session_id
         try:
             async with self.locks.hold(session_id, 0.0):
-                async with self.sessionmaker() as db:
+                async with self.database.reading() as db:
                     session = await store.get_session_by_id(db, session_id)
                     if session is None:
                         return None
@@ -312,11 +329,6 @@ class Compactor:
         metrics.REPAIRED_SUMMARIES.inc()
         logger.info("fallback summary %s repaired as summary %s", fallback.id, repaired.id)
         return repaired
-
-    def writing(self) -> AbstractAsyncContextManager[AsyncSession]:
-        """A short write transaction of its own (never the request's), queued with the SQLite
-        writers; it commits when its block ends."""
-        return transaction(self.sessionmaker, self.write_lock)
 
     async def _save(self, session_id: int, draft: store.SummaryDraft) -> store.SummaryRow:
         """Store `draft` while this summarizer still holds the session's lease (`LeaseLost`

@@ -4,7 +4,7 @@ OpenAI-valid context under a token budget."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from itertools import pairwise
 from typing import Any
@@ -18,7 +18,7 @@ from api.items import (
     missing_output,
     parse_item,
 )
-from api.schemas import MessageFormat
+from api.schemas import MessageFormat, UnsendableReason
 from api.store import LoadedRows, MessageRow, SessionRow
 from summarizer.cuts import JOINS_NEXT, legal_cuts
 from summarizer.tokens import count_message
@@ -35,6 +35,44 @@ class Item:
     message: dict[str, Any]
     tokens: int
     shown: list[dict[str, Any]] | None = None
+    source_id: int | None = None
+    """The id of the stored message or summary it shows, for the answer's `omitted` lists."""
+    added: bool = False
+    """Made by the assembly (a placeholder result, the truncation marker): never counted as
+    a message left out."""
+
+
+@dataclass(frozen=True)
+class UnreadSpan:
+    """Messages a history load left unread: `count` of them (removed ones not counted) with
+    seqs from `first_seq` to `last_seq`."""
+
+    first_seq: int
+    last_seq: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Omitted:
+    """What the assembly left out of `context`, by kind (`History.omitted`)."""
+
+    messages: list[int] = field(default_factory=list)
+    """Ids of the messages dropped to fit the budget, oldest first."""
+    summaries: list[int] = field(default_factory=list)
+    """Ids of the summaries dropped to fit the budget, oldest first."""
+    unsendable: list[tuple[int, UnsendableReason]] = field(default_factory=list)
+    """Ids of the messages no context may hold, with the reason, in stored order."""
+    unread: UnreadSpan | None = None
+    """The older messages the loader left unread, the budget being spent."""
+
+    def as_json(self) -> dict[str, Any]:
+        """As the history answer's `omitted` says it (`api.schemas.Omitted`)."""
+        return {
+            "messages": self.messages,
+            "unread": None if self.unread is None else asdict(self.unread),
+            "summaries": self.summaries,
+            "unsendable": [{"id": id_, "reason": why} for id_, why in self.unsendable],
+        }
 
 
 @dataclass(frozen=True)
@@ -42,6 +80,8 @@ class AssembledContext:
     messages: list[dict[str, Any]]
     token_estimate: int
     truncated_messages: int
+    """Messages left out to fit the budget: those `omitted.messages` names, plus the unread."""
+    omitted: Omitted = field(default_factory=Omitted)
 
 
 SUMMARY_TOKEN_CACHE_SIZE = 1024
@@ -50,12 +90,15 @@ history load sends it again, so counting it each time was a quarter of a load's 
 them (a few MB of text) cover the sessions in active use."""
 
 
-def summary_message(first_seq: int, last_seq: int, text: str, responses: bool = False) -> Item:
+def summary_message(
+    first_seq: int, last_seq: int, text: str, responses: bool = False, source_id: int | None = None
+) -> Item:
     """A summary as the system message heading the context (a `developer` item in the
     Responses view)."""
     content = f"Summary of earlier conversation (messages {first_seq}-{last_seq}):\n{text}"
     shown = [developer_item(content)] if responses else None
-    return Item({"role": "system", "content": content}, _system_message_tokens(content), shown)
+    message = {"role": "system", "content": content}
+    return Item(message, _system_message_tokens(content), shown, source_id)
 
 
 @lru_cache(maxsize=SUMMARY_TOKEN_CACHE_SIZE)
@@ -80,13 +123,17 @@ def assemble(
     `not_loaded` counts older messages the loader left unread because the budget was
     already spent: they are dropped as well. With `responses`, the marker and the placeholder
     results the context adds are Responses items.
+
+    Nothing is left out without a word: `omitted` names the messages and summaries dropped to
+    fit, and the messages no unit could hold (`_unsendable`), by their `source_id`.
     """
     pinned_tokens = sum(item.tokens for item in pinned)
     if max_tokens is not None:
         max_tokens -= pinned_tokens
     units = _item_units(messages) if responses else tool_safe_units(messages)
+    unsendable = _unsendable(messages, units)
     kept_summaries = list(summaries)
-    dropped = not_loaded
+    dropped_units: list[list[Item]] = []
     if max_tokens is not None and (not_loaded or _tokens(kept_summaries, units) > max_tokens):
         marker = _marker(responses)
         budget = max_tokens - marker.tokens - sum(item.tokens for item in kept_summaries)
@@ -98,18 +145,52 @@ def assemble(
             kept.append(unit)
             budget -= unit_tokens
         kept.reverse()
-        dropped += sum(len(unit) for unit in units[: len(units) - len(kept)])
+        dropped_units = units[: len(units) - len(kept)]
         units = kept
         while kept_summaries and budget < 0:
             budget += kept_summaries.pop(0).tokens
-        if dropped or len(kept_summaries) < len(summaries):
+        if not_loaded or dropped_units or len(kept_summaries) < len(summaries):
             kept_summaries.append(marker)
+    dropped = [item for unit in dropped_units for item in unit if not item.added]
+    left_out = summaries[: len(summaries) - len([s for s in kept_summaries if not s.added])]
     items = [*pinned, *kept_summaries] + [item for unit in units for item in unit]
     return AssembledContext(
         messages=[shown for item in items for shown in item.shown or (item.message,)],
         token_estimate=sum(item.tokens for item in items),
-        truncated_messages=dropped,
+        truncated_messages=not_loaded + len(dropped),
+        omitted=Omitted(
+            messages=_ids(dropped),
+            summaries=_ids(left_out),
+            unsendable=unsendable,
+        ),
     )
+
+
+def _ids(items: Sequence[Item]) -> list[int]:
+    return [item.source_id for item in items if item.source_id is not None]
+
+
+def _unsendable(
+    messages: Sequence[Item], units: Sequence[Sequence[Item]]
+) -> list[tuple[int, UnsendableReason]]:
+    """The messages the units left out, whatever the budget, each with the reason."""
+    placed = {id(item) for unit in units for item in unit}
+    answered = {
+        item.message.get("tool_call_id") for unit in units for item in unit if not item.added
+    }
+    left_out: list[tuple[int, UnsendableReason]] = []
+    for item in messages:
+        if id(item) in placed or item.source_id is None:
+            continue
+        reason: UnsendableReason
+        if item.message.get(JOINS_NEXT):
+            reason = "dangling_reasoning"
+        elif item.message.get("tool_call_id") in answered:
+            reason = "duplicate_tool_result"
+        else:
+            reason = "orphan_tool_result"
+        left_out.append((item.source_id, reason))
+    return left_out
 
 
 def tool_safe_units(messages: Sequence[Item]) -> list[list[Item]]:
@@ -147,7 +228,8 @@ def _item_units(messages: Sequence[Item]) -> list[list[Item]]:
     """`tool_safe_units` of the Responses view, where an output need not follow its call at
     once: items in stored order, grouped between legal cuts, so no call is parted from
     its outputs; an output whose call is not in the window is dropped, and a call without an
-    output gets a placeholder at the end of its unit."""
+    output gets a placeholder at the end of its unit. A `reasoning` item at the end is dropped:
+    the Responses API refuses one without the item it led to."""
     declared: set[str] = set()
     kept: list[Item] = []
     for item in messages:
@@ -155,8 +237,13 @@ def _item_units(messages: Sequence[Item]) -> list[list[Item]]:
             continue
         declared.update(call["id"] for call in item.message.get("tool_calls") or ())
         kept.append(item)
+    while kept and kept[-1].message.get(JOINS_NEXT):
+        kept.pop()
     answered = {item.message.get("tool_call_id") for item in kept}
     cuts = legal_cuts([item.message for item in kept])
+    if cuts[-1] != len(kept):
+        # calls still waiting for their outputs close the list: their placeholders end it
+        cuts.append(len(kept))
     units = [kept[start:end] for start, end in pairwise(cuts) if end > start]
     for unit in units:
         unanswered = [
@@ -178,13 +265,13 @@ def _tokens(summaries: Sequence[Item], units: Sequence[Sequence[Item]]) -> int:
 def _placeholder(call_id: str, responses: bool = False, call_type: str = "function_call") -> Item:
     message = {"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT}
     shown = [missing_output(call_id, MISSING_TOOL_RESULT, call_type)] if responses else None
-    return Item(message, count_message(message), shown)
+    return Item(message, count_message(message), shown, added=True)
 
 
 def _marker(responses: bool) -> Item:
     message = {"role": "system", "content": TRUNCATION_MARKER}
     shown = [developer_item(TRUNCATION_MARKER)] if responses else None
-    return Item(message, count_message(message), shown)
+    return Item(message, count_message(message), shown, added=True)
 
 
 def loaded_context(
@@ -196,9 +283,9 @@ def loaded_context(
     Raises `UnfaithfulView` when a message has no faithful shape in `view` (a Responses
     `reasoning` item in the chat view, a named chat message in the Responses view)."""
     responses = view == "responses"
-    return assemble(
+    assembled = assemble(
         [
-            summary_message(s.first_seq, s.last_seq, s.summary_text, responses)
+            summary_message(s.first_seq, s.last_seq, s.summary_text, responses, s.id)
             for s in rows.summaries
         ],
         [_context_item(message, view) for message in rows.messages],
@@ -207,13 +294,19 @@ def loaded_context(
         pinned=[_context_item(message, view) for message in rows.pinned],
         responses=responses,
     )
+    if not rows.not_loaded:
+        return assembled
+    # the unread lie between the newest loaded summary (or the prefix) and the oldest read
+    before_seq = rows.messages[0].seq if rows.messages else rows.after_seq + rows.not_loaded + 1
+    unread = UnreadSpan(rows.after_seq + 1, before_seq - 1, rows.not_loaded)
+    return replace(assembled, omitted=replace(assembled.omitted, unread=unread))
 
 
 def _context_item(message: MessageRow, view: MessageFormat) -> Item:
     """A stored message in the context: its chat reading for the rules (pairs, budget), shown
     in `view`: a Responses item as appended, or converted where that is exact."""
     if message.item is None and view == "openai":
-        return Item(message.openai(), message.token_count)
+        return Item(message.openai(), message.token_count, source_id=message.id)
     where = f"message seq {message.seq}"
     chat = message.openai()
     try:
@@ -227,7 +320,7 @@ def _context_item(message: MessageRow, view: MessageFormat) -> Item:
             shown = [item_to_chat(parse_item(message.item), where)]
     except Unfaithful as exc:
         raise UnfaithfulView(f"{exc}; load this session with format={_other(view)}") from exc
-    return Item(chat, message.token_count, shown)
+    return Item(chat, message.token_count, shown, message.id)
 
 
 def own_format(session: SessionRow) -> MessageFormat:

@@ -66,7 +66,8 @@ _MESSAGE: JSON = {
     },
 }
 ITEM_SCHEMA: JSON = {
-    "anyOf": [{"required": ["type"], "properties": {"type": _NON_EMPTY}}, {"required": ["role"]}],
+    "properties": {"type": _NON_EMPTY},
+    "anyOf": [{"required": ["type"]}, {"required": ["role"]}],
     "allOf": [
         {"if": _typed("message"), "then": _MESSAGE},
         {"if": {"not": {"required": ["type"]}}, "then": _MESSAGE},

@@ -16,16 +16,15 @@ import secrets
 import time
 import weakref
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
-from api.db.engine import create_sessionmaker
 from api.db.faults import describe_fault
 from api.db.models import utcnow
-from api.db.transactions import cut_off, retrying, transaction
+from api.db.transactions import Database, cut_off, retrying
 from api.errors import SessionGone
 from api.store import leases
 
@@ -58,17 +57,12 @@ class SessionLocks:
 
     A running summarization holds, at times, a connection for its lease's writes and one for
     its reads and writes: with `max_running` and a pool of at least twice that, the
-    summarizations of a process can never starve each other of connections.
+    summarizations of a process can never starve each other of connections. The lease's
+    writes are transactions of `database`, the unit of work summarization runs in.
     """
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        max_running: int | None = None,
-        write_lock: asyncio.Lock | None = None,
-    ) -> None:
-        self._sessionmaker = create_sessionmaker(engine)
-        self._write_lock = write_lock
+    def __init__(self, database: Database, max_running: int | None = None) -> None:
+        self._database = database
         self._slots = asyncio.Semaphore(max_running) if max_running else None
         # Weak values: a session's lock lives while a holder or a waiter references it.
         self._local: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -102,15 +96,12 @@ class SessionLocks:
         lease (on PostgreSQL its row stays locked until the commit); `LeaseLost` otherwise, or
         `SessionGone` if the session was deleted."""
         token = self._tokens.get(session_id)
-        async with self._writing() as db:
+        async with self._database.transaction() as db:
             if token is None or not await leases.holds_lease(db, session_id, token, utcnow()):
                 if await store.get_session_by_id(db, session_id) is None:
                     raise SessionGone("the session no longer exists")  # its lease went with it
                 raise LeaseLost(f"session {session_id}: another summarizer took it over")
             yield db
-
-    def _writing(self) -> AbstractAsyncContextManager[AsyncSession]:
-        return transaction(self._sessionmaker, self._write_lock)
 
     @asynccontextmanager
     async def _slot(self, session_id: int, deadline: float) -> AsyncIterator[None]:
@@ -149,7 +140,7 @@ class SessionLocks:
             await self._give_back(session_id, token)
 
     async def _take(self, session_id: int, token: int) -> bool:
-        async with self._writing() as db:
+        async with self._database.transaction() as db:
             return await leases.take_lease(db, session_id, token, utcnow(), LEASE_DURATION)
 
     async def _renew(self, session_id: int, token: int) -> None:
@@ -157,7 +148,7 @@ class SessionLocks:
         while True:
             await asyncio.sleep(interval)
             try:
-                async with self._writing() as db:
+                async with self._database.transaction() as db:
                     held = await leases.renew_lease(db, session_id, token, utcnow(), LEASE_DURATION)
             except Exception as exc:
                 if not cut_off(exc):
@@ -174,7 +165,7 @@ class SessionLocks:
         the budget it runs out by itself."""
 
         async def give_back() -> None:
-            async with self._writing() as db:
+            async with self._database.transaction() as db:
                 await leases.give_back_lease(db, session_id, token)
 
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -19,11 +19,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import KeyGate
 from api.compaction import Compactor
-from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
-from api.db.transactions import Database, RetryPolicy, retry_budget
+from api.db.engine import create_database, create_engine
+from api.db.transactions import RetryPolicy, retry_budget
 from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
+from api.openai_errors import OpenAIError, OpenAIGateErrors, openai_error, openai_shaped
+from api.openapi import document_with_server_rules
 from api.routes import ROUTERS
 from api.schemas import PATTERN_WORDS, ROLES
 from api.settings import Settings, get_settings
@@ -46,7 +48,9 @@ API_DESCRIPTION = (
     "Persistent chat sessions with an SQL-backed, traceable summary store. Append messages "
     "(OpenAI chat messages or Responses API items), and before every LLM call load a history "
     "that fits the model's context: the latest summaries plus the messages after them. "
-    'Every error answers `{"error": "<Name>", "detail": "..."}`.'
+    'Every error answers `{"error": "<Name>", "detail": "..."}`, but on the OpenAI-compatible '
+    "routes (`/v1/conversations`, `/v1/responses`), which answer OpenAI's "
+    '`{"error": {"message", "type", "param", "code"}}`.'
 )
 
 
@@ -60,29 +64,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.tenant_keys = resolved.tenant_keys()
         app.state.retry_policy = RetryPolicy(resolved.database_retry_seconds)
         encoding()  # load the tokenizer now, not in the first request
-        if resolved.summary_model != LOCAL_MODEL:
+        if resolved.summary_model != LOCAL_MODEL or resolved.responses_models():
             # Importing litellm takes seconds of CPU: pay it before serving, not mid-traffic.
             await load_litellm()
         engine = create_engine(
             resolved.database_url, pool_size=resolved.database_pool_size, max_overflow=0
         )
-        sessionmaker = create_sessionmaker(engine)
         # Summarization runs while the request that asked for it holds a connection: with one
         # shared pool, requests could hold every connection and wait for each other forever.
         running = resolved.summary_concurrency
         background = create_engine(resolved.database_url, pool_size=2 * running, max_overflow=0)
-        background_sessionmaker = create_sessionmaker(background)
         write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
-        compactor = Compactor(
-            resolved,
-            background_sessionmaker,
-            SessionLocks(background, max_running=running, write_lock=write_lock),
-            write_lock,
-        )
-        worker = Worker(compactor, resolved.summary_workers)
+        database = create_database(engine, write_lock)
+        # one unit of work for summarization, its lease and the worker, on their own pool
+        summarizing = create_database(background, write_lock)
+        compactor = Compactor(resolved, summarizing, SessionLocks(summarizing, max_running=running))
+        worker = Worker(summarizing, compactor, resolved.summary_workers)
         app.state.engine = engine
-        app.state.sessionmaker = sessionmaker
-        app.state.database = Database(sessionmaker, create_read_sessionmaker(engine), write_lock)
+        app.state.sessionmaker = database.sessionmaker
+        app.state.database = database
         app.state.compactor = compactor
         app.state.worker = worker
         if resolved.summary_workers:
@@ -106,14 +106,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for router in ROUTERS:
         app.include_router(router)
-    app.openapi = partial(_document_with_server_rules, app, app.openapi, settings)  # type: ignore[method-assign]
-    app.add_exception_handler(PrecisError, _precis_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected_error)
+    app.openapi = partial(document_with_server_rules, app, app.openapi, settings)  # type: ignore[method-assign]
+    # On the OpenAI-compatible routes each handler's answer is re-rendered in OpenAI's shape.
+    app.add_exception_handler(PrecisError, openai_shaped(_precis_error))
+    app.add_exception_handler(RequestValidationError, openai_shaped(_validation_error))
+    app.add_exception_handler(StarletteHTTPException, openai_shaped(_http_error))
+    app.add_exception_handler(OpenAIError, openai_error)
+    app.add_exception_handler(Exception, openai_shaped(_unexpected_error))
     app.add_middleware(DatabaseRetryBudget)
     app.add_middleware(BodySizeLimit)  # reads settings.max_request_bytes once they are known
-    app.add_middleware(KeyGate)  # added last, so it runs first: no key, nothing else happens
+    app.add_middleware(KeyGate)  # added late, so it runs early: no key, nothing else happens
+    app.add_middleware(OpenAIGateErrors)  # the gates' refusals of OpenAI routes, OpenAI-shaped
     return app
 
 
@@ -132,21 +135,6 @@ class DatabaseRetryBudget:
         policy: RetryPolicy = scope["app"].state.retry_policy
         with retry_budget(policy):
             await self.app(scope, receive, send)
-
-
-def _document_with_server_rules(
-    app: FastAPI, build: Callable[[], dict[str, Any]], settings: Settings | None
-) -> dict[str, Any]:
-    """The OpenAPI document, saying what this server's settings enforce too: the models a
-    session's `settings.model` may name."""
-    if app.openapi_schema is None:
-        document = build()
-        allowed = sorted((settings or get_settings()).allowed_models())
-        model = document["components"]["schemas"]["SummaryOverrides"]["properties"]["model"]
-        for option in model.get("anyOf", [model]):
-            if option.get("type") == "string":
-                option["enum"] = allowed
-    return app.openapi_schema or build()
 
 
 def _error(

@@ -56,3 +56,10 @@ DATABASE_RETRIES = Counter(
     "job, its bookkeeping, an inline compaction, a repair)",
     ["kind"],
 )
+RESPONSES = Counter(
+    "precis_responses_total",
+    "POST /v1/responses calls that reached the model, by outcome (stored: a conversation's "
+    "turn stored; passed_through: no conversation; model_failed: the model failed or refused "
+    "the context, nothing stored) and whether an overflow_retry summary was made first",
+    ["outcome", "overflow_retry"],
+)

@@ -30,6 +30,8 @@ from api.schemas import (
     History,
     MessageFormat,
     MessageOut,
+    NothingStored,
+    Omitted,
     SessionCreate,
     SessionOut,
     SessionUpdate,
@@ -292,6 +294,7 @@ async def load_history(
         context=context.messages,
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,
+        omitted=Omitted.model_validate(context.omitted.as_json()),
         summarization_pending=start.job_pending or compactor.locks.is_held(session.id),
     )
 
@@ -305,6 +308,7 @@ async def compact(
 ) -> CompactResponse:
     """Summarize now, inline; waits (bounded) for a running summarization of the session."""
     session = await store.get_session(db, tenant, external_id)
+    summarized_to = await _summarized_to(db, session.id)
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
     await db.close()  # the read hands its connection back while the LLM works
     deadline = compactor.settings.summary_compact_deadline_seconds
@@ -331,10 +335,19 @@ async def compact(
     start = await store.session_for_history(db, tenant, external_id)
     policy = compactor.settings.policy(start.session.settings)
     loaded = await load_history(db, compactor, start, policy.summary_limit, None)
-    return CompactResponse(
-        summary=SummaryOut.from_row(summary, session.external_id) if summary is not None else None,
-        history=loaded,
-    )
+    if summary is not None:
+        made = SummaryOut.from_row(summary, session.external_id)
+        return CompactResponse(summary=made, reason=None, history=loaded)
+    # another summarization, which this one waited for, may have taken the range
+    taken = await _summarized_to(db, session.id) > summarized_to
+    reason: NothingStored = "already_summarized" if taken else "nothing_to_summarize"
+    return CompactResponse(summary=None, reason=reason, history=loaded)
+
+
+async def _summarized_to(db: AsyncSession, session_id: int) -> int:
+    """The last seq the session's newest live summary covers (0 without one)."""
+    newest = await store.live_summaries(db, session_id, limit=1)
+    return newest[-1].last_seq if newest else 0
 
 
 # --- summaries ------------------------------------------------------------------------------

@@ -221,9 +221,24 @@ class Settings(BaseSettings):
     max_metadata_bytes: PositiveInt = 65_536
     """Largest `metadata` object (its JSON encoding) of a session or a message; larger get 413."""
 
+    model_allowed: str = ""
+    """litellm models `POST /v1/responses` may name (comma-separated; `*`: any). Empty: the
+    endpoint refuses every model, so that no client spends the server's key unasked."""
+    model_api_base: str | None = None
+    """The API base of the models `/v1/responses` calls (none: litellm's default for each)."""
+    model_api_key: SecretStr | None = None
+    """The API key sent to those models; never shown, logged or stored."""
+    model_context_tokens: str = ""
+    """Windows of models litellm does not know (or to override it): `model=tokens,...`."""
+    model_default_output_tokens: PositiveInt = 4_096
+    """Tokens kept free for the answer when a request gives no `max_output_tokens` (at most a
+    quarter of the model's window)."""
+    model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    """Timeout of one call to the model (a long answer streams for minutes)."""
+
     _default_policy: SummaryPolicy | None = PrivateAttr(default=None)
 
-    @field_validator("summary_api_base", mode="before")
+    @field_validator("summary_api_base", "model_api_base", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return value or None
@@ -280,6 +295,20 @@ class Settings(BaseSettings):
         extra = {name.strip() for name in self.summary_allowed_models.split(",") if name.strip()}
         return frozenset({self.summary_model, LOCAL_MODEL, *extra})
 
+    def responses_models(self) -> frozenset[str]:
+        """MODEL_ALLOWED as a set (`*` admits any model)."""
+        return frozenset(name.strip() for name in self.model_allowed.split(",") if name.strip())
+
+    def model_windows(self) -> dict[str, int]:
+        """MODEL_CONTEXT_TOKENS: model -> window in tokens."""
+        return parse_model_windows(self.model_context_tokens)
+
+    @field_validator("model_context_tokens")
+    @classmethod
+    def _windows_parse(cls, value: str) -> str:
+        parse_model_windows(value)
+        return value
+
     def tenant_keys(self) -> dict[str, str]:
         """API key -> tenant, parsed from `API_KEYS="tenant_a:key_a,tenant_b:key_b"`."""
         keys: dict[str, str] = {}
@@ -294,6 +323,19 @@ class Settings(BaseSettings):
                 raise ValueError("API_KEYS gives one key to two tenants")
             keys[key.strip()] = tenant.strip()
         return keys
+
+
+def parse_model_windows(text: str) -> dict[str, int]:
+    """`model=tokens,...` as a dict; ValueError naming MODEL_CONTEXT_TOKENS when malformed."""
+    windows: dict[str, int] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        model, sep, tokens = entry.rpartition("=")
+        if not sep or not model.strip() or not tokens.strip().isdigit() or int(tokens) < 1:
+            raise ValueError(f"MODEL_CONTEXT_TOKENS entries look like model=tokens, not {entry!r}")
+        windows[model.strip()] = int(tokens)
+    return windows
 
 
 @cache

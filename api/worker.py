@@ -6,7 +6,8 @@ database is unreachable (a restart), each claim, job and repair round waits for 
 retry budget of its own (DATABASE_RETRY_SECONDS), and a job it cut off goes back to pending
 without counting as failed. A running
 job's lease is renewed while it runs (a heartbeat), so the lease can be short: a killed
-worker's job is taken over within a minute, a slow one's never.
+worker's job is taken over within a minute, a slow one's never. Its claims, bookkeeping and
+reads are units of work of the `Database` it is given, the one summarization runs in.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from api import metrics, store
 from api.compaction import Compactor, schedule_if_due
 from api.db.faults import describe_fault
 from api.db.models import utcnow
-from api.db.transactions import RetryPolicy, cut_off, retry_budget, retrying
+from api.db.transactions import Database, RetryPolicy, cut_off, retry_budget, retrying
 from api.locks import CompactionBusy
 from summarizer.retry import describe
 
@@ -65,7 +66,8 @@ def backoff(attempts: int) -> float:
 
 
 class Worker:
-    def __init__(self, compactor: Compactor, concurrency: int) -> None:
+    def __init__(self, database: Database, compactor: Compactor, concurrency: int) -> None:
+        self._database = database
         self._compactor = compactor
         self._concurrency = concurrency
         self._wake = asyncio.Event()
@@ -121,7 +123,7 @@ class Worker:
         connection runs again (a second run of one that landed finds it superseded)."""
 
         async def live_fallbacks() -> list[store.SummaryRow]:
-            async with self._compactor.sessionmaker() as db:
+            async with self._database.reading() as db:
                 return await store.live_fallback_summaries(db, REPAIRS_PER_ROUND)
 
         looking = "looking for fallback summaries"
@@ -159,7 +161,7 @@ class Worker:
                 self._summarizing.discard(summarizing)
 
     async def _claim(self) -> store.JobRow | None:
-        async with self._compactor.writing() as db:
+        async with self._database.transaction() as db:
             return await store.claim_job(db, JOB_LEASE)
 
     async def _run(self, job: store.JobRow) -> None:
@@ -169,7 +171,7 @@ class Worker:
 
     async def _run_budgeted(self, job: store.JobRow) -> None:
         try:
-            async with self._compactor.sessionmaker() as db:
+            async with self._database.reading() as db:
                 before = await store.get_session_by_id(db, job.session_id)
             seen = (before.last_seq, before.removed_count) if before is not None else None
             async with self._leased(job):
@@ -210,7 +212,7 @@ class Worker:
         """Delete the done job; look again at what arrived or was removed while it ran.
 
         `seen`: the session's `last_seq` and `removed_count` when the job started."""
-        async with self._compactor.writing() as db:
+        async with self._database.transaction() as db:
             await store.finish_job(db, job.id, attempt=job.attempts)
             session = await store.get_session_by_id(db, job.session_id)
             if session is None:
@@ -239,7 +241,7 @@ class Worker:
 
         async def release() -> None:
             run_after = utcnow() + timedelta(seconds=delay)
-            async with self._compactor.writing() as db:
+            async with self._database.transaction() as db:
                 await store.release_job(db, job.id, run_after, error, attempt=job.attempts)
 
         try:
@@ -277,7 +279,7 @@ class Worker:
             if done.is_set():
                 return
             try:
-                async with self._compactor.writing() as db:
+                async with self._database.transaction() as db:
                     held = await store.renew_job_lease(db, job.id, job.attempts, JOB_LEASE)
             except Exception as exc:
                 _log_failure(f"could not renew the lease of summarization job {job.id}", exc)

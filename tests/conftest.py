@@ -53,11 +53,13 @@ THROUGH_POOLER = frozenset(
         "test_replicas",
         "test_races",
         "test_summarization_lease",
+        "test_conversations",
+        "test_responses_api",
     }
 )
 """Test modules whose PostgreSQL tests run a third time, through the run's own PgBouncer in
 transaction mode (`tests/support/pgbouncer.py`): appends, history, summarization and its lease,
-jobs, repair, removal and replicas racing."""
+jobs, repair, removal, replicas racing, and the OpenAI-compatible conversations and responses."""
 
 SKIP_POOLER_REASON = (
     "pgbouncer is not installed: `apt-get install pgbouncer` (as root) to run the tests "

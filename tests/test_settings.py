@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from api.settings import Settings
 
 
@@ -27,3 +30,13 @@ def test_a_copy_with_other_values_resolves_its_own_policy() -> None:
     copy = server.model_copy(update={"summary_message_limit": 7})
     assert copy.policy().message_limit == 7
     assert server.policy().message_limit == 12
+
+
+def test_model_windows_are_read_from_model_context_tokens() -> None:
+    settings = Settings(_env_file=None, model_context_tokens="openai/gpt-4o=128000, my/model=8192")
+    assert settings.model_windows() == {"openai/gpt-4o": 128_000, "my/model": 8_192}
+
+
+def test_a_malformed_model_window_stops_the_server_naming_the_setting() -> None:
+    with pytest.raises(ValidationError, match="MODEL_CONTEXT_TOKENS"):
+        Settings(_env_file=None, model_context_tokens="openai/gpt-4o=lots")

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.db import driver
 from api.db.engine import create_engine
+from api.db.transactions import driver_connection
 from tests.conftest import migrated_database
 
 THREAD = select(func.thread_ident())
@@ -54,13 +55,13 @@ async def test_a_connection_returned_inside_a_transaction_is_rolled_back(
     """The pool sends no ROLLBACK for a connection without a transaction (a hop to the
     driver's thread); one returned inside a transaction is rolled back, so its write lock
     and its uncommitted rows do not outlive it."""
-    async with driver.checked_out(sqlite_engine) as connection:
+    async with driver_connection(sqlite_engine) as connection:
         await connection.execute(
             "INSERT INTO sessions (tenant, external_id, metadata, settings, created_at,"
             " updated_at) VALUES ('t', 'left-open', '{}', '{}', '2026-01-01', '2026-01-01')"
         )
         assert connection.in_transaction
-    async with driver.checked_out(sqlite_engine) as connection:  # the same, only connection
+    async with driver_connection(sqlite_engine) as connection:  # the same, only connection
         assert not connection.in_transaction
     async with sqlite_engine.connect() as other:
         count = select(func.count()).select_from(text("sessions"))

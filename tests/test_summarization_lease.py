@@ -11,6 +11,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from api import store
+from api.db.engine import create_database
 from api.db.models import SummarizationLease, utcnow
 from api.errors import SessionGone
 from api.locks import LEASE_DURATION, CompactionBusy, LeaseLost, SessionLocks
@@ -54,7 +55,10 @@ async def test_another_process_waits_for_the_lease_and_takes_it_once_given_back(
     engine: AsyncEngine, db: AsyncSession
 ) -> None:
     session_id = await new_session(db, "replicas")
-    here, elsewhere = SessionLocks(engine), SessionLocks(engine)  # two replicas' locks
+    here, elsewhere = (
+        SessionLocks(create_database(engine)),
+        SessionLocks(create_database(engine)),
+    )  # two replicas' locks
     async with here.hold(session_id, 0.0):
         with pytest.raises(CompactionBusy):
             async with elsewhere.hold(session_id, 0.2):
@@ -69,7 +73,7 @@ async def test_a_crashed_holders_lease_runs_out_and_is_taken_over(
     session_id = await new_session(db, "crashed")
     async with db.begin():  # a holder that never gives it back
         assert await leases.take_lease(db, session_id, 7, utcnow(), LEASE_DURATION)
-    survivor = SessionLocks(engine)
+    survivor = SessionLocks(create_database(engine))
     with pytest.raises(CompactionBusy):
         async with survivor.hold(session_id, 0.0):
             pass
@@ -82,7 +86,7 @@ async def test_a_holder_whose_lease_was_taken_over_saves_nothing(
     engine: AsyncEngine, db: AsyncSession
 ) -> None:
     session_id = await new_session(db, "fenced")
-    stalled, other = SessionLocks(engine), SessionLocks(engine)
+    stalled, other = SessionLocks(create_database(engine)), SessionLocks(create_database(engine))
     async with stalled.hold(session_id, 0.0):
         await expire_leases(db, session_id)  # it stalled past its lease, unrenewed
         async with other.hold(session_id, 0.0):
@@ -100,5 +104,5 @@ async def test_a_lease_on_a_deleted_session_says_it_is_gone(
     async with db.begin():
         await store.delete_session(db, TENANT, "deleted")
     with pytest.raises(SessionGone):
-        async with SessionLocks(engine).hold(session_id, 0.0):
+        async with SessionLocks(create_database(engine)).hold(session_id, 0.0):
             pass

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import store
 from api.compaction import Compactor
+from api.db.engine import create_database
 from api.db.models import Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
@@ -210,7 +211,8 @@ async def test_failure_between_summary_insert_and_links_leaves_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await append(client, "crash", *(user(f"m{i}") for i in range(8)))
-    compactor = Compactor(make_settings(database_url), sessionmaker, SessionLocks(engine))
+    database = create_database(engine)
+    compactor = Compactor(make_settings(database_url), database, SessionLocks(database))
     async with sessionmaker() as db:
         pk = await session_pk(db, "crash")
 
@@ -315,8 +317,9 @@ async def scheduled_after(client: httpx.AsyncClient, sid: str, *messages: dict[s
 async def test_a_sessions_own_settings_decide_its_proactive_trigger(
     client: httpx.AsyncClient,
 ) -> None:
-    """The append reads the backlog with the session's overrides of the server's settings
-    (on PostgreSQL inside its one statement), for every setting the trigger reads."""
+    """The trigger reads the backlog with the session's overrides of the server's settings,
+    for every setting it reads (on PostgreSQL the statement counts with the server's, and what
+    the session's own policy reads beyond that is read again)."""
 
     async def session(sid: str, **settings: Any) -> str:
         created = await client.post("/v1/sessions", json={"id": sid, "settings": settings})
@@ -348,6 +351,47 @@ async def test_a_sessions_own_settings_decide_its_proactive_trigger(
     assert [
         s["reason"] for s in await scheduled_after(client, unpinned, system, *map(user, "ab"))
     ] == [None, None, "message_limit"]
+
+
+SMALL_SERVER_LIMIT = 2
+"""A server message limit that the sessions below raise: their appends count past it."""
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [{"summary_workers": 0, "summary_message_limit": SMALL_SERVER_LIMIT}],
+    indirect=True,
+)
+async def test_a_session_raising_the_message_limit_is_summarized_at_its_own_limits(
+    client: httpx.AsyncClient,
+) -> None:
+    """Past the server's message limit the append's statement no longer counts tokens (the
+    server's policy reads none there); a session whose own limit is higher still gets both of
+    its limits: its message limit, and its token limit below it."""
+
+    async def session(sid: str, **settings: Any) -> str:
+        created = await client.post("/v1/sessions", json={"id": sid, "settings": settings})
+        assert created.status_code == 201, created.text
+        return sid
+
+    raised = await session("raised-limit", message_limit=5, keep_last_n=0)
+    assert [s["reason"] for s in await scheduled_after(client, raised, *map(user, "abcde"))] == [
+        None,
+        None,
+        None,
+        None,
+        "message_limit",
+    ]
+    long_text = "The order 1234 shipped from Lyon on Monday. " * 12
+    tokens = await session(
+        "raised-tokens", message_limit=100, max_context_tokens=200, keep_last_n=1
+    )
+    assert [
+        s["reason"]
+        for s in await scheduled_after(
+            client, tokens, user("a"), user("b"), user(long_text), assistant(long_text)
+        )
+    ] == [None, None, None, "token_limit"]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from api.append import new_messages
 from api.compaction import Compactor
-from api.db.engine import create_engine, create_sessionmaker
+from api.db.engine import create_database, create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.schemas import AppendRequest
 from tests.conftest import make_settings
@@ -45,7 +45,8 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             self.engine = create_engine(database_url)
             self.sessionmaker = create_sessionmaker(self.engine)
             app_settings = make_settings(database_url, summary_limit=2, summary_workers=0)
-            self.compactor = Compactor(app_settings, self.sessionmaker, SessionLocks(self.engine))
+            database = create_database(self.engine)
+            self.compactor = Compactor(app_settings, database, SessionLocks(database))
             self.external_id = f"sm-{uuid.uuid4().hex[:10]}"
             self.session_id: int | None = None
             self.count = 0

@@ -2,9 +2,12 @@
 
 - `use_case`: the use case the route calls (`append`, `store_batch`), which prepares the batch,
   runs the database's append, and records a summarization job when the backlog is due.
-- `postgresql`: the append as one autocommit statement on the driver (`api.db.driver`); it
-  lives here rather than in `api.store` because it is the append, kept next to its use case.
-- `sqlite`: the append as one transaction in one call to SQLite's driver thread.
+- `postgresql`: the append as one autocommit statement on the driver (`api.db.driver`), the
+  one statement that commits itself rather than through the unit of work
+  (`api.db.transactions.Database`); it lives here rather than in `api.store` because it is the
+  append, kept next to its use case.
+- `sqlite`: the append's statements, run in one call to SQLite's driver thread inside the
+  transaction the unit of work begins and commits around them.
 - `batch`: what both share: the answer (`AppendOutcome`), the backlog they count, the batch checks.
 """
 

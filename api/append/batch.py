@@ -20,22 +20,16 @@ class AppendOutcome:
 
 
 @dataclass(frozen=True)
-class BacklogDefaults:
-    """The server's settings the statement reads the backlog with, where a session has none."""
-
-    summarize: bool
-    pin_system: bool
-    message_limit: int
-
-
-@dataclass(frozen=True)
 class CountedBacklog:
-    """What lies after the newest live summary (and the pinned prefix), as the statement saw
-    it; `token_count` is None where it was not counted (see `postgresql.APPEND`)."""
+    """What lies after the newest live summary (and the pinned prefix), as the statement
+    counted it with the `api.compaction.BacklogCounting` it was given."""
 
+    summarized_seq: int
+    """The newest live summary's last seq (0: none)."""
     after_seq: int
     message_count: int
     token_count: int | None
+    """None where not counted: `message_count` was at least the counting's `tokens_below`."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """The append on PostgreSQL: one statement in autocommit, on the pooled connection's asyncpg
-connection (`api.db.driver`).
+connection (`api.db.transactions.driver_connection`). It is the one exception to "the unit of
+work (`api.db.transactions.Database`) commits": the statement commits itself, so an append
+is one round trip (behind a transaction pooler, the connection's transaction ends with it).
 
 The statement locks the session row (or creates the session), leaves out every message whose
 `client_id` the session already holds, inserts the rest at contiguous seqs from one `unnest`
@@ -24,7 +26,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.append.batch import (
     Appended,
     AppendOutcome,
-    BacklogDefaults,
     CountedBacklog,
     batch_format,
     check_format,
@@ -32,10 +33,11 @@ from api.append.batch import (
     raise_idempotency_conflict,
     stored_row,
 )
-from api.db import driver
+from api.compaction import BacklogCounting
 from api.db.faults import connection_lost
 from api.db.models import utcnow
 from api.db.pooler import transaction_pooled
+from api.db.transactions import driver_connection
 from api.errors import Conflict
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 
@@ -85,7 +87,7 @@ def _append(client_ids: str) -> str:
 WITH batch AS (
     SELECT * FROM unnest(
         $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-        $10::text[], $11::int[], $17::text[]
+        $10::text[], $11::int[], $16::text[]
     ) WITH ORDINALITY AS b(role, content, content_parts, name, tool_calls, tool_call_id,
                            metadata, client_id, token_count, item, ord)
 ),
@@ -101,15 +103,15 @@ updated AS (
         last_seq = s.last_seq + c.fresh,
         pinned_seq = CASE WHEN s.pinned_seq = s.last_seq THEN s.last_seq + c.leading
                           ELSE s.pinned_seq END,
-        format = coalesce(s.format, $18)
+        format = coalesce(s.format, $17)
     FROM counts AS c
-    WHERE s.tenant = $1 AND s.external_id = $2 AND (s.format IS NULL OR s.format = $18)
+    WHERE s.tenant = $1 AND s.external_id = $2 AND (s.format IS NULL OR s.format = $17)
     RETURNING {", ".join(f"s.{column}" for column in _SESSION_RETURNING.split(", "))}
 ),
 created AS (
     INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
                           created_at, updated_at, format)
-    SELECT $1, $2, '{{}}', '{{}}', c.fresh, c.leading, $12, $12, $18 FROM counts AS c
+    SELECT $1, $2, '{{}}', '{{}}', c.fresh, c.leading, $12, $12, $17 FROM counts AS c
     WHERE NOT EXISTS (SELECT 1 FROM updated)
     ON CONFLICT (tenant, external_id) DO NOTHING
     RETURNING {_SESSION_RETURNING}
@@ -128,18 +130,15 @@ inserted AS (
     RETURNING id, seq, token_count
 ),
 backlog AS (
-    SELECT greatest(
-               (SELECT coalesce(max(u.last_seq), 0) FROM session_summaries AS u
-                WHERE u.session_id = s.id AND u.superseded_by IS NULL AND u.erased_at IS NULL),
-               CASE WHEN coalesce((s.settings ->> 'pin_system')::boolean, $15)
-                    THEN s.pinned_seq ELSE 0 END
-           ) AS after_seq,
-           coalesce((s.settings ->> 'dynamic_summary_enabled')::boolean, $14) AS summarizes,
-           coalesce((s.settings ->> 'message_limit')::bigint, $16) AS message_limit
-    FROM session AS s
+    SELECT d.seq AS summarized_seq,
+           greatest(d.seq, CASE WHEN $14::boolean THEN s.pinned_seq ELSE 0 END) AS after_seq
+    FROM session AS s, LATERAL (
+        SELECT coalesce(max(u.last_seq), 0) AS seq FROM session_summaries AS u
+        WHERE u.session_id = s.id AND u.superseded_by IS NULL AND u.erased_at IS NULL
+    ) AS d
 )
-SELECT s.*, k.after_seq,
-       CASE WHEN k.summarizes AND s.last_seq - k.after_seq < k.message_limit THEN
+SELECT s.*, k.summarized_seq, k.after_seq,
+       CASE WHEN s.last_seq - k.after_seq < $15::bigint THEN
            (SELECT coalesce(sum(m.token_count), 0) FROM messages AS m
             WHERE m.session_id = s.id AND m.seq > k.after_seq)
            + (SELECT coalesce(sum(i.token_count), 0) FROM inserted AS i WHERE i.seq > k.after_seq)
@@ -155,15 +154,19 @@ FROM session AS s, backlog AS k
 
 APPEND = _append(_CLIENT_IDS)
 """$1 tenant, $2 external id, $3-$11 the batch's columns (JSON as text), $12 the time,
-$13 the append id, $14-$16 the server's `dynamic_summary_enabled`, `pin_system` and
-`message_limit` (a session's own settings override them, as `Settings.policy` does), $17 the
-batch's Responses items (JSON text, or NULLs), $18 its format: a session holding the other
-format is left alone, and the statement answers no row. A batch repeating a stored
-`client_id` with another message stores nothing and answers that message (`conflict`).
+$13 the append id, $14-$15 the `BacklogCounting` to count the backlog with (whether it starts
+after the pinned prefix; below how many messages its tokens are counted), $16 the batch's
+Responses items (JSON text, or NULLs), $17 its format: a session holding the other format is
+left alone, and the statement answers no row. A batch repeating a stored `client_id` with
+another message stores nothing and answers that message (`conflict`).
 
-The backlog's tokens (existing messages from the statement's snapshot, the new ones from
-`inserted`) are counted only when they can matter: the session summarizes and its backlog is
-under the message limit. So the scan reads fewer than `message_limit` rows."""
+The counting is the server policy's: the session's own settings are known only once the
+statement has read its row, and the statement holds no copy of how they override the
+server's. It answers the session row (its settings included) and the newest live summary's
+end, from which the use case tells whether what was counted serves the session's own policy
+(`api.append.use_case`). The backlog's tokens (existing messages from the statement's
+snapshot, the new ones from `inserted`) are counted only when they can matter: the backlog
+holds fewer messages than `tokens_below`. So the scan reads fewer than that many rows."""
 
 APPEND_WITHOUT_CLIENT_IDS = _append(_NO_CLIENT_IDS)
 
@@ -216,7 +219,7 @@ def arguments(
     batch: Sequence[NewMessage],
     now: datetime,
     append_id: int,
-    defaults: BacklogDefaults,
+    counting: BacklogCounting,
 ) -> list[Any]:
     """`APPEND`'s parameters, in order."""
     return [
@@ -233,9 +236,8 @@ def arguments(
         [message.token_count for message in batch],
         now,
         append_id,
-        defaults.summarize,
-        defaults.pin_system,
-        defaults.message_limit,
+        counting.pinned_floor,
+        counting.tokens_below,
         [message.item for message in batch],
         batch_format(batch),
     ]
@@ -253,7 +255,7 @@ async def append(
     external_id: str,
     batch: Sequence[NewMessage],
     append_id: int,
-    defaults: BacklogDefaults,
+    counting: BacklogCounting,
 ) -> Appended | None:
     """Append `batch` in one statement; None when a concurrent request created the session
     at the same moment (run it again: the row is there now).
@@ -261,10 +263,11 @@ async def append(
     Raises `AppendCutOff` when the connection died before the answer arrived.
     """
     now = utcnow()
-    values = arguments(tenant, external_id, batch, now, append_id, defaults)
+    values = arguments(tenant, external_id, batch, now, append_id, counting)
     server_pid: int | None = None
     try:
-        async with driver.checked_out(engine) as connection:
+        # The named exception to "the unit of work commits": the statement commits itself.
+        async with driver_connection(engine) as connection:
             server_pid = await _server_pid(engine, connection)
             row = await connection.fetchrow(statement(batch), *values)
             if row is None:
@@ -289,7 +292,9 @@ async def append(
             raise AppendCutOff(server_pid) from exc
         raise
     after_seq = row["after_seq"]
-    backlog = CountedBacklog(after_seq, session.last_seq - after_seq, row["backlog_tokens"])
+    backlog = CountedBacklog(
+        row["summarized_seq"], after_seq, session.last_seq - after_seq, row["backlog_tokens"]
+    )
     messages = in_batch_order(batch, fresh, stored)
     return Appended(AppendOutcome(session, messages, len(fresh)), backlog, row["job_queued"])
 
@@ -321,7 +326,7 @@ async def still_running(engine: AsyncEngine, server_pid: int) -> bool:
     """Whether the server process of a cut connection is still running its statement or
     transaction (it commits or rolls back when it ends; a process that is gone or idle has
     ended)."""
-    async with driver.checked_out(engine) as connection:
+    async with driver_connection(engine) as connection:
         running: bool = await connection.fetchval(_RUNNING, server_pid)
     return running
 
@@ -336,7 +341,7 @@ async def landed(
     """What an append whose statement has ended stored (by its `append_id`), or None if it
     stored nothing: it did not land, or every message in it was a repeat (running it again
     is then the same)."""
-    async with driver.checked_out(engine) as connection:
+    async with driver_connection(engine) as connection:
         rows = await connection.fetch(_OF_APPEND, tenant, external_id, append_id)
         if not rows:
             return None

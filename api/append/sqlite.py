@@ -2,30 +2,31 @@
 
 aiosqlite runs every call in its connection's thread, and each of those hops costs about as
 much as a small statement: the append through SQLAlchemy's session made a dozen. Here one
-function, run in that thread, takes the write lock (BEGIN IMMEDIATE), leaves out every message
-whose `client_id` the session already holds, moves the session's seqs (or creates the
-session), inserts the batch in one multi-row INSERT, counts what the proactive trigger asks,
-and commits. Its answer and guarantees are `api.append.postgresql`'s: contiguous seqs in
-per-session order, the whole batch or nothing, a repeated `client_id` answered with the stored
-message. Nothing can cut a local COMMIT halfway, so it needs no append id.
+function, run in that thread inside the transaction the unit of work begins and commits
+around it (`api.db.transactions.Database.driver_transaction`: BEGIN IMMEDIATE takes the write
+lock), leaves out every message whose `client_id` the session already holds, moves the
+session's seqs (or creates the session), inserts the batch in one multi-row INSERT and counts
+what the proactive trigger asks, with the counting of the session's own policy. Its answer
+and guarantees are `api.append.postgresql`'s: contiguous seqs in per-session order, the whole
+batch or nothing, a repeated `client_id` answered with the stored message. Nothing can cut a
+local COMMIT halfway, so it needs no append id.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
 from sqlalchemy import Table
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.append.batch import (
     Appended,
     AppendOutcome,
-    BacklogDefaults,
     CountedBacklog,
     batch_format,
     check_format,
@@ -34,8 +35,10 @@ from api.append.batch import (
     leading_pinned,
     stored_row,
 )
+from api.compaction import BacklogCounting
 from api.db import driver
 from api.db.models import Message, Session, utcnow
+from api.db.transactions import Database
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 
 _DIALECT = sqlite.dialect()
@@ -112,45 +115,32 @@ FORMAT = "SELECT format FROM sessions WHERE tenant = ? AND external_id = ?"
 TOKENS_AFTER = "SELECT coalesce(sum(token_count), 0) FROM messages WHERE session_id = ? AND seq > ?"
 
 
+CountingOf = Callable[[dict[str, Any]], BacklogCounting]
+"""The counting of a session's own policy, from its settings (`Settings.policy` resolves them)."""
+
+
 async def append(
-    engine: AsyncEngine,
+    database: Database,
     tenant: str,
     external_id: str,
     batch: Sequence[NewMessage],
-    defaults: BacklogDefaults,
+    counting_of: CountingOf,
 ) -> Appended:
     """Append `batch` in one transaction, in one call to the driver's thread."""
-    async with driver.checked_out(engine) as connection:
-        # aiosqlite's own queue to its thread (as SQLAlchemy's dialect uses it too): one hop
-        appended: Appended = await connection._execute(
-            _append_in_thread, connection._conn, tenant, external_id, batch, defaults
+    return await database.driver_transaction(
+        partial(
+            _append, tenant=tenant, external_id=external_id, batch=batch, counting_of=counting_of
         )
-    return appended
-
-
-def _append_in_thread(
-    connection: sqlite3.Connection,
-    tenant: str,
-    external_id: str,
-    batch: Sequence[NewMessage],
-    defaults: BacklogDefaults,
-) -> Appended:
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        appended = _append(connection, tenant, external_id, batch, defaults)
-    except BaseException:
-        connection.rollback()
-        raise
-    connection.commit()
-    return appended
+    )
 
 
 def _append(
     connection: sqlite3.Connection,
+    *,
     tenant: str,
     external_id: str,
     batch: Sequence[NewMessage],
-    defaults: BacklogDefaults,
+    counting_of: CountingOf,
 ) -> Appended:
     stored = _stored(connection, tenant, external_id, batch)
     check_repeats(batch, stored)
@@ -174,7 +164,7 @@ def _append(
     summarized, job_queued = connection.execute(
         SUMMARIZED_AND_QUEUED, (session.id, session.id)
     ).fetchone()
-    backlog = _backlog(connection, session, summarized, defaults)
+    backlog = _backlog(connection, session, summarized, counting_of(session.settings))
     messages = in_batch_order(batch, inserted, stored)
     return Appended(AppendOutcome(session, messages, len(inserted)), backlog, bool(job_queued))
 
@@ -226,16 +216,13 @@ def _backlog(
     connection: sqlite3.Connection,
     session: SessionRow,
     summarized: int,
-    defaults: BacklogDefaults,
+    counting: BacklogCounting,
 ) -> CountedBacklog:
     """What lies after the newest live summary and the pinned prefix; the tokens are counted
     only when they can matter, as `postgresql.APPEND` does."""
-    overrides = session.settings
-    floor = session.pinned_seq if overrides.get("pin_system", defaults.pin_system) else 0
-    after_seq = max(summarized, floor)
+    after_seq = max(summarized, session.pinned_seq if counting.pinned_floor else 0)
     message_count = session.last_seq - after_seq
-    summarizes = overrides.get("dynamic_summary_enabled", defaults.summarize)
-    if not summarizes or message_count >= overrides.get("message_limit", defaults.message_limit):
-        return CountedBacklog(after_seq, message_count, None)
+    if message_count >= counting.tokens_below:
+        return CountedBacklog(summarized, after_seq, message_count, None)
     (tokens,) = connection.execute(TOKENS_AFTER, (session.id, after_seq)).fetchone()
-    return CountedBacklog(after_seq, message_count, int(tokens))
+    return CountedBacklog(summarized, after_seq, message_count, int(tokens))

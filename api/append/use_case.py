@@ -8,15 +8,15 @@ import logging
 import secrets
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from functools import partial
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import items, store
 from api.append import postgresql, sqlite
-from api.append.batch import Appended, AppendOutcome, BacklogDefaults, CountedBacklog
-from api.compaction import proactive_reason, schedule_if_due
+from api.append.batch import Appended, AppendOutcome, CountedBacklog
+from api.compaction import BacklogCounting, pinned_floor, proactive_reason
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
     RETRY_PAUSE_SECONDS,
@@ -161,13 +161,16 @@ async def _store_in_one_call(
     batch: Sequence[store.NewMessage],
 ) -> tuple[AppendOutcome, ProactiveReason | None]:
     """The append as one transaction in one call to SQLite's driver (`api.append.sqlite`),
-    after the process's other writers (see `api.db.transactions.transaction`). No network can
-    cut a local COMMIT, so it never runs twice."""
-    async with database.write_lock or nullcontext():
-        appended = await sqlite.append(
-            database.engine, tenant, external_id, batch, _backlog_defaults(settings)
-        )
+    in the unit of work's driver transaction; it counts the backlog as the session's own
+    policy reads it (resolved in the driver's thread, from the row the transaction holds)."""
+    counting_of = partial(_counting_of, settings)
+    appended = await sqlite.append(database, tenant, external_id, batch, counting_of)
     return appended.outcome, await _schedule(database, settings, appended)
+
+
+def _counting_of(settings: Settings, overrides: dict[str, Any] | None) -> BacklogCounting:
+    """The counting of the policy in force for a session with these overrides."""
+    return BacklogCounting.of(settings.policy(overrides))
 
 
 async def _store_in_one_statement(
@@ -191,7 +194,7 @@ async def _store_in_one_statement(
     while True:
         try:
             appended = await postgresql.append(
-                engine, tenant, external_id, batch, append_id, _backlog_defaults(settings)
+                engine, tenant, external_id, batch, append_id, _counting_of(settings, None)
             )
         except postgresql.AppendCutOff as exc:
             outcome = await _landed(
@@ -230,27 +233,35 @@ async def _schedule(
     """The proactive trigger's answer to what an append's statement counted; records the job."""
     session = appended.outcome.session
     policy = settings.policy(session.settings)
-    backlog = _backlog(policy, appended.backlog)
+    backlog = _backlog(policy, session, appended.backlog)
     return await _schedule_if_due(database, session, policy, backlog, appended.job_queued)
 
 
-def _backlog_defaults(settings: Settings) -> BacklogDefaults:
-    return BacklogDefaults(
-        summarize=settings.dynamic_summary_enabled,
-        pin_system=settings.summary_pin_system,
-        message_limit=settings.summary_message_limit,
-    )
-
-
-def _backlog(policy: SummaryPolicy, counted: CountedBacklog) -> store.Backlog | None:
-    """The backlog the trigger reads, from what the append's statement counted; None if the
-    trigger needs tokens the statement did not count (then they are read again)."""
+def _backlog(
+    policy: SummaryPolicy, session: store.SessionRow, counted: CountedBacklog
+) -> store.Backlog | None:
+    """The backlog `proactive_reason` reads under the session's `policy`, from what the
+    append's statement counted; None when the statement, counting for another policy (the
+    server's, on PostgreSQL, where the session overrides it), did not count what this one
+    reads: another start of the backlog, or tokens it left out (then they are read again)."""
+    after_seq = max(counted.summarized_seq, pinned_floor(session, policy))
+    if after_seq != counted.after_seq:
+        return None
     if counted.token_count is not None:
-        return store.Backlog(counted.after_seq, counted.message_count, counted.token_count)
-    if counted.message_count >= policy.message_limit:
-        # over the message limit: the tokens cannot change the answer
-        return store.Backlog(counted.after_seq, counted.message_count, 0)
+        return store.Backlog(after_seq, counted.message_count, counted.token_count)
+    if counted.message_count >= BacklogCounting.of(policy).tokens_below:
+        return store.Backlog(after_seq, counted.message_count, 0)  # the rule reads no tokens
     return None
+
+
+async def _read_reason(
+    database: Database, session: store.SessionRow, policy: SummaryPolicy
+) -> ProactiveReason | None:
+    """`proactive_reason` of the session's backlog, read from the database."""
+    floor = pinned_floor(session, policy)
+    async with database.reading() as db:
+        backlog = await store.backlog(db, session.id, session.last_seq, floor, policy.message_limit)
+    return proactive_reason(policy, backlog)
 
 
 async def _landed(
@@ -296,25 +307,26 @@ async def _schedule_if_due(
     job_queued: bool = False,
 ) -> ProactiveReason | None:
     """Record a job when the backlog reaches a limit, after an append that stored its messages
-    on its own; the backlog is read here when the append did not count it.
+    on its own; the backlog is read here (a read; a write only when due) when the append did
+    not count what the session's policy reads.
 
     The messages are stored whatever happens here: if the job cannot be recorded, the
     session's next append looks again (its backlog is still over the limit).
     """
     if not policy.dynamic_summary_enabled:
         return None
+    counted: ProactiveReason | None = None
     if backlog is not None:
-        reason = proactive_reason(policy, backlog)
-        if reason is None or job_queued:
-            return reason
+        counted = proactive_reason(policy, backlog)
+        if counted is None or job_queued:
+            return counted
 
     async def record() -> ProactiveReason | None:
-        async with database.transaction() as db:
-            if backlog is None:
-                return await schedule_if_due(db, session, policy)
-            assert reason is not None
-            await store.enqueue_job(db, session.id, "proactive", reason)
-            return reason
+        reason = counted or await _read_reason(database, session, policy)
+        if reason is not None and not job_queued:
+            async with database.transaction() as db:
+                await store.enqueue_job(db, session.id, "proactive", reason)
+        return reason
 
     try:
         return await retrying(record, "recording a summarization job", "summarization")

@@ -15,13 +15,13 @@ load's cost on PostgreSQL and most of it on SQLite (`docs/performance.md`).
   the loop for longer than the read itself. Larger reads take the hop.
 
 A read cut by a lost connection runs once more on a fresh one, as
-`api.db.transactions.ReadSession` does for the others.
+`api.db.transactions.ReadSession` does for the others. The connections come from the unit of
+work (`api.db.transactions.driver_connection`), which owns every transaction on them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -30,10 +30,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.util import greenlet_spawn
 
-from api.db.pooler import transaction_pooled
-from api.db.transactions import read_once_more_if_cut
+from api.db.transactions import driver_connection, read_once_more_if_cut
 
 Processor = Callable[[Any], Any]
 
@@ -138,7 +136,7 @@ async def fetch(
 
 
 async def _fetch_once(engine: AsyncEngine, sql: str, arguments: list[Any], paged: bool) -> Any:
-    async with checked_out(engine) as connection:
+    async with driver_connection(engine) as connection:
         if engine.dialect.name == "postgresql":
             return await connection.fetch(sql, *arguments)
         if paged:
@@ -146,30 +144,3 @@ async def _fetch_once(engine: AsyncEngine, sql: str, arguments: list[Any], paged
             # dialect uses it too), opened with check_same_thread=False (`api.db.engine`)
             return connection._conn.execute(sql, arguments).fetchall()
         return await connection.execute_fetchall(sql, arguments)
-
-
-@asynccontextmanager
-async def checked_out(engine: AsyncEngine) -> AsyncIterator[Any]:
-    """The driver connection (asyncpg's, or aiosqlite's) of a connection checked out of
-    `engine`'s pool, outside any transaction: each statement on it commits on its own. Behind
-    a transaction pooler (`api.db.pooler`), inside one transaction that commits when the block
-    ends.
-
-    A connection that failed, or whose operation was cancelled halfway, never goes back to the
-    pool (the next checkout would find it busy): it is invalidated. The pool's own calls
-    (check-in, invalidation) run in SQLAlchemy's greenlet bridge, as they do for its async
-    engine.
-    """
-    pooled = await engine.raw_connection()
-    connection: Any = pooled.driver_connection
-    try:
-        if transaction_pooled(engine):
-            # a transaction pooler lends a server connection per transaction
-            async with connection.transaction():
-                yield connection
-        else:
-            yield connection
-    except BaseException as exc:
-        await greenlet_spawn(pooled.invalidate, exc if isinstance(exc, Exception) else None)
-        raise
-    await greenlet_spawn(pooled.close)

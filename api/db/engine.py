@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import select
 import time
 from pathlib import Path
@@ -18,9 +19,10 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.util import await_
 
+from api.db.driver import uses_driver
 from api.db.faults import mark_connection_faults
 from api.db.pooler import mark_pooled, pooler_connect_args, split_pooler, transaction_pooled
-from api.db.transactions import ReadSession
+from api.db.transactions import Database, PooledReadSession, ReadSession
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long an SQLite writer waits for the write lock before failing; appends queue behind it."""
@@ -146,29 +148,19 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
     transaction either. A statement cut by a lost connection runs once more (`ReadSession`).
     """
     session_class = PooledReadSession if transaction_pooled(engine) else ReadSession
-    return async_sessionmaker(read_engine(engine), class_=session_class, expire_on_commit=False)
+    reads = read_engine(engine)
+    return async_sessionmaker(
+        reads,
+        class_=session_class,
+        expire_on_commit=False,
+        driver=reads if uses_driver(engine) else None,
+    )
 
 
-class PooledReadSession(ReadSession):
-    """A read session behind a transaction pooler: each statement runs in a transaction of its
-    own, ended at once, so no read holds a server connection while its request goes on (a
-    `compact` waits on the LLM). Rows come back fully fetched, and objects stay loaded."""
-
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._ended(await super().execute(*args, **kwargs))
-
-    async def scalar(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._ended(await super().scalar(*args, **kwargs))
-
-    async def scalars(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._ended(await super().scalars(*args, **kwargs))
-
-    async def get(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._ended(await super().get(*args, **kwargs))
-
-    async def _ended(self, answer: Any) -> Any:
-        await self.commit()
-        return answer
+def create_database(engine: AsyncEngine, write_lock: asyncio.Lock | None = None) -> Database:
+    """The units of work on `engine` (`api.db.transactions.Database`); on SQLite, `write_lock`
+    is the one every engine on the same database shares."""
+    return Database(create_sessionmaker(engine), create_read_sessionmaker(engine), write_lock)
 
 
 def read_engine(engine: AsyncEngine) -> AsyncEngine:

@@ -1,10 +1,14 @@
-"""Units of work, and what each does when the connection dies under it or none can be made.
+"""The unit of work: every scope that opens a connection for work and ends it, and what each
+does when the connection dies under it or none can be made.
 
-Who commits: `transaction` below, and nothing else. A request's own reads and writes run in
-the scope its dependency opens (`api.deps`) or in a unit of work its route runs
-(`Database.write`); an append opens its own, to run it again when its connection dies
-(`api.append.store_batch`); summarization writes in short scopes of its own
-(`Compactor.writing`), never in the request's. Store functions never commit.
+Who begins and commits: `Database` below, and nothing else. A request's reads run in a read
+session (`Database.reading`, opened by its dependency, `api.deps`, or by its use case); its
+writes in a transaction (`Database.transaction`, or `Database.write`, which runs it again when
+its connection is lost); the append on SQLite in one transaction on the driver's own
+connection (`Database.driver_transaction`). Summarization (`api.compaction`), the summarizer's
+lease (`api.locks`) and the worker (`api.worker`) take the same `Database`, built on the pool
+of their own. Store functions never commit. The one exception: the append on PostgreSQL is
+one autocommit statement, which commits itself (`api.append.postgresql`).
 
 One retry policy for every lost connection (a connection cut, a server refusing connections
 or shutting down, as during a restart): the work runs again on a fresh connection, after a
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import (
@@ -51,9 +56,11 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.util import greenlet_spawn
 
 from api import metrics
 from api.db.faults import connection_lost, describe_fault
+from api.db.pooler import transaction_pooled
 from api.settings import DEFAULT_DATABASE_RETRY_SECONDS
 
 logger = logging.getLogger("precis.db")
@@ -145,12 +152,19 @@ def current_budget() -> RetryBudget:
 
 
 class ReadSession(AsyncSession):
-    """The session of a request that only reads: a statement cut by a lost connection runs
-    again on a fresh connection, within the request's retry budget.
+    """The session of work that only reads: a statement cut by a lost connection runs again
+    on a fresh connection, within the request's or job's retry budget.
 
     The session is closed in between (the dead connection goes back to the pool, which
     discards it); rows and objects already read stay usable.
     """
+
+    def __init__(self, *args: Any, driver: AsyncEngine | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.driver = driver
+        """The engine whose driver runs the hot reads in this scope (`api.db.driver.fetch`),
+        as `api.db.engine.create_read_sessionmaker` chose it; None: they go through the
+        session."""
 
     async def __aexit__(self, type_: Any, value: Any, traceback: Any) -> None:
         # The hot reads run on the driver (`api.db.driver`) and never open the session: it
@@ -175,6 +189,28 @@ class ReadSession(AsyncSession):
         self, statement: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         return await read_once_more_if_cut(partial(statement, *args, **kwargs), self.close)
+
+
+class PooledReadSession(ReadSession):
+    """A read session behind a transaction pooler: each statement runs in a transaction of its
+    own, ended at once, so no read holds a server connection while its request goes on (a
+    `compact` waits on the LLM). Rows come back fully fetched, and objects stay loaded."""
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().execute(*args, **kwargs))
+
+    async def scalar(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().scalar(*args, **kwargs))
+
+    async def scalars(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().scalars(*args, **kwargs))
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ended(await super().get(*args, **kwargs))
+
+    async def _ended(self, answer: Any) -> Any:
+        await self.commit()
+        return answer
 
 
 async def read_once_more_if_cut(
@@ -222,6 +258,58 @@ async def transaction(
             raise
 
 
+@asynccontextmanager
+async def driver_connection(engine: AsyncEngine) -> AsyncIterator[Any]:
+    """The driver connection (asyncpg's, or aiosqlite's) of a connection checked out of
+    `engine`'s pool, outside any transaction: each statement on it commits on its own. Behind
+    a transaction pooler (`api.db.pooler`), inside one transaction that commits when the block
+    ends.
+
+    A connection that failed, or whose operation was cancelled halfway, never goes back to the
+    pool (the next checkout would find it busy): it is invalidated. The pool's own calls
+    (check-in, invalidation) run in SQLAlchemy's greenlet bridge, as they do for its async
+    engine.
+    """
+    pooled = await engine.raw_connection()
+    connection: Any = pooled.driver_connection
+    try:
+        if transaction_pooled(engine):
+            # a transaction pooler lends a server connection per transaction
+            async with connection.transaction():
+                yield connection
+        else:
+            yield connection
+    except BaseException as exc:
+        await greenlet_spawn(pooled.invalidate, exc if isinstance(exc, Exception) else None)
+        raise
+    await greenlet_spawn(pooled.close)
+
+
+async def sqlite_driver_transaction(
+    engine: AsyncEngine, work: Callable[[sqlite3.Connection], T]
+) -> T:
+    """`work` in one SQLite transaction on the driver's own connection, begun (taking the
+    database's write lock: BEGIN IMMEDIATE) and committed, or rolled back on any error, around
+    it in the same call to the driver's thread: one hop, where SQLAlchemy's session makes one
+    per statement."""
+    async with driver_connection(engine) as connection:
+        # aiosqlite's own queue to its thread (as SQLAlchemy's dialect uses it too)
+        done: T = await connection._execute(_in_transaction, connection._conn, work)
+    return done
+
+
+def _in_transaction(connection: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run in the driver's thread: `work` between BEGIN IMMEDIATE and COMMIT (or ROLLBACK)."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        done = work(connection)
+    except BaseException:
+        connection.rollback()
+        raise
+    connection.commit()
+    return done
+
+
 def cut_off(exc: BaseException) -> bool:
     """The connection died under the work, before or during its COMMIT: nothing was wrong
     with the work itself."""
@@ -230,7 +318,9 @@ def cut_off(exc: BaseException) -> bool:
 
 @dataclass(frozen=True)
 class Database:
-    """The request side's units of work: write transactions, and autocommit reads."""
+    """The units of work on one engine: write transactions, autocommit reads, and the SQLite
+    append's transaction on the driver. The requests have one, on their pool; summarization,
+    its lease and the worker share another, on the pool of their own (`api.main`)."""
 
     sessionmaker: async_sessionmaker[AsyncSession]
     read_sessionmaker: async_sessionmaker[AsyncSession]
@@ -238,6 +328,7 @@ class Database:
     """SQLite only: the process's writers take turns (see `transaction`)."""
 
     def transaction(self) -> AbstractAsyncContextManager[AsyncSession]:
+        """A write transaction: commits when its block ends, rolls back on any error."""
         return transaction(self.sessionmaker, self.write_lock)
 
     async def write(
@@ -260,12 +351,21 @@ class Database:
                 if not again or not await budget.wait_to_retry(exc, "a write", "write"):
                     raise
 
+    async def driver_transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """SQLite: `work` (its statements on the driver's sqlite3 connection) in one
+        transaction in one call to the driver's thread, after the process's other writers
+        (`sqlite_driver_transaction`). No network can cut a local COMMIT, so it never runs
+        twice."""
+        async with self.write_lock or nullcontext():
+            return await sqlite_driver_transaction(self.engine, work)
+
     @property
     def engine(self) -> AsyncEngine:
         engine: AsyncEngine = self.sessionmaker.kw["bind"]
         return engine
 
     def reading(self) -> AsyncSession:
+        """A read session: autocommit, each statement run again if its connection is cut."""
         return self.read_sessionmaker()
 
 

@@ -4,7 +4,23 @@
 the errors the routes declare.
 """
 
-from api.routes import health, history, messages, sessions, summaries
+from api.routes import (
+    conversations,
+    health,
+    history,
+    messages,
+    responses,
+    sessions,
+    summaries,
+)
 
-ROUTERS = (sessions.router, messages.router, history.router, summaries.router, health.router)
+ROUTERS = (
+    sessions.router,
+    messages.router,
+    history.router,
+    summaries.router,
+    conversations.router,
+    responses.router,
+    health.router,
+)
 """Every router of the app, in the order its routes are matched and documented."""

@@ -3,9 +3,9 @@
 Request models are strict: a JSON value must have the documented type (`"12"` is not an
 integer, `true` is not 1) and unknown fields are refused.
 
-One module per resource (`common`, `messages`, `sessions`, `summaries`); the service and the
-routes use them as `schemas.<Name>` or `from api.schemas import <Name>`: the names below are
-that surface.
+One module per resource (`common`, `messages`, `sessions`, `summaries`, `conversations`: the
+OpenAI Conversations API's shapes); the service and the routes use them as `schemas.<Name>`
+or `from api.schemas import <Name>`: the names below are that surface.
 """
 
 from api.schemas.common import (
@@ -21,6 +21,14 @@ from api.schemas.common import (
     Schema,
     SessionId,
     ToolCallId,
+)
+from api.schemas.conversations import (
+    Conversation,
+    ConversationCreate,
+    ConversationDeleted,
+    ConversationItemList,
+    ConversationUpdate,
+    ItemsCreate,
 )
 from api.schemas.messages import (
     AppendRequest,
@@ -54,9 +62,14 @@ from api.schemas.summaries import (
     CompactRequest,
     CompactResponse,
     History,
+    NothingStored,
+    Omitted,
     SummaryDetail,
     SummaryList,
     SummaryOut,
+    UnreadMessages,
+    Unsendable,
+    UnsendableReason,
 )
 
 __all__ = [
@@ -72,16 +85,24 @@ __all__ = [
     "CompactRequest",
     "CompactResponse",
     "ContentPart",
+    "Conversation",
+    "ConversationCreate",
+    "ConversationDeleted",
+    "ConversationItemList",
+    "ConversationUpdate",
     "DeveloperMessageIn",
     "Health",
     "History",
     "ImagePart",
     "ImageUrl",
     "ItemIn",
+    "ItemsCreate",
     "MessageFormat",
     "MessageIn",
     "MessageList",
     "MessageOut",
+    "NothingStored",
+    "Omitted",
     "ParticipantName",
     "PoppedMessage",
     "Role",
@@ -101,5 +122,8 @@ __all__ = [
     "ToolCallId",
     "ToolFunction",
     "ToolMessageIn",
+    "UnreadMessages",
+    "Unsendable",
+    "UnsendableReason",
     "UserMessageIn",
 ]

@@ -7,6 +7,8 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas.stored import NO_NUL_PATTERN
+
 SESSION_ID_PATTERN = r"^([A-Za-z0-9._:-]{3,128}|[A-Za-z0-9_:-][A-Za-z0-9._:-]?|\.[A-Za-z0-9_:-])$"
 """1-128 characters of `[A-Za-z0-9._:-]`, except `.` and `..`: clients and proxies resolve
 those as path segments, so a session with such an id could not be addressed."""
@@ -22,10 +24,14 @@ PATTERN_WORDS[SESSION_ID_PATTERN] = (
 SessionId = Annotated[str, Field(pattern=SESSION_ID_PATTERN, min_length=1, max_length=128)]
 """Client-chosen session id: see `SESSION_ID_PATTERN`."""
 
-ClientId = Annotated[str, Field(min_length=1, max_length=256)]
+ClientId = Annotated[
+    str, Field(min_length=1, max_length=256, json_schema_extra={"pattern": NO_NUL_PATTERN})
+]
 """Idempotency key of a message, unique per session."""
 
-ToolCallId = Annotated[str, Field(min_length=1, max_length=256)]
+ToolCallId = Annotated[
+    str, Field(min_length=1, max_length=256, json_schema_extra={"pattern": NO_NUL_PATTERN})
+]
 """Id linking a tool call to its result."""
 
 PARTICIPANT_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from api.items import ITEM_SCHEMA, check_item, parse_item
-from api.json_values import check_json_value
+from api.json_values import check_json_value, check_text
 from api.schemas.common import (
     ClientId,
     ParticipantName,
@@ -17,6 +17,7 @@ from api.schemas.common import (
     Schema,
     ToolCallId,
 )
+from api.schemas.stored import StoredObject, StoredText
 from summarizer.triggers import ProactiveReason
 
 if TYPE_CHECKING:
@@ -27,13 +28,13 @@ class TextPart(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["text"]
     """Always `text`."""
-    text: str
+    text: StoredText
     """The text."""
 
 
 class ImageUrl(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
-    url: Annotated[str, Field(min_length=1)]
+    url: Annotated[StoredText, Field(min_length=1)]
     """An `https:` URL or a `data:` URL of the image."""
     detail: Literal["auto", "low", "high"] | None = None
     """How closely the model looks at it, as OpenAI takes it."""
@@ -52,9 +53,9 @@ ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 class ToolFunction(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
-    name: Annotated[str, Field(min_length=1, max_length=256)]
+    name: Annotated[StoredText, Field(min_length=1, max_length=256)]
     """The function's name."""
-    arguments: str
+    arguments: StoredText
     """Its arguments as a JSON string, as the model wrote them."""
 
 
@@ -77,7 +78,7 @@ class ChatMessageIn(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Role = Field(description="Who wrote it: `developer` is OpenAI's newer `system`.")
-    content: str | Annotated[Sequence[ContentPart], Field(min_length=1)] | None = Field(
+    content: StoredText | Annotated[Sequence[ContentPart], Field(min_length=1)] | None = Field(
         default=None, description="Text, or a non-empty list of content parts."
     )
     name: ParticipantName | None = Field(
@@ -89,7 +90,7 @@ class ChatMessageIn(Schema):
     tool_call_id: ToolCallId | None = Field(
         default=None, description="The call a tool message answers."
     )
-    metadata: dict[str, Any] | None = Field(
+    metadata: StoredObject | None = Field(
         default=None,
         description="Anything the client keeps with the message; never sent to a model.",
     )
@@ -114,7 +115,7 @@ class ChatMessageIn(Schema):
         return self.model_dump(exclude_none=True, exclude={"metadata", "client_id"})
 
 
-TextContent = str | Annotated[list[TextPart], Field(min_length=1)]
+TextContent = StoredText | Annotated[list[TextPart], Field(min_length=1)]
 """Text, or a non-empty list of text parts: the content of every role but `user`."""
 
 NOT_HERE = "Not allowed on this role."
@@ -136,7 +137,7 @@ class DeveloperMessageIn(ChatMessageIn):
 
 class UserMessageIn(ChatMessageIn):
     role: Literal["user"] = Field(description="The user's turn.")
-    content: str | Annotated[list[ContentPart], Field(min_length=1)] = Field(
+    content: StoredText | Annotated[list[ContentPart], Field(min_length=1)] = Field(
         description="Text, or a non-empty list of text and image parts."
     )
     tool_calls: None = Field(default=None, description=NOT_HERE)
@@ -186,13 +187,13 @@ class ItemIn(Schema):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    item: dict[str, Any] = Field(
+    item: StoredObject = Field(
         json_schema_extra=ITEM_SCHEMA,
         description="The item as the Responses API or the Agents SDK writes it (`message`, "
         "`function_call`, `function_call_output`, `reasoning`, or any other `type`); kept as "
         "given, every key in its order.",
     )
-    metadata: dict[str, Any] | None = None
+    metadata: StoredObject | None = None
     """Anything the client keeps with the item; never sent to a model."""
     client_id: ClientId | None = None
     """Idempotency key, unique per session, as for chat messages."""
@@ -201,6 +202,8 @@ class ItemIn(Schema):
     def _an_item(self) -> ItemIn:
         check_item(self.item, "item")
         check_json_value(self.metadata, "metadata")
+        if self.client_id is not None:
+            check_text(self.client_id, "client_id")
         return self
 
 
@@ -218,9 +221,11 @@ class AppendRequest(Schema):
         },
     )
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=500)] | None = None
-    """Chat messages to append (a session holding chat messages), 1 to 500."""
+    """Chat messages to append (a session holding chat messages), 1 to 500; a `client_id`
+    given twice must come with the same message both times (422 otherwise)."""
     items: Annotated[list[ItemIn], Field(min_length=1, max_length=500)] | None = None
-    """Responses API items to append (a session holding items), 1 to 500."""
+    """Responses API items to append (a session holding items), 1 to 500; a `client_id`
+    given twice must come with the same item both times (422 otherwise)."""
 
     @model_validator(mode="after")
     def _one_format_and_one_message_per_client_id(self) -> AppendRequest:

@@ -13,6 +13,7 @@ from api.schemas.common import (
     Schema,
     SessionId,
 )
+from api.schemas.stored import StoredObject
 from api.settings import SummaryOverrides
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ class SessionCreate(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     id: SessionId | None = None
     """The session's id; generated (`ses_<hex>`) when absent."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: StoredObject = Field(default_factory=dict)
     """Anything the client keeps with the session."""
     settings: SummaryOverrides = Field(default_factory=SummaryOverrides)
     """Per-session summary settings overriding the server's."""
@@ -44,7 +45,7 @@ class SessionUpdate(Schema):
     keys stay; `"metadata": null` or `"settings": null` clears the whole object."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    metadata: dict[str, Any] | None = None
+    metadata: StoredObject | None = None
     """A merge patch of the session's metadata (null: clear it)."""
     settings: SummaryOverrides | None = None
     """A merge patch of the session's settings (null: clear them)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Field
 
@@ -71,6 +71,45 @@ class SummaryList(Schema):
     """`cursor` of the next page; null on the last."""
 
 
+UnsendableReason = Literal["dangling_reasoning", "orphan_tool_result", "duplicate_tool_result"]
+"""Why a stored message is in no context, whatever the budget (`Unsendable.reason`)."""
+
+
+class Unsendable(Schema):
+    id: int
+    """The message's id (it is in `messages`)."""
+    reason: UnsendableReason = Field(
+        description="`dangling_reasoning`: a `reasoning` item with no item after it (the "
+        "Responses API refuses it alone; it is sent once the item it led to is appended); "
+        "`orphan_tool_result`: a tool result whose call is not before it in `context`; "
+        "`duplicate_tool_result`: a second result of a call already answered."
+    )
+
+
+class UnreadMessages(Schema):
+    first_seq: int
+    """The seq after the newest loaded summary (or the pinned prefix)."""
+    last_seq: int
+    """The seq before the oldest message in `messages`."""
+    count: int
+    """How many messages lie between (removed ones not counted)."""
+
+
+class Omitted(Schema):
+    """What `context` leaves out, by kind; the pinned prefix is never left out."""
+
+    messages: list[int]
+    """Ids of messages in `messages` left out to fit `max_tokens`, oldest first."""
+    unread: UnreadMessages | None
+    """Older messages the loader did not read, the budget being spent (left out to fit
+    `max_tokens` too); null when none."""
+    summaries: list[int]
+    """Ids of summaries in `summaries` left out to fit `max_tokens`, oldest first."""
+    unsendable: list[Unsendable]
+    """Messages in `messages` left out whatever the budget, because the model's API would
+    refuse them, in stored order."""
+
+
 class History(Schema):
     session_id: str
     """The session's id."""
@@ -87,7 +126,11 @@ class History(Schema):
     token_estimate: int
     """The tokens of `context`."""
     truncated_messages: int
-    """Messages left out of `context` to fit `max_tokens`."""
+    """Messages left out of `context` to fit `max_tokens`: `omitted.messages` and
+    `omitted.unread`."""
+    omitted: Omitted
+    """Everything `context` leaves out: messages and summaries (to fit `max_tokens`), and
+    messages no context may hold."""
     summarization_pending: bool
     """Whether a summarization of the session is queued or running."""
 
@@ -103,8 +146,19 @@ class CompactRequest(Schema):
     """Newest messages to leave out (default: the session's setting)."""
 
 
+NothingStored = Literal["nothing_to_summarize", "already_summarized"]
+"""Why `compact` stored no summary."""
+
+
 class CompactResponse(Schema):
     summary: SummaryOut | None
-    """The summary made, or null when nothing was left to summarize."""
+    """The summary made, or null when nothing was left to summarize (`reason` says why)."""
+    reason: NothingStored | None = Field(
+        description="Why `summary` is null: `nothing_to_summarize` (no message after the newest "
+        "live summary lies outside `keep_last_n` and a pending user question, or none could "
+        "be cut without parting a tool call from its results or a reasoning item from the "
+        "item it led to), `already_summarized` (another summarization stored a summary of "
+        "the range while this one waited for the session); null when a summary was made."
+    )
     history: History
     """The history after it."""

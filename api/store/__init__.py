@@ -3,7 +3,8 @@ take the caller's AsyncSession and never commit (the caller owns the transaction
 `api.db.transactions`).
 
 - `sessions`: create, read, update, delete.
-- `messages`: the listings (the append, one statement on the driver, is in `api.append`).
+- `messages`: the listings and single lookups (the append, one statement on the driver, is
+  in `api.append`).
 - `loader`: the history loader's reads (two round trips per load).
 - `summaries`: live summaries, saving one with its links, the backlog a trigger reads.
 - `jobs`: background summarization jobs.
@@ -26,7 +27,12 @@ from api.store.jobs import (
     renew_job_lease,
 )
 from api.store.loader import HistoryStart, LoadedRows, load_rows, session_for_history
-from api.store.messages import messages_in_range
+from api.store.messages import (
+    message_by_client_id,
+    message_by_id,
+    messages_before,
+    messages_in_range,
+)
 from api.store.removal import Removal, message_exists, remake_owed, remove
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
@@ -79,7 +85,10 @@ __all__ = [
     "live_summaries",
     "live_summary_counts",
     "load_rows",
+    "message_by_client_id",
+    "message_by_id",
     "message_exists",
+    "messages_before",
     "messages_in_range",
     "pending_job_count",
     "release_job",

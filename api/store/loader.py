@@ -25,11 +25,12 @@ from sqlalchemy import (
 from sqlalchemy import (
     cast as cast_,
 )
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql import Executable
 
 from api.db import driver
 from api.db.models import Message, Session, Summary, SummaryJob
+from api.db.transactions import ReadSession
 from api.errors import SessionNotFound
 from api.items import joins_next
 from api.store.rows import (
@@ -76,10 +77,11 @@ class HistoryStart(NamedTuple):
 async def _rows(
     db: AsyncSession, statement: Executable, params: dict[str, Any], paged: bool = True
 ) -> list[Any]:
-    """The rows of a read, run on the driver (`api.db.driver`); `paged`: at most a page of
-    them. `db` is a read session: the statement runs outside any transaction either way."""
-    engine = db.bind
-    if isinstance(engine, AsyncEngine) and driver.uses_driver(engine):
+    """The rows of a read, run on the driver (`api.db.driver`) where the unit of work gave the
+    read session one (`ReadSession.driver`); `paged`: at most a page of them. `db` is a read
+    session: the statement runs outside any transaction either way."""
+    engine = db.driver if isinstance(db, ReadSession) else None
+    if engine is not None:
         return await driver.fetch(engine, statement, params, paged=paged)
     return list(await db.execute(statement, params))
 

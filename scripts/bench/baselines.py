@@ -25,7 +25,6 @@ from typing import Any
 import asyncpg
 from sqlalchemy.dialects import postgresql, sqlite
 
-from api.append.batch import BacklogDefaults
 from api.append.postgresql import arguments, statement
 from api.append.sqlite import (
     SUMMARIZED_AND_QUEUED,
@@ -34,6 +33,7 @@ from api.append.sqlite import (
     insert_statement,
     insert_values,
 )
+from api.compaction import BacklogCounting
 from api.db.driver import DriverStatement
 from api.db.models import utcnow
 from api.store.loader import HistoryStart, load_parameters, load_statement
@@ -138,7 +138,7 @@ class RawPostgres:
         time on a bare connection: what the service's append costs without the service;
         `keyed`: each message with a new client_id."""
         conn = self.conns[0]
-        defaults = BacklogDefaults(summarize=True, pin_system=True, message_limit=80)
+        counting = BacklogCounting(pinned_floor=True, tokens_below=80)
         keys = itertools.count()
         session = "raw-keyed" if keyed else "raw-statement"
 
@@ -146,7 +146,7 @@ class RawPostgres:
             message = news[i % len(news)]
             if keyed:
                 message = message._replace(client_id=f"raw-{next(keys)}")
-            values = arguments("bench", session, [message], utcnow(), i, defaults)
+            values = arguments("bench", session, [message], utcnow(), i, counting)
             await conn.fetchrow(statement([message]), *values)
 
         return sequential(one)
@@ -154,11 +154,11 @@ class RawPostgres:
     def store_statement_concurrent(self, news: Sequence[NewMessage], workers: int) -> RoundFn:
         """The store's append statement on `workers` bare connections at once, one session
         each: what concurrent appends cost the server without the service."""
-        defaults = BacklogDefaults(summarize=True, pin_system=True, message_limit=80)
+        counting = BacklogCounting(pinned_floor=True, tokens_below=80)
 
         async def one(worker: int, i: int) -> None:
             message = news[(worker * 31 + i) % len(news)]
-            values = arguments("bench", f"raw-statement-{worker}", [message], utcnow(), i, defaults)
+            values = arguments("bench", f"raw-statement-{worker}", [message], utcnow(), i, counting)
             await self.conns[worker].fetchrow(statement([message]), *values)
 
         return concurrent(one, workers)

@@ -23,9 +23,11 @@ model is back and background work has settled, the LLM calls made against a lowe
 (per stored summary, superseded ones included: one call per leaf chunk and one per merge;
 none for a fallback) and their ratio. A last `hang` row times
 `GET /history?max_tokens=1500` at window 8k while the model hangs, against the inline
-deadline (2 s) plus one second. Targets are printed beside the figures, with `MISSED` where
-one is missed; the exit status is 0 unless the run itself fails. The results are also
-written as JSON to `bench_fidelity.json` (or `--output`).
+deadline (2 s) plus one second. Then `responses` rows (`scripts/bench/fidelity_responses.py`):
+a 200-turn conversation driven through `POST /v1/responses` at model windows of 4k and 16k
+(`--quick`: 4k), every fact checked in every request the model receives. Targets are printed
+beside the figures, with `MISSED` where one is missed; the exit status is 0 unless the run
+itself fails. The results are also written as JSON to `bench_fidelity.json` (or `--output`).
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ from alembic import command
 
 from api.main import create_app
 from api.settings import Settings
+from scripts.bench import fidelity_responses
 from tests.support import scratch_db
 from tests.support.fake_llm import FakeLLM, running_fake_llm
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sharegpt_multilang.jsonl"
 WINDOWS = (1_500, 3_000, 8_000, 128_000)
 QUICK_WINDOWS = (1_500, 128_000)
+QUICK_RESPONSES_WINDOWS = (4_000,)
 CONVERSATIONS = 3
 MAX_CONTENT_CHARS = 600
 TOOL_MESSAGES = 60
@@ -444,8 +448,14 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
                     )
                     rows.append(row)
         hang_row = await hang(template, folder)
+    responses_rows = await fidelity_responses.run(
+        QUICK_RESPONSES_WINDOWS if windows == QUICK_WINDOWS else fidelity_responses.WINDOWS,
+        fidelity_responses.TURNS,
+    )
     print()
     print(render(rows, hang_row))
+    print()
+    print(fidelity_responses.render(responses_rows))
     report: dict[str, Any] = {
         "targets": {
             "fact_share": TARGET_SHARE,
@@ -457,6 +467,7 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
         "hang": {**asdict(hang_row), "target_seconds": hang_row.target_seconds},
     }
     report["hang"]["missed"] = hang_row.missed()
+    report["responses"] = [{**asdict(row), "missed": row.missed()} for row in responses_rows]
     return report
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from api import service
 from api.compaction import Compactor
-from api.db.engine import create_engine, create_sessionmaker
+from api.db.engine import create_database, create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.settings import Settings
 from scripts.bench.lib import TENANT
@@ -43,7 +43,8 @@ async def probe(
     settings = Settings(_env_file=None, database_url=url, summary_workers=0)
     engine = create_engine(url)
     sessionmaker = create_sessionmaker(engine)
-    compactor = Compactor(settings, sessionmaker, SessionLocks(engine))
+    database = create_database(engine)
+    compactor = Compactor(settings, database, SessionLocks(database))
     try:
         async with sessionmaker() as db:
             await service.history(db, compactor, TENANT, warmup, None, max_tokens)

@@ -3,7 +3,9 @@
 Measures Precis on PostgreSQL and SQLite against the raw drivers (asyncpg, sqlite3 in WAL
 mode), against the libraries users would pick instead (OpenAI Agents SDK SQLAlchemySession,
 langchain-postgres) and, through HTTP, against a minimal ASGI app doing the same SQL and
-answering the same bytes (`scripts/bench/minimal_app.py`), in one run, on loopback only.
+answering the same bytes (`scripts/bench/minimal_app.py`), in one run, on loopback only; and
+what `POST /v1/responses` with a conversation adds to a model call
+(`scripts/bench/responses_overhead.py`).
 Every comparison is a ratio between two numbers of the same run; fixed times mean nothing
 across machines.
 
@@ -49,6 +51,7 @@ from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
 from api.store.loader import load_parameters, load_statement
+from scripts.bench import responses_overhead
 from scripts.bench.baselines import (
     AgentsPeer,
     LangchainPeer,
@@ -821,7 +824,7 @@ class Bench:
             await self.set_autoanalyze(precis, enabled=True)
             await self.analyze(precis)
         settings = Settings(_env_file=None, database_url=url, summary_workers=0)
-        compactor = Compactor(settings, precis.sessionmaker, SessionLocks(precis.engine))
+        compactor = Compactor(settings, precis.database, SessionLocks(precis.database))
         for variant in VARIANTS:
             print(f"[{backend}] load: {VARIANTS[variant]}", flush=True)
             if variant == "summaries":
@@ -1256,6 +1259,11 @@ async def main_async(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="precis-bench-") as folder:
             url = f"sqlite+aiosqlite:///{Path(folder) / 'bench.db'}"
             await run_backend("SQLite", url, bench, with_peers, args.throughput_only)
+    overhead: list[responses_overhead.OverheadRow] = []
+    if not args.throughput_only:
+        overhead = await responses_overhead.run(
+            tuple(backends), responses_overhead.CALLS, args.postgres_admin_url
+        )
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     info["duration_s"] = round(time.perf_counter() - started, 1)
     report = {
@@ -1266,18 +1274,26 @@ async def main_async(args: argparse.Namespace) -> int:
         "rows": [row.__dict__ for row in results.rows],
         "measures": results.measures,
         "notes": results.notes,
+        "responses_overhead": [
+            {**row.__dict__, "added_p50_ms": row.added_p50_ms, "missed": row.missed()}
+            for row in overhead
+        ],
     }
     output = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     await asyncio.to_thread(Path(args.json).write_text, output)
     print()
     print(table(results.rows))
+    if overhead:
+        print()
+        print(responses_overhead.render(overhead))
     print()
     print(f"machine: {info}")
     for note in results.notes:
         print(f"note: {note}")
     print(f"wrote {args.json}")
-    missed = [row for row in results.rows if row.met is False]
-    print(f"{len(missed)} target(s) missed" if missed else "every target met")
+    missed = sum(row.met is False for row in results.rows)
+    missed += sum(row.backend in backends and row.missed() for row in overhead)
+    print(f"{missed} target(s) missed" if missed else "every target met")
     return 0
 
 

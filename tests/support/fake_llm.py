@@ -1,9 +1,13 @@
-"""A fake OpenAI-compatible chat server on loopback, for tests, the benchmarks and the load test.
+"""A fake OpenAI-compatible model server on loopback, for tests, the benchmarks and the load test.
 
-It serves `POST /v1/chat/completions` (and `GET /v1/models`) from a stdlib
-`ThreadingHTTPServer` in a daemon thread, so litellm's real HTTP path runs against it.
-Point litellm at it with `model="openai/<anything>"`, `api_base=server.base_url`,
-`api_key="test"`.
+It serves `POST /v1/chat/completions`, `POST /v1/responses` (both with `stream: true` as
+server-sent events) and `GET /v1/models` from a stdlib `ThreadingHTTPServer` in a daemon
+thread, so litellm's real HTTP path runs against it. Point litellm at it with
+`model="openai/<anything>"` (Responses requests go to `/responses`; `custom_openai/<anything>`
+sends them as chat completions), `api_base=server.base_url`, `api_key="test"`.
+A Responses request is read as the chat messages its items project to (`api.items.projection`,
+the reading Precis counts tokens by), its `instructions` as a leading system message and its
+`tools` as text: the window check and the answer modes see the same prompt either way.
 
 Knobs (plain attributes or methods, safe to change while it runs; `reset()` restores all):
 
@@ -22,6 +26,10 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
     - `"empty"`: an empty answer (a degenerate answer).
     - `"long"`: `long_words` words of filler (longer than small inputs).
 - `responder`: optional `Callable[[list[dict]], str]`; when set it overrides `mode`.
+- Streams: `stream_delay_seconds` sleeps between two events; `cut_next_stream(events)` makes
+  the next streamed answer send that many events and then drop the connection.
+- `call_tool_next(name, arguments)`: the next successful answer is a call of that tool
+  (`tool_calls` in chat, a `function_call` item in Responses) instead of text.
 - `window_in_error`: True (default) puts the window and the prompt size in the 400 message,
   as OpenAI does; False sends a bare message, as some providers do.
 - `latency_seconds`: sleep before every answer (the benchmark uses it).
@@ -33,8 +41,9 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
 - Connection refused: `stop()` closes the listening socket and every kept-alive connection;
   `start()` listens again on the same port. `closed_port_url()` gives a base URL on which
   nothing listens.
-- Call log: `calls` is a list of `Call(messages, prompt_tokens, max_tokens, status, answer)`,
-  one per request received (failed ones included); `prompts()` gives the user prompts,
+- Call log: `calls` is a list of `Call(messages, prompt_tokens, max_tokens, status, answer,
+  request, path)`, one per request received (failed ones included; `request` is the body as
+  received, `path` the endpoint); `prompts()` gives the user prompts,
   `statuses()` the statuses answered, `max_in_flight` the most concurrent requests seen.
 
 In tests, the `fake_llm` fixture of `tests/conftest.py` gives a fresh server per test:
@@ -53,6 +62,7 @@ import re
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -61,6 +71,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from summarizer.echo import echo_tokens
+from summarizer.prompts import PREVIOUS_TAG, SUMMARY_TAG, TRANSCRIPT_TAG
 from summarizer.tokens import count_messages, count_text, encoding
 
 REPLY_PRIMING_TOKENS = 3
@@ -71,6 +82,9 @@ MARKER_PATTERN = re.compile(r"MARKER-[A-Za-z0-9_-]+")
 
 POLL_SECONDS = 0.02
 """How often the serving thread checks for shutdown: `stop()` waits up to this long."""
+
+CHAT_PATH = "/chat/completions"
+RESPONSES_PATH = "/responses"
 
 SUMMARY_WORDS = 24
 """Default length of a `summary` mode answer, in words."""
@@ -87,6 +101,8 @@ class Call:
     max_tokens: int | None
     status: int
     answer: str | None = None
+    request: dict[str, Any] = field(default_factory=dict)
+    path: str = "/chat/completions"
 
 
 @dataclass
@@ -109,6 +125,9 @@ class _State:
     in_flight: int = 0
     max_in_flight: int = 0
     faults: deque[_Fault] = field(default_factory=deque)
+    tool_calls: deque[tuple[str, str]] = field(default_factory=deque)
+    stream_delay_seconds: float = 0.0
+    stream_cut_after: int | None = None
     calls: list[Call] = field(default_factory=list)
 
 
@@ -249,6 +268,28 @@ class FakeLLM:
             for _ in range(times):
                 self._state.faults.append(_Fault(delay=seconds))
 
+    @property
+    def stream_delay_seconds(self) -> float:
+        return self._state.stream_delay_seconds
+
+    @stream_delay_seconds.setter
+    def stream_delay_seconds(self, seconds: float) -> None:
+        self._state.stream_delay_seconds = seconds
+
+    def cut_next_stream(self, events: int) -> None:
+        """Send only `events` events of the next streamed answer, then drop the connection."""
+        self._state.stream_cut_after = events
+
+    def take_stream_cut(self) -> int | None:
+        with self._lock:
+            cut, self._state.stream_cut_after = self._state.stream_cut_after, None
+            return cut
+
+    def call_tool_next(self, name: str, arguments: str) -> None:
+        """Answer the next successful request with a call of tool `name` with `arguments`."""
+        with self._lock:
+            self._state.tool_calls.append((name, arguments))
+
     def fail_always(self, status: int | None) -> None:
         """Answer every request with `status` until called with None."""
         self._state.persistent_status = status
@@ -280,31 +321,44 @@ class FakeLLM:
         with self._lock:
             self._state.calls.append(call)
 
-    def handle(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        """Answer one chat-completions request: (status, JSON body, extra headers)."""
+    def handle(
+        self, body: dict[str, Any], path: str = "/chat/completions"
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Answer one request: (status, JSON body, extra headers)."""
         state = self._state
         with self._lock:
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:
-            return self._answer(state, body)
+            return self._answer(state, body, path)
         finally:
             with self._lock:
                 state.in_flight -= 1
 
     def _answer(
-        self, state: _State, body: dict[str, Any]
+        self, state: _State, body: dict[str, Any], path: str
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
-        messages: list[dict[str, Any]] = list(body.get("messages") or [])
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        responses = path == RESPONSES_PATH
+        messages = _responses_prompt(body) if responses else list(body.get("messages") or [])
+        max_tokens = (
+            body.get("max_output_tokens")
+            if responses
+            else body.get("max_tokens") or body.get("max_completion_tokens")
+        )
         prompt_tokens = count_messages(messages) + REPLY_PRIMING_TOKENS
+        if responses and body.get("tools"):
+            prompt_tokens += count_text(json.dumps(body["tools"]))
+
+        def call(status: int, answer: str | None = None) -> Call:
+            return Call(messages, prompt_tokens, max_tokens, status, answer, body, path)
+
         fault = self._next_fault()
         if fault is not None and fault.delay:
             time.sleep(fault.delay)
         elif state.latency_seconds:
             time.sleep(state.latency_seconds)
         if fault is not None and fault.status is not None:
-            self._log(Call(messages, prompt_tokens, max_tokens, fault.status))
+            self._log(call(fault.status))
             headers = {}
             if fault.retry_after is not None:
                 headers["Retry-After"] = _seconds_header(fault.retry_after)
@@ -312,15 +366,24 @@ class FakeLLM:
         window = state.context_window
         requested = prompt_tokens + int(max_tokens or 0)
         if window is not None and requested > window:
-            self._log(Call(messages, prompt_tokens, max_tokens, 400))
+            self._log(call(400))
             error = _context_error(window, prompt_tokens, max_tokens, state.window_in_error)
             return 400, error, {}
+        with self._lock:
+            tool_call = state.tool_calls.popleft() if state.tool_calls else None
+        if tool_call is not None:
+            self._log(call(200, f"{tool_call[0]}({tool_call[1]})"))
+            if responses:
+                return 200, _response(body, None, tool_call, prompt_tokens), {}
+            return 200, _completion(body, None, prompt_tokens, tool_call), {}
         answer = (
             state.responder(messages) if state.responder else _ANSWERS[state.mode](self, messages)
         )
         if max_tokens:
             answer = _clip(answer, int(max_tokens))  # a real model never exceeds max_tokens
-        self._log(Call(messages, prompt_tokens, max_tokens, 200, answer))
+        self._log(call(200, answer))
+        if responses:
+            return 200, _response(body, answer, None, prompt_tokens), {}
         return 200, _completion(body, answer, prompt_tokens), {}
 
 
@@ -364,7 +427,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        path = next(
+            (p for p in (CHAT_PATH, RESPONSES_PATH) if self.path.rstrip("/").endswith(p)), None
+        )
+        if path is None:
             self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
         try:
@@ -372,8 +438,36 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             self._send(400, {"error": {"message": "bad JSON", "type": "invalid_request_error"}})
             return
-        status, payload, headers = self.server.fake.handle(body)
-        self._send(status, payload, headers)
+        status, payload, headers = self.server.fake.handle(body, path)
+        if status == 200 and body.get("stream"):
+            events = _response_events(payload) if path == RESPONSES_PATH else _chat_chunks(payload)
+            self._send_events(events)
+        else:
+            self._send(status, payload, headers)
+
+    def _send_events(self, events: list[tuple[str | None, dict[str, Any] | str]]) -> None:
+        """Server-sent events, one write each, as a streaming server sends them."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            fake = self.server.fake
+            cut = fake.take_stream_cut()
+            for index, (name, data) in enumerate(events):
+                if cut is not None and index >= cut:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if index and fake.stream_delay_seconds:
+                    time.sleep(fake.stream_delay_seconds)
+                text = data if isinstance(data, str) else json.dumps(data)
+                prefix = f"event: {name}\n" if name else ""
+                self.wfile.write(f"{prefix}data: {text}\n\n".encode())
+                self.wfile.flush()
+            self.close_connection = True
+        except OSError:
+            pass  # the client went away mid-stream
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
@@ -452,6 +546,21 @@ def _long_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
     return " ".join(f"filler{index % 10}" for index in range(fake.long_words))
 
 
+ACKNOWLEDGEMENT = "Noted."
+"""What `recall_in_summaries_only` answers a conversation turn."""
+
+
+def recall_in_summaries_only(messages: list[dict[str, Any]]) -> str:
+    """A `responder` for a fake that is both the summarizer and the conversation's model: a
+    summarizer's prompt (its transcript or summaries, in the prompts' tags) gets perfect recall
+    (every marker, as `marker_echo`), a conversation turn only `ACKNOWLEDGEMENT`, so a fact
+    reaches the model's request only through the stored conversation or its summaries."""
+    text = json.dumps(messages, ensure_ascii=False)
+    if not any(f"<{tag}>" in text for tag in (TRANSCRIPT_TAG, PREVIOUS_TAG, SUMMARY_TAG)):
+        return ACKNOWLEDGEMENT
+    return "\n".join(dict.fromkeys(MARKER_PATTERN.findall(text))) or "no markers"
+
+
 _ANSWERS: dict[str, Callable[[FakeLLM, list[dict[str, Any]]], str]] = {
     "summary": _summary_answer,
     "marker_echo": _marker_answer,
@@ -461,8 +570,22 @@ _ANSWERS: dict[str, Callable[[FakeLLM, list[dict[str, Any]]], str]] = {
 }
 
 
-def _completion(body: dict[str, Any], answer: str, prompt_tokens: int) -> dict[str, Any]:
-    completion_tokens = count_text(answer)
+def _completion(
+    body: dict[str, Any],
+    answer: str | None,
+    prompt_tokens: int,
+    tool_call: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    completion_tokens = count_text(answer or "")
+    message: dict[str, Any] = {"role": "assistant", "content": answer}
+    if tool_call is not None:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{_hex()}",
+                "type": "function",
+                "function": {"name": tool_call[0], "arguments": tool_call[1]},
+            }
+        ]
     return {
         "id": f"chatcmpl-fake-{time.monotonic_ns()}",
         "object": "chat.completion",
@@ -471,8 +594,8 @@ def _completion(body: dict[str, Any], answer: str, prompt_tokens: int) -> dict[s
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": answer},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if tool_call is not None else "stop",
             }
         ],
         "usage": {
@@ -481,6 +604,127 @@ def _completion(body: dict[str, Any], answer: str, prompt_tokens: int) -> dict[s
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def _hex() -> str:
+    return uuid.uuid4().hex
+
+
+def _responses_prompt(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses request read as chat messages: instructions first, then each input item's
+    projection (as Precis reads items)."""
+    from api.items import projection  # the service's reading of items; test support only
+
+    given = body.get("input")
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
+    messages = (
+        [{"role": "system", "content": body["instructions"]}] if body.get("instructions") else []
+    )
+    return messages + [projection(item) for item in items]
+
+
+def _response(
+    body: dict[str, Any],
+    answer: str | None,
+    tool_call: tuple[str, str] | None,
+    prompt_tokens: int,
+) -> dict[str, Any]:
+    if tool_call is not None:
+        output: dict[str, Any] = {
+            "type": "function_call",
+            "id": f"fc_{_hex()}",
+            "call_id": f"call_{_hex()}",
+            "name": tool_call[0],
+            "arguments": tool_call[1],
+            "status": "completed",
+        }
+        output_tokens = count_text(tool_call[1])
+    else:
+        output = {
+            "type": "message",
+            "id": f"msg_{_hex()}",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": answer or "", "annotations": []}],
+        }
+        output_tokens = count_text(answer or "")
+    return {
+        "id": f"resp_{_hex()}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": str(body.get("model") or "fake"),
+        "output": [output],
+        "parallel_tool_calls": True,
+        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": body.get("tools") or [],
+        "usage": {
+            "input_tokens": prompt_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": prompt_tokens + output_tokens,
+        },
+    }
+
+
+def _response_events(response: dict[str, Any]) -> list[tuple[str | None, dict[str, Any] | str]]:
+    """The Responses API's event stream of one answer: created, the text in word deltas,
+    completed."""
+    started = {**response, "status": "in_progress", "output": []}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+    ]
+    for index, item in enumerate(response["output"]):
+        if item["type"] != "message":
+            events.append(
+                {"type": "response.output_item.added", "output_index": index, "item": item}
+            )
+            events.append(
+                {"type": "response.output_item.done", "output_index": index, "item": item}
+            )
+            continue
+        text = item["content"][0]["text"]
+        ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        empty = {"type": "output_text", "text": "", "annotations": []}
+        events.append(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "status": "in_progress", "content": []},
+            }
+        )
+        events.append({"type": "response.content_part.added", **ids, "part": empty})
+        for word in re.findall(r"\S+\s*|\s+", text):
+            events.append(
+                {"type": "response.output_text.delta", **ids, "delta": word, "logprobs": []}
+            )
+        events.append({"type": "response.output_text.done", **ids, "text": text, "logprobs": []})
+        events.append({"type": "response.content_part.done", **ids, "part": item["content"][0]})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return [(event["type"], {**event, "sequence_number": n}) for n, event in enumerate(events)]
+
+
+def _chat_chunks(completion: dict[str, Any]) -> list[tuple[str | None, dict[str, Any] | str]]:
+    """A chat completion as the stream of chunks a streaming server sends, then `[DONE]`."""
+    message = completion["choices"][0]["message"]
+    base = {key: completion[key] for key in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks: list[tuple[str | None, dict[str, Any] | str]] = [(None, chunk({"role": "assistant"}))]
+    if message.get("tool_calls"):
+        calls = [{"index": 0, **message["tool_calls"][0]}]
+        chunks.append((None, chunk({"tool_calls": calls})))
+    for word in re.findall(r"\S+\s*|\s+", message.get("content") or ""):
+        chunks.append((None, chunk({"content": word})))
+    final = chunk({}, completion["choices"][0]["finish_reason"])
+    final["usage"] = completion["usage"]
+    chunks.append((None, final))
+    chunks.append((None, "[DONE]"))
+    return chunks
 
 
 def _context_error(

@@ -13,7 +13,7 @@ from typing import Any, cast
 try:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
-    from agents.memory.session_settings import resolve_session_limit
+    from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError(
         "PrecisSession needs the Agents SDK: pip install 'precis-client[agents]'"
@@ -32,7 +32,9 @@ class PrecisSession:
 
     `Runner.run(agent, input, session=PrecisSession("user-42", base_url=...))` is all it
     takes. `get_items` returns the summarized history (summaries as leading `developer`
-    items), fitted to `max_tokens` when given.
+    items), fitted to `max_tokens` when given. `session_settings` follows the SDK's own
+    sessions (`SQLiteSession`): `SessionSettings()` by default, a dict normalized into
+    `SessionSettings`, an unknown field a `TypeError`.
     """
 
     session_settings: SessionSettings | None
@@ -45,10 +47,14 @@ class PrecisSession:
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         max_tokens: int | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
         self.max_tokens = max_tokens
         self._clients = AsyncClientPerLoop(
             lambda: AsyncPrecisClient(base_url, api_key=api_key, timeout=timeout)
@@ -58,7 +64,14 @@ class PrecisSession:
         return self._clients.get()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The summarized history, oldest first; with `limit`, its newest `limit` items."""
+        """The summarized history, oldest first; with `limit`, its newest `limit` items.
+
+        This is the sendable view, what the Responses API takes as input: items it would
+        refuse are left out (a `reasoning` item with no item after it, until that item is
+        added; a tool output whose call is not before it), and a call without its output yet
+        comes with a placeholder output. So it may hold fewer items than were added, and
+        `pop_item()` may return one it never showed; the history's `omitted` names each.
+        """
         limit = resolve_session_limit(limit, self.session_settings)
         if limit == 0:
             return []

@@ -1,0 +1,358 @@
+"""`POST /v1/responses`: one model turn of a conversation, kept within the model's window.
+
+With `conversation`, a turn is: check the model, fit the conversation's context (pinned prefix,
+summaries, tail) into what the model's window leaves after `instructions`, `tools`, the new
+`input` and the answer's room, call the model with that context followed by `input`, and
+store `input` and the output together, once the response has completed. A turn that fails
+(the model, a cut stream, a client gone) stores nothing. When the model still answers that
+the context is too long, the stored history is summarized (trigger `overflow_retry`; the new
+input stays verbatim) and the call is retried once. Without `conversation`, the request goes
+to the model as it came and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from api import metrics, service
+from api.append.use_case import append, new_messages
+from api.compaction import Compactor
+from api.context import MISSING_TOOL_RESULT
+from api.conversation_items import new_conversation_items
+from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
+from api.db.transactions import Database
+from api.errors import SessionNotFound
+from api.openai_errors import OpenAIError, error_type
+from api.schemas import CompactRequest, SessionUpdate
+from api.schemas.messages import ItemIn
+from api.schemas.responses import ResponseRequest
+from api.settings import Settings
+from api.store import get_session
+from api.upstream import ContextTooLong, Upstream, UpstreamFailed, create_response, open_stream
+from summarizer.llm import model_context_window
+from summarizer.tokens import count_messages, count_text
+
+REPLY_PRIMING_TOKENS = 3
+"""Tokens a chat model adds to every prompt to prime its reply (as OpenAI counts them)."""
+
+DEFAULT_OUTPUT_SHARE = 4
+"""Without `max_output_tokens`, the answer's room is MODEL_DEFAULT_OUTPUT_TOKENS, but never
+more than a quarter of the window (a small model keeps room for its context)."""
+
+EVERY_LIVE_SUMMARY = 100
+"""The summaries a turn loads: every live one (the API's largest `summary_limit`). Roll-ups
+keep them few; while one is pending, the newest SUMMARY_LIMIT alone would leave the facts of
+the oldest out of what the model receives."""
+
+STORED_STATUSES = frozenset({"completed", "incomplete"})
+"""Responses whose output is a turn of the conversation: finished, or cut at
+`max_output_tokens`. A failed or cancelled one stores nothing."""
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
+"""The stream events that carry a stored response (see `STORED_STATUSES`)."""
+
+ModelCall = Callable[[Upstream, Mapping[str, Any]], Awaitable[Any]]
+"""`create_response` or `open_stream`: one call of the model, whole or streamed."""
+
+OVERFLOW_HEADER = "x-precis-overflow-retry"
+"""Answer header of a turn retried after an `overflow_retry` summary: the summary's id."""
+
+
+@dataclass
+class Turn:
+    """What a conversation turn knows before it calls the model."""
+
+    conversation_id: str
+    request: ResponseRequest
+    input_items: list[dict[str, Any]]
+    budget: int
+    response_id: str = field(default_factory=lambda: new_id("resp"))
+    headers: dict[str, str] = field(default_factory=dict)
+    """Answer headers the turn adds (`OVERFLOW_HEADER`)."""
+
+
+@dataclass(frozen=True)
+class Responder:
+    """A Responses API call's use case, on the app's database, summarizer and settings."""
+
+    database: Database
+    compactor: Compactor
+    settings: Settings
+
+    @property
+    def upstream(self) -> Upstream:
+        key = self.settings.model_api_key
+        return Upstream(
+            api_base=self.settings.model_api_base,
+            api_key=key.get_secret_value() if key else None,
+            timeout_seconds=self.settings.model_timeout_seconds,
+        )
+
+    # --- one response, whole --------------------------------------------------------------
+
+    async def respond(
+        self, tenant: str, request: ResponseRequest
+    ) -> tuple[dict[str, Any], Turn | None]:
+        """The response object of a non-streamed request, and its turn (None: passed through)."""
+        self._check_supported(request)
+        turn = await self._prepare(tenant, request)
+        if turn is None:
+            answer = await self._call(
+                create_response, request.passed_through() | {"input": request.input}
+            )
+            _count("passed_through", None)
+            return answer, None
+        answer = await self._with_overflow_retry(tenant, turn, create_response)
+        answer = self._as_turn_answer(turn, answer)
+        if answer.get("status") in STORED_STATUSES:
+            await self._store(tenant, turn, answer.get("output") or [])
+        return answer, turn
+
+    # --- one response, streamed -----------------------------------------------------------
+
+    async def open(
+        self, tenant: str, request: ResponseRequest
+    ) -> tuple[AsyncIterator[dict[str, Any]], Turn | None]:
+        """The stream of a streamed request, opened (errors before the first event are raised
+        here, so the client gets a plain error answer); its events as JSON."""
+        self._check_supported(request)
+        turn = await self._prepare(tenant, request)
+        if turn is None:
+            events = await self._call(
+                open_stream, request.passed_through() | {"input": request.input}
+            )
+            return _relayed(events, None), None
+        events = await self._with_overflow_retry(tenant, turn, open_stream)
+        return self._stored_when_done(tenant, turn, events), turn
+
+    async def _stored_when_done(
+        self, tenant: str, turn: Turn, events: AsyncIterator[dict[str, Any]]
+    ) -> AsyncIterator[dict[str, Any]]:
+        async for event in _relayed(events, turn):
+            response = event.get("response")
+            if isinstance(response, dict):
+                event = {**event, "response": self._as_turn_answer(turn, response)}
+            if event.get("type") in TERMINAL_EVENTS and isinstance(response, dict):
+                # stored before the client hears the response is done: a client that reads
+                # the conversation next sees the turn
+                await self._store(tenant, turn, response.get("output") or [])
+            yield event
+
+    # --- the steps ------------------------------------------------------------------------
+
+    def _check_supported(self, request: ResponseRequest) -> None:
+        allowed = self.settings.responses_models()
+        if "*" not in allowed and request.model not in allowed:
+            raise OpenAIError(
+                400,
+                f"model {request.model!r} is not allowed on this server (MODEL_ALLOWED)",
+                param="model",
+                code="model_not_allowed",
+            )
+        conversation_id = request.conversation_id()
+        if conversation_id is not None and not conversation_id.startswith(CONVERSATION_ID_PREFIX):
+            raise OpenAIError(
+                400,
+                f"invalid conversation id {conversation_id!r}: expected an id that begins with "
+                f"'{CONVERSATION_ID_PREFIX}'",
+                param="conversation",
+                code="invalid_conversation_id",
+            )
+        refused = {
+            "previous_response_id": request.previous_response_id is not None,
+            "background": bool(request.background),
+            "prompt": request.prompt is not None,
+            "store": request.store is False and request.conversation is not None,
+        }
+        for name, present in refused.items():
+            if present:
+                raise OpenAIError(
+                    400,
+                    f"{name!r} is not supported here: a Precis conversation keeps the state "
+                    "(give `conversation`)"
+                    if name != "store"
+                    else "a conversation stores every turn; `store: false` needs no `conversation`",
+                    param=name,
+                    code="unsupported_parameter",
+                )
+
+    async def _prepare(self, tenant: str, request: ResponseRequest) -> Turn | None:
+        conversation_id = request.conversation_id()
+        if conversation_id is None:
+            return None
+        input_items = (
+            [{"type": "message", "role": "user", "content": request.input}]
+            if isinstance(request.input, str)
+            else list(request.input)
+        )
+        given = new_conversation_items(input_items)
+        # the size and shape checks of a stored item, before anything is called or stored
+        counted = new_messages(given, self.settings.max_message_bytes)
+        window = await self._window(request.model)
+        reserved = request.max_output_tokens or min(
+            self.settings.model_default_output_tokens, window // DEFAULT_OUTPUT_SHARE
+        )
+        fixed = sum(message.token_count for message in counted) + REPLY_PRIMING_TOKENS
+        if request.instructions:
+            fixed += count_messages([{"role": "system", "content": request.instructions}])
+        if request.tools:
+            fixed += count_text(json.dumps(request.tools))
+        budget = window - reserved - fixed
+        if budget < 1:
+            raise OpenAIError(
+                400,
+                f"the input, instructions and tools ({fixed} tokens) and max_output_tokens "
+                f"({reserved}) do not fit the model's window of {window} tokens",
+                param="input",
+                code="context_length_exceeded",
+            )
+        return Turn(conversation_id, request, input_items, budget)
+
+    async def _window(self, model: str) -> int:
+        window = self.settings.model_windows().get(model) or await model_context_window(model)
+        if window is None:
+            raise OpenAIError(
+                400,
+                f"the context window of model {model!r} is unknown: set it in MODEL_CONTEXT_TOKENS",
+                param="model",
+                code="unknown_window",
+            )
+        return window
+
+    async def _upstream_request(self, tenant: str, turn: Turn) -> dict[str, Any]:
+        conversation_id = turn.conversation_id
+        async with self.database.reading() as db:
+            # one read session for the check and the history load: one connection, not two
+            try:
+                session = await get_session(db, tenant, conversation_id)
+            except SessionNotFound:
+                raise ConversationNotFound(conversation_id) from None
+            if session.format not in (None, "responses"):
+                raise ConversationNotFound(conversation_id)
+            management = turn.request.context_management
+            threshold = management[-1].compact_threshold if management else None
+            if threshold is not None and session.settings.get("max_context_tokens") != threshold:
+                update = SessionUpdate(settings={"max_context_tokens": threshold})  # type: ignore[arg-type]
+                await service.update_session(
+                    self.database, self.settings, tenant, conversation_id, update
+                )
+            history = await service.history(
+                db,
+                self.compactor,
+                tenant,
+                conversation_id,
+                EVERY_LIVE_SUMMARY,
+                turn.budget,
+                "responses",
+            )
+        context = _without_placeholders_answered_by(history.context, turn.input_items)
+        return turn.request.passed_through() | {"input": [*context, *turn.input_items]}
+
+    async def _with_overflow_retry(self, tenant: str, turn: Turn, call: ModelCall) -> Any:
+        request = await self._upstream_request(tenant, turn)
+        try:
+            return await self._call(call, request, turn, retrying=False)
+        except ContextTooLong:
+            summary = await self._summarize_for_overflow(tenant, turn)
+            if summary is None:
+                raise _too_long() from None
+            turn.headers[OVERFLOW_HEADER] = str(summary)
+        return await self._call(call, await self._upstream_request(tenant, turn), turn)
+
+    async def _summarize_for_overflow(self, tenant: str, turn: Turn) -> int | None:
+        async with self.database.reading() as db:
+            compacted = await service.compact(
+                db,
+                self.compactor,
+                tenant,
+                turn.conversation_id,
+                CompactRequest(trigger="overflow_retry"),
+            )
+        return compacted.summary.id if compacted.summary is not None else None
+
+    async def _call(
+        self,
+        call: ModelCall,
+        request: dict[str, Any],
+        turn: Turn | None = None,
+        retrying: bool = True,
+    ) -> Any:
+        try:
+            return await call(self.upstream, request)
+        except ContextTooLong:
+            if not retrying:
+                raise
+            _count("model_failed", turn)
+            raise _too_long() from None
+        except UpstreamFailed as exc:
+            _count("model_failed", turn)
+            raise OpenAIError(exc.status, exc.message, code=exc.code) from None
+
+    def _as_turn_answer(self, turn: Turn, response: dict[str, Any]) -> dict[str, Any]:
+        """The model's response as this conversation's: Precis's response id, the conversation."""
+        return {**response, "id": turn.response_id, "conversation": {"id": turn.conversation_id}}
+
+    async def _store(self, tenant: str, turn: Turn, output: Sequence[dict[str, Any]]) -> None:
+        """The turn's input and output in one append: both or neither."""
+        stored: list[ItemIn] = new_conversation_items([*turn.input_items, *output])
+        await append(self.database, self.settings, tenant, turn.conversation_id, stored)
+        _count("stored", turn)
+
+
+def _without_placeholders_answered_by(
+    context: Sequence[dict[str, Any]], input_items: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The context without the placeholder outputs it gives calls still waiting for theirs,
+    where this turn's input brings them (the stored call, then its output in the input)."""
+    answered = {
+        item.get("call_id") for item in input_items if str(item.get("type", "")).endswith("_output")
+    }
+    return [
+        item
+        for item in context
+        if not (item.get("call_id") in answered and item.get("output") == MISSING_TOOL_RESULT)
+    ]
+
+
+def _count(outcome: str, turn: Turn | None) -> None:
+    retried = turn is not None and OVERFLOW_HEADER in turn.headers
+    metrics.RESPONSES.labels(outcome, "yes" if retried else "no").inc()
+
+
+def _too_long() -> OpenAIError:
+    return OpenAIError(
+        400,
+        "the conversation does not fit the model's context window, even summarized",
+        param="input",
+        code="context_length_exceeded",
+    )
+
+
+async def _relayed(
+    events: AsyncIterator[dict[str, Any]], turn: Turn | None
+) -> AsyncIterator[dict[str, Any]]:
+    """The model's events; a failure mid-stream becomes the Responses API's `error` event."""
+    try:
+        async for event in events:
+            yield event
+        if turn is None:
+            _count("passed_through", None)
+    except UpstreamFailed as exc:
+        _count("model_failed", turn)
+        # the Responses API's `error` event, and the `error` object the SDKs raise from
+        yield {
+            "type": "error",
+            "code": exc.code,
+            "message": exc.message,
+            "param": None,
+            "error": {"type": error_type(exc.status), "code": exc.code, "message": exc.message},
+        }
+
+
+def new_id(prefix: str) -> str:
+    """An id shaped like OpenAI's: the prefix and 48 hex characters."""
+    return f"{prefix}_{uuid.uuid4().hex}{uuid.uuid4().hex[:16]}"

@@ -1,0 +1,78 @@
+"""The request of `POST /v1/responses`: OpenAI's Responses API `create`, as far as Precis reads it.
+
+Only the fields Precis acts on are declared; every other field is kept as sent (`extra`) and
+passed to the model untouched, so a provider's newer parameters keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.common import SESSION_ID_PATTERN
+
+
+class ConversationRef(BaseModel):
+    """`conversation` given as an object, as the SDKs may send it."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    id: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=128)]
+    """The conversation's id."""
+
+
+class Compaction(BaseModel):
+    """`context_management` entry: summarize once the unsummarized tail reaches the threshold."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    type: Literal["compaction"]
+    """The only kind of context management: Precis's summaries."""
+    compact_threshold: Annotated[int, Field(ge=1, le=10_000_000)]
+    """Tokens of unsummarized conversation that start a summary (the conversation's
+    `max_context_tokens`)."""
+
+
+class ResponseRequest(BaseModel):
+    """A Responses API request. With `conversation`, Precis supplies the conversation's context
+    before `input` and stores the turn; without it, the request is passed through."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    """A litellm model string the server allows (MODEL_ALLOWED)."""
+    input: str | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=500)]
+    """Text (one user message) or Responses input items."""
+    conversation: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=128)] | (
+        ConversationRef | None
+    ) = None
+    """The conversation this turn belongs to (an id, or `{"id": ...}`)."""
+    stream: bool = False
+    """Relay the model's server-sent events as they come."""
+    instructions: str | None = None
+    """A system message for this call only; not stored in the conversation."""
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Longest answer; kept free of the window when the context is fitted."""
+    tools: list[dict[str, Any]] | None = None
+    """Tool definitions, passed through (their tokens are kept free of the window)."""
+    context_management: list[Compaction] | None = None
+    """`[{"type": "compaction", "compact_threshold": N}]`: the conversation's proactive
+    summary threshold."""
+    previous_response_id: str | None = None
+    """Not supported: a conversation carries the state."""
+    store: bool | None = None
+    """Passed through without a conversation; a conversation always stores its turns."""
+    background: bool | None = None
+    """Not supported."""
+    prompt: dict[str, Any] | None = None
+    """Not supported (a prompt template stored at the provider)."""
+
+    def conversation_id(self) -> str | None:
+        conversation = self.conversation
+        return conversation.id if isinstance(conversation, ConversationRef) else conversation
+
+    def passed_through(self) -> dict[str, Any]:
+        """The fields sent to the model as the client gave them (Precis's own left out)."""
+        return self.model_dump(
+            exclude_unset=True,
+            exclude={"conversation", "context_management", "stream", "input"},
+        )

@@ -1,0 +1,237 @@
+"""What `POST /v1/responses` with a conversation adds to a model call, measured in one run.
+
+    python -m scripts.bench.responses_overhead [--calls 200] [--backends sqlite,postgresql]
+
+Part of `make bench` (`scripts.bench.run` prints its table). The loopback fake model
+(Responses wire format, no latency) is called two ways with the same `openai` package, each
+`--calls` times, one call at a time, by a chat app asking the next question of a ten-turn
+conversation: directly (`base_url` the fake, the app sending the conversation itself: the
+baseline), and through Precis served by uvicorn on a migrated database (`base_url` Precis,
+`conversation=` a conversation holding those ten turns, made untimed before each call: the
+history load, the model call through litellm and the turn's append). Both send the model
+the same items. A first row measures litellm alone the same way (`litellm.aresponses` against
+the `openai` package, no Precis): the floor of any path through litellm. Per row: p50 and p95
+of both, and what the second adds at p50, against the target (TARGET_ADDED_MS).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from openai import AsyncOpenAI
+
+from tests.support import scratch_db
+from tests.support.fake_llm import FakeLLM, running_fake_llm
+from tests.support.live_server import served
+
+MODEL = "openai/fake"
+CALLS = 200
+WARMUP_CALLS = 2
+"""Calls before each round of measured ones (connections opened, caches warm)."""
+ROUND_CALLS = 10
+WINDOW = 128_000
+DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+SEED_TURNS = 10
+"""Turns of the conversation before the measured call (20 items: one conversations.create)."""
+SEED_WORDS = 60
+QUESTION = "How are you today?"
+OUTPUT_TOKENS = 50
+TARGET_ADDED_MS = 3.0
+"""The issue's bar: what Precis may add to a call at p50, the history load included."""
+
+
+@dataclass
+class OverheadRow:
+    backend: str
+    calls: int
+    direct_p50_ms: float
+    direct_p95_ms: float
+    proxied_p50_ms: float
+    proxied_p95_ms: float
+
+    @property
+    def added_p50_ms(self) -> float:
+        return self.proxied_p50_ms - self.direct_p50_ms
+
+    def missed(self) -> bool:
+        return self.added_p50_ms > TARGET_ADDED_MS
+
+
+def _quantiles(samples: list[float]) -> tuple[float, float]:
+    cuts = statistics.quantiles(samples, n=20)
+    return statistics.median(samples), cuts[18]
+
+
+def seed_turns() -> list[Any]:
+    """The conversation so far: SEED_TURNS questions and answers of some length."""
+    items: list[Any] = []
+    for turn in range(SEED_TURNS):
+        text = " ".join(f"word{(turn * 11 + index) % 83}" for index in range(SEED_WORDS))
+        items.append({"type": "message", "role": "user", "content": f"Question {turn}: {text}"})
+        items.append({"type": "message", "role": "assistant", "content": f"Answer {turn}: {text}"})
+    return items
+
+
+async def _timed(calls: int, prepare: Any, call: Any) -> list[float]:
+    """Milliseconds of `call(prepare())` after warming up; `prepare` is not timed."""
+    samples = []
+    for index in range(WARMUP_CALLS + calls):
+        argument = await prepare()
+        started = time.perf_counter()
+        await call(argument)
+        if index >= WARMUP_CALLS:
+            samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def measure(base_url: str, fake: FakeLLM, backend: str, calls: int) -> OverheadRow:
+    direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
+    proxied = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench")
+    seed = seed_turns()
+    question: Any = {"type": "message", "role": "user", "content": QUESTION}
+
+    async def nothing() -> None:
+        return None
+
+    async def call_direct(_: None) -> None:
+        await direct.responses.create(
+            model="fake", input=[*seed, question], max_output_tokens=OUTPUT_TOKENS
+        )
+
+    async def new_conversation() -> str:
+        created = await proxied.conversations.create(items=seed)
+        return created.id
+
+    async def call_proxied(conversation: str) -> None:
+        await proxied.responses.create(
+            model=MODEL, input=QUESTION, conversation=conversation, max_output_tokens=OUTPUT_TOKENS
+        )
+
+    direct_samples: list[float] = []
+    proxied_samples: list[float] = []
+    # alternated, a few calls at a time, so that drift of the machine hits both alike
+    for _ in range(calls // ROUND_CALLS):
+        direct_samples += await _timed(ROUND_CALLS, nothing, call_direct)
+        proxied_samples += await _timed(ROUND_CALLS, new_conversation, call_proxied)
+    await direct.close()
+    await proxied.close()
+    direct_p50, direct_p95 = _quantiles(direct_samples)
+    proxied_p50, proxied_p95 = _quantiles(proxied_samples)
+    return OverheadRow(backend, calls, direct_p50, direct_p95, proxied_p50, proxied_p95)
+
+
+@asynccontextmanager
+async def migrated_database(backend: str, postgres_admin_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of `backend` (`sqlite` or `postgresql`), dropped afterwards."""
+    if backend == "postgresql":
+        url = await scratch_db.create_postgres_database(postgres_admin_url, "precis_bench")
+        try:
+            await asyncio.to_thread(scratch_db.migrate, url)
+            yield url
+        finally:
+            await scratch_db.drop_postgres_database(postgres_admin_url, url)
+        return
+    with tempfile.TemporaryDirectory(prefix="precis-bench-") as folder:
+        url = f"sqlite+aiosqlite:///{Path(folder) / 'responses.db'}"
+        await asyncio.to_thread(scratch_db.migrate, url)
+        yield url
+
+
+async def litellm_floor(fake: FakeLLM, calls: int) -> OverheadRow:
+    """What litellm alone adds to the same call: `litellm.aresponses` against the `openai`
+    package, both in this process, no Precis in between (the floor of any path through
+    litellm)."""
+    from summarizer.llm import load_litellm
+
+    litellm = await load_litellm()
+    direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
+    items = [*seed_turns(), {"type": "message", "role": "user", "content": QUESTION}]
+
+    async def nothing() -> None:
+        return None
+
+    async def call_direct(_: None) -> None:
+        await direct.responses.create(model="fake", input=items, max_output_tokens=OUTPUT_TOKENS)
+
+    async def call_litellm(_: None) -> None:
+        await litellm.aresponses(
+            model=MODEL,
+            input=items,
+            max_output_tokens=OUTPUT_TOKENS,
+            api_base=fake.base_url,
+            api_key="bench",
+            num_retries=0,
+        )
+
+    direct_samples: list[float] = []
+    litellm_samples: list[float] = []
+    for _ in range(calls // ROUND_CALLS):
+        direct_samples += await _timed(ROUND_CALLS, nothing, call_direct)
+        litellm_samples += await _timed(ROUND_CALLS, nothing, call_litellm)
+    await direct.close()
+    direct_p50, direct_p95 = _quantiles(direct_samples)
+    litellm_p50, litellm_p95 = _quantiles(litellm_samples)
+    return OverheadRow("litellm alone", calls, direct_p50, direct_p95, litellm_p50, litellm_p95)
+
+
+async def run(
+    backends: tuple[str, ...], calls: int, postgres_admin_url: str = DEFAULT_POSTGRES_ADMIN_URL
+) -> list[OverheadRow]:
+    rows = []
+    with running_fake_llm() as fake:
+        rows.append(await litellm_floor(fake, calls))
+        for backend in backends:
+            async with migrated_database(backend, postgres_admin_url) as url:
+                with served(
+                    url,
+                    model_allowed=MODEL,
+                    model_api_base=fake.base_url,
+                    model_api_key="bench",
+                    model_context_tokens=f"{MODEL}={WINDOW}",
+                    summary_workers="0",
+                ) as base_url:
+                    rows.append(await measure(base_url, fake, backend, calls))
+    return rows
+
+
+def render(rows: list[OverheadRow]) -> str:
+    lines = [
+        "| responses overhead | calls | direct p50 ms | direct p95 ms | through Precis p50 ms "
+        "| through Precis p95 ms | added p50 ms | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.backend} | {row.calls} | {row.direct_p50_ms:.2f} | {row.direct_p95_ms:.2f} "
+            f"| {row.proxied_p50_ms:.2f} | {row.proxied_p95_ms:.2f} | {row.added_p50_ms:.2f} "
+            f"| <= {TARGET_ADDED_MS:g}{'  MISSED' if row.missed() else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--calls", type=int, default=CALLS)
+    parser.add_argument("--backends", default="sqlite,postgresql", help="comma-separated")
+    args = parser.parse_args()
+    rows = asyncio.run(run(tuple(args.backends.split(",")), args.calls))
+    print(render(rows))
+    print(json.dumps([{**asdict(row), "added_p50_ms": row.added_p50_ms} for row in rows]))
+
+
+if __name__ == "__main__":
+    main()

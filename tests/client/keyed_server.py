@@ -1,0 +1,56 @@
+"""A Precis server that requires API keys, for the tests of the official OpenAI SDKs.
+
+The SDKs always send `Authorization: Bearer <api_key>`, so these tests serve Precis with keys
+(two tenants) rather than in development mode: the key they send is the one that must work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.support.live_server import LiveServer
+
+TENANT_KEY = "sdk-key-of-tenant-a"
+"""The Precis key the SDK clients of a test send (tenant `a`)."""
+
+OTHER_TENANT_KEY = "sdk-key-of-tenant-b"
+"""A key of another tenant (`b`), which must not see tenant `a`'s conversations."""
+
+QUIET_KEYED_SERVICE = {
+    "api_keys": f"a:{TENANT_KEY},b:{OTHER_TENANT_KEY}",
+    "summary_workers": 1,
+    "dynamic_summary_enabled": False,
+}
+"""Keys for both tenants and no proactive summaries: what a test stores is what it reads."""
+
+UPSTREAM_KEY = "sk-upstream-key-of-the-fake"
+"""The server's key of the model (`MODEL_API_KEY`); the fake accepts any."""
+
+FAKE_MODEL_WINDOW = 16_000
+"""The window the server is told the fake's models have (`MODEL_CONTEXT_TOKENS`): room for a
+few turns without summaries."""
+
+
+def model_settings(api_base: str, models: Sequence[str]) -> dict[str, Any]:
+    """The MODEL_* settings of a server whose `/v1/responses` calls the model at `api_base`
+    (a fake's `base_url`), allowing `models`, each with `FAKE_MODEL_WINDOW`."""
+    return {
+        "model_allowed": ",".join(models),
+        "model_api_base": api_base,
+        "model_api_key": UPSTREAM_KEY,
+        "model_context_tokens": ",".join(f"{model}={FAKE_MODEL_WINDOW}" for model in models),
+    }
+
+
+@contextmanager
+def keyed_server(
+    database_url: str, log_path: Path, settings: Mapping[str, Any] | None = None
+) -> Iterator[str]:
+    """`python -m api` on a loopback port over the migrated `database_url`; yields its base
+    URL (without `/v1`). `settings` (api.settings names) are added to `QUIET_KEYED_SERVICE`.
+    Its log goes to `log_path`, shown if it fails to start."""
+    with LiveServer(database_url, log_path, {**QUIET_KEYED_SERVICE, **(settings or {})}) as server:
+        yield server.base_url

@@ -1,0 +1,250 @@
+"""The Agents SDK's `Runner` with `conversation_id` against Precis's `POST /v1/responses`, on
+every database: `OpenAIResponsesModel(openai_client=AsyncOpenAI(base_url=<precis>/v1))` is the
+switch, and Precis keeps the conversation the SDK names.
+
+With `conversation_id` the SDK sends only what is new in each request (the user's input, then
+a tool's output); Precis puts the conversation's earlier turns before it, calls the model (a
+fake on loopback, through litellm), and stores each turn once it completes. A stream the
+client abandons stores nothing.
+
+The SDK refuses `session=` together with `conversation_id` ("Session persistence cannot be
+combined with conversation_id"), so `OpenAIConversationsSession` is not run with a
+server-managed conversation here; `test_openai_conversations_session.py` tests it alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.models.openai_responses import OpenAIResponsesModel
+from openai import AsyncOpenAI
+
+from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
+from tests.support.fake_llm import RESPONSES_PATH, Call, FakeLLM, running_fake_llm
+
+REQUEST_TIMEOUT_SECONDS = 30.0
+"""Per request of the SDK's client: generous for a loaded CI machine."""
+
+AGENT_MODEL = "openai/fake"
+"""What the agent names: litellm speaks the Responses wire format to the fake."""
+
+STREAMED_MODEL = "openai/gpt-4o"
+"""A model litellm streams event by event (with its window given), so a stream can be left
+half-read; for `openai/fake` litellm fakes the stream from a whole answer."""
+
+INSTRUCTIONS = "Answer in one sentence."
+"""The agent's instructions: sent with every request, never stored."""
+
+ORDER_STATUS = "Order 1234: shipped on Monday"
+"""What the agent's tool answers."""
+
+STREAM_DELAY_SECONDS = 0.2
+"""The fake's pause between two events of the abandoned stream."""
+
+STREAM_WORDS = 20
+"""Words of the abandoned stream's answer: one delta each."""
+
+STREAM_FRAME_EVENTS = 8
+"""Events of a streamed answer besides its deltas (created, in progress, item and part added
+and done, text done, completed)."""
+
+FULL_STREAM_SECONDS = (STREAM_WORDS + STREAM_FRAME_EVENTS) * STREAM_DELAY_SECONDS
+"""How long the fake takes to send the whole abandoned stream."""
+
+SETTLE_SECONDS = 2.0
+"""Waited past `FULL_STREAM_SECONDS`: time for a server that wrongly kept reading to store."""
+
+EVENTS_READ_BEFORE_LEAVING = 2
+"""Events the client reads of the abandoned stream before closing it."""
+
+
+def answer_for(messages: list[dict[str, Any]]) -> str:
+    """The fake's answer: what the tool said, after a tool result; else the last user text."""
+    last = messages[-1]
+    if last.get("role") == "tool":
+        return f"The tool said: {last.get('content')}"
+    said = [message for message in messages if message.get("role") == "user"][-1]
+    content = said.get("content")
+    text = content if isinstance(content, str) else "".join(p["text"] for p in content or [])
+    return f"You said: {text}"
+
+
+@function_tool
+def order_status(order: str) -> str:
+    """The shipping status of an order."""
+    return ORDER_STATUS.replace("1234", order)
+
+
+def text_of(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(str(part.get("text", "")) for part in content or [])
+
+
+def shape(item: dict[str, Any]) -> tuple[str, ...]:
+    """What a person reads in an item: a message's role and text, a call's name and
+    arguments, an output's text."""
+    kind = str(item.get("type", "message"))
+    if kind == "message":
+        return (kind, str(item.get("role")), text_of(item))
+    if kind == "function_call":
+        return (kind, str(item["name"]), str(item["arguments"]))
+    if kind == "function_call_output":
+        return (kind, str(item["output"]))
+    return (kind,)
+
+
+async def logged(server_log: Path) -> str:
+    """The server's log, for the message of a failed assertion."""
+    return await asyncio.to_thread(server_log.read_text, errors="replace")
+
+
+def turn_calls(fake: FakeLLM) -> list[Call]:
+    return [call for call in fake.calls if call.path == RESPONSES_PATH]
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeLLM]:
+    with running_fake_llm() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def fresh_fake(fake: FakeLLM) -> None:
+    fake.reset()
+    fake.responder = answer_for
+
+
+@pytest.fixture(scope="module")
+def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("precis-responses") / "server.log"
+
+
+@pytest.fixture(scope="module")
+def precis_url(database_url: str, fake: FakeLLM, server_log: Path) -> Iterator[str]:
+    """A Precis server on this backend's database whose `/v1/responses` calls the fake."""
+    settings = model_settings(fake.base_url, [AGENT_MODEL, STREAMED_MODEL])
+    with keyed_server(database_url, server_log, settings) as url:
+        yield url
+
+
+@pytest.fixture
+async def openai_client(precis_url: str) -> AsyncIterator[AsyncOpenAI]:
+    client = AsyncOpenAI(
+        base_url=f"{precis_url}/v1",
+        api_key=TENANT_KEY,
+        timeout=REQUEST_TIMEOUT_SECONDS,
+        max_retries=0,
+    )
+    yield client
+    await client.close()
+
+
+async def conversation_items(client: AsyncOpenAI, conversation_id: str) -> list[dict[str, Any]]:
+    """Every item of the conversation, oldest first, read through every page."""
+    listed = client.conversations.items.list(conversation_id, order="asc")
+    return [item.model_dump(mode="json", exclude_none=True) async for item in listed]
+
+
+async def test_agent_turns_with_a_tool_are_kept_by_precis_in_order_each_once(
+    openai_client: AsyncOpenAI, fake: FakeLLM, server_log: Path
+) -> None:
+    agent = Agent(
+        name="orders",
+        instructions=INSTRUCTIONS,
+        model=OpenAIResponsesModel(model=AGENT_MODEL, openai_client=openai_client),
+        tools=[order_status],
+    )
+    config = RunConfig(tracing_disabled=True)
+    conversation = await openai_client.conversations.create()
+
+    async def turn(text: str) -> str:
+        result = await Runner.run(agent, text, conversation_id=conversation.id, run_config=config)
+        return str(result.final_output)
+
+    assert await turn("Hello, I ordered a lamp.") == "You said: Hello, I ordered a lamp.", (
+        await logged(server_log)
+    )
+    fake.call_tool_next("order_status", '{"order": "1234"}')
+    assert await turn("Where is order 1234?") == f"The tool said: {ORDER_STATUS}"
+    assert await turn("Thanks!") == "You said: Thanks!"
+
+    hello = ("message", "user", "Hello, I ordered a lamp.")
+    hello_answer = ("message", "assistant", "You said: Hello, I ordered a lamp.")
+    where = ("message", "user", "Where is order 1234?")
+    call = ("function_call", "order_status", '{"order": "1234"}')
+    output = ("function_call_output", ORDER_STATUS)
+    status_answer = ("message", "assistant", f"The tool said: {ORDER_STATUS}")
+    thanks = ("message", "user", "Thanks!")
+    thanks_answer = ("message", "assistant", "You said: Thanks!")
+
+    calls = turn_calls(fake)
+    assert [[shape(item) for item in call.request["input"]] for call in calls] == [
+        [hello],
+        [hello, hello_answer, where],
+        [hello, hello_answer, where, call, output],
+        [hello, hello_answer, where, call, output, status_answer, thanks],
+    ]
+    assert all(call.request["instructions"] == INSTRUCTIONS for call in calls)
+    assert all(
+        [tool["name"] for tool in call.request["tools"]] == ["order_status"] for call in calls
+    )
+    tool_turn = calls[2].request["input"]
+    assert tool_turn[3]["call_id"] == tool_turn[4]["call_id"]
+
+    items = await conversation_items(openai_client, conversation.id)
+    assert [shape(item) for item in items] == [
+        hello,
+        hello_answer,
+        where,
+        call,
+        output,
+        status_answer,
+        thanks,
+        thanks_answer,
+    ]
+    assert items[3]["call_id"] == items[4]["call_id"] == tool_turn[3]["call_id"]
+    assert len({item["id"] for item in items}) == len(items)
+
+
+async def test_an_abandoned_stream_stores_nothing_and_the_next_turn_works(
+    openai_client: AsyncOpenAI, fake: FakeLLM, server_log: Path
+) -> None:
+    fake.responder = None
+    fake.mode = "long"
+    fake.long_words = STREAM_WORDS
+    fake.stream_delay_seconds = STREAM_DELAY_SECONDS
+    conversation = await openai_client.conversations.create()
+
+    stream = await openai_client.responses.create(
+        model=STREAMED_MODEL,
+        input="tell me a long story",
+        conversation=conversation.id,
+        stream=True,
+    )
+    read = []
+    async for event in stream:
+        read.append(event.type)
+        if len(read) == EVENTS_READ_BEFORE_LEAVING:
+            break
+    await stream.close()
+    assert read == ["response.created", "response.in_progress"]
+    await asyncio.sleep(FULL_STREAM_SECONDS + SETTLE_SECONDS)
+    assert await conversation_items(openai_client, conversation.id) == [], await logged(server_log)
+
+    fake.stream_delay_seconds = 0.0
+    fake.mode = "echo"
+    answer = await openai_client.responses.create(
+        model=STREAMED_MODEL, input="short, please", conversation=conversation.id
+    )
+    assert answer.output_text == "short, please"
+    assert [shape(item) for item in await conversation_items(openai_client, conversation.id)] == [
+        ("message", "user", "short, please"),
+        ("message", "assistant", "short, please"),
+    ]
