@@ -1,5 +1,6 @@
-"""History assembly: stored rows in the view's format, then summaries and messages into an
-OpenAI-valid context under a token budget."""
+"""History assembly: stored rows in the format asked, then summaries and messages into an
+OpenAI-valid context under a token budget; each message of the context is an `Entry` (a
+context entry: its chat reading, token count and the shape shown)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ MISSING_TOOL_RESULT = "[No result was recorded for this tool call]"
 
 
 @dataclass(frozen=True)
-class Item:
-    """One chat message in OpenAI shape with its token count; `shown`, when set, is what the
-    context holds for it instead (the message in the view's format: Responses items)."""
+class Entry:
+    """A context entry: one chat message in OpenAI shape with its token count; `shown`, when
+    set, is what the context holds for it instead (the message in the format asked: Responses
+    items)."""
 
     message: dict[str, Any]
     tokens: int
@@ -92,13 +94,13 @@ them (a few MB of text) cover the sessions in active use."""
 
 def summary_message(
     first_seq: int, last_seq: int, text: str, responses: bool = False, source_id: int | None = None
-) -> Item:
+) -> Entry:
     """A summary as the system message heading the context (a `developer` item in the
-    Responses view)."""
+    `responses` format)."""
     content = f"Summary of earlier conversation (messages {first_seq}-{last_seq}):\n{text}"
     shown = [developer_item(content)] if responses else None
     message = {"role": "system", "content": content}
-    return Item(message, _system_message_tokens(content), shown, source_id)
+    return Entry(message, _system_message_tokens(content), shown, source_id)
 
 
 @lru_cache(maxsize=SUMMARY_TOKEN_CACHE_SIZE)
@@ -107,11 +109,11 @@ def _system_message_tokens(content: str) -> int:
 
 
 def assemble(
-    summaries: Sequence[Item],
-    messages: Sequence[Item],
+    summaries: Sequence[Entry],
+    messages: Sequence[Entry],
     max_tokens: int | None,
     not_loaded: int = 0,
-    pinned: Sequence[Item] = (),
+    pinned: Sequence[Entry] = (),
     responses: bool = False,
 ) -> AssembledContext:
     """The pinned prefix, summaries, then the messages with tool pairs repaired; fit to
@@ -127,19 +129,19 @@ def assemble(
     Nothing is left out without a word: `omitted` names the messages and summaries dropped to
     fit, and the messages no unit could hold (`_unsendable`), by their `source_id`.
     """
-    pinned_tokens = sum(item.tokens for item in pinned)
+    pinned_tokens = sum(entry.tokens for entry in pinned)
     if max_tokens is not None:
         max_tokens -= pinned_tokens
-    units = _item_units(messages) if responses else tool_safe_units(messages)
+    units = _responses_units(messages) if responses else tool_safe_units(messages)
     unsendable = _unsendable(messages, units)
     kept_summaries = list(summaries)
-    dropped_units: list[list[Item]] = []
+    dropped_units: list[list[Entry]] = []
     if max_tokens is not None and (not_loaded or _tokens(kept_summaries, units) > max_tokens):
         marker = _marker(responses)
-        budget = max_tokens - marker.tokens - sum(item.tokens for item in kept_summaries)
-        kept: list[list[Item]] = []
+        budget = max_tokens - marker.tokens - sum(entry.tokens for entry in kept_summaries)
+        kept: list[list[Entry]] = []
         for unit in reversed(units):
-            unit_tokens = sum(item.tokens for item in unit)
+            unit_tokens = sum(entry.tokens for entry in unit)
             if kept and unit_tokens > budget:
                 break
             kept.append(unit)
@@ -151,12 +153,12 @@ def assemble(
             budget += kept_summaries.pop(0).tokens
         if not_loaded or dropped_units or len(kept_summaries) < len(summaries):
             kept_summaries.append(marker)
-    dropped = [item for unit in dropped_units for item in unit if not item.added]
+    dropped = [entry for unit in dropped_units for entry in unit if not entry.added]
     left_out = summaries[: len(summaries) - len([s for s in kept_summaries if not s.added])]
-    items = [*pinned, *kept_summaries] + [item for unit in units for item in unit]
+    entries = [*pinned, *kept_summaries] + [entry for unit in units for entry in unit]
     return AssembledContext(
-        messages=[shown for item in items for shown in item.shown or (item.message,)],
-        token_estimate=sum(item.tokens for item in items),
+        messages=[shown for entry in entries for shown in entry.shown or (entry.message,)],
+        token_estimate=sum(entry.tokens for entry in entries),
         truncated_messages=not_loaded + len(dropped),
         omitted=Omitted(
             messages=_ids(dropped),
@@ -166,54 +168,54 @@ def assemble(
     )
 
 
-def _ids(items: Sequence[Item]) -> list[int]:
-    return [item.source_id for item in items if item.source_id is not None]
+def _ids(entries: Sequence[Entry]) -> list[int]:
+    return [entry.source_id for entry in entries if entry.source_id is not None]
 
 
 def _unsendable(
-    messages: Sequence[Item], units: Sequence[Sequence[Item]]
+    messages: Sequence[Entry], units: Sequence[Sequence[Entry]]
 ) -> list[tuple[int, UnsendableReason]]:
     """The messages the units left out, whatever the budget, each with the reason."""
-    placed = {id(item) for unit in units for item in unit}
+    placed = {id(entry) for unit in units for entry in unit}
     answered = {
-        item.message.get("tool_call_id") for unit in units for item in unit if not item.added
+        entry.message.get("tool_call_id") for unit in units for entry in unit if not entry.added
     }
     left_out: list[tuple[int, UnsendableReason]] = []
-    for item in messages:
-        if id(item) in placed or item.source_id is None:
+    for entry in messages:
+        if id(entry) in placed or entry.source_id is None:
             continue
         reason: UnsendableReason
-        if item.message.get(JOINS_NEXT):
+        if entry.message.get(JOINS_NEXT):
             reason = "dangling_reasoning"
-        elif item.message.get("tool_call_id") in answered:
+        elif entry.message.get("tool_call_id") in answered:
             reason = "duplicate_tool_result"
         else:
             reason = "orphan_tool_result"
-        left_out.append((item.source_id, reason))
+        left_out.append((entry.source_id, reason))
     return left_out
 
 
-def tool_safe_units(messages: Sequence[Item]) -> list[list[Item]]:
+def tool_safe_units(messages: Sequence[Entry]) -> list[list[Entry]]:
     """Group messages into units valid for an OpenAI-compatible API.
 
     An assistant message with `tool_calls` is followed by one result per call: the stored
     result, or a placeholder when none is in the window. A tool result whose call is not
     in the window is dropped.
     """
-    results: dict[str, Item] = {}
-    for item in messages:
-        call_id = item.message.get("tool_call_id")
-        if item.message["role"] == "tool" and call_id and call_id not in results:
-            results[call_id] = item
+    results: dict[str, Entry] = {}
+    for entry in messages:
+        call_id = entry.message.get("tool_call_id")
+        if entry.message["role"] == "tool" and call_id and call_id not in results:
+            results[call_id] = entry
     used: set[str] = set()
-    units: list[list[Item]] = []
-    for item in messages:
-        role = item.message["role"]
+    units: list[list[Entry]] = []
+    for entry in messages:
+        role = entry.message["role"]
         if role == "tool":
             continue
-        unit = [item]
+        unit = [entry]
         if role == "assistant":
-            for call in item.message.get("tool_calls") or ():
+            for call in entry.message.get("tool_calls") or ():
                 call_id = call["id"]
                 result = results.get(call_id)
                 if result is None or call_id in used:
@@ -224,74 +226,75 @@ def tool_safe_units(messages: Sequence[Item]) -> list[list[Item]]:
     return units
 
 
-def _item_units(messages: Sequence[Item]) -> list[list[Item]]:
-    """`tool_safe_units` of the Responses view, where an output need not follow its call at
-    once: items in stored order, grouped between legal cuts, so no call is parted from
+def _responses_units(messages: Sequence[Entry]) -> list[list[Entry]]:
+    """`tool_safe_units` of the `responses` format, where an output need not follow its call at
+    once: entries in stored order, grouped between legal cuts, so no call is parted from
     its outputs; an output whose call is not in the window is dropped, and a call without an
     output gets a placeholder at the end of its unit. A `reasoning` item at the end is dropped:
     the Responses API refuses one without the item it led to."""
     declared: set[str] = set()
-    kept: list[Item] = []
-    for item in messages:
-        if item.message["role"] == "tool" and item.message.get("tool_call_id") not in declared:
+    kept: list[Entry] = []
+    for entry in messages:
+        if entry.message["role"] == "tool" and entry.message.get("tool_call_id") not in declared:
             continue
-        declared.update(call["id"] for call in item.message.get("tool_calls") or ())
-        kept.append(item)
+        declared.update(call["id"] for call in entry.message.get("tool_calls") or ())
+        kept.append(entry)
     while kept and kept[-1].message.get(JOINS_NEXT):
         kept.pop()
-    answered = {item.message.get("tool_call_id") for item in kept}
-    cuts = legal_cuts([item.message for item in kept])
+    answered = {entry.message.get("tool_call_id") for entry in kept}
+    cuts = legal_cuts([entry.message for entry in kept])
     if cuts[-1] != len(kept):
         # calls still waiting for their outputs close the list: their placeholders end it
         cuts.append(len(kept))
     units = [kept[start:end] for start, end in pairwise(cuts) if end > start]
     for unit in units:
         unanswered = [
-            (call["id"], str((item.shown or [{}])[0].get("type") or "function_call"))
-            for item in unit
-            for call in item.message.get("tool_calls") or ()
+            (call["id"], str((entry.shown or [{}])[0].get("type") or "function_call"))
+            for entry in unit
+            for call in entry.message.get("tool_calls") or ()
             if call["id"] not in answered
         ]
         unit.extend(_placeholder(call_id, True, kind) for call_id, kind in unanswered)
     return units
 
 
-def _tokens(summaries: Sequence[Item], units: Sequence[Sequence[Item]]) -> int:
-    return sum(item.tokens for item in summaries) + sum(
-        item.tokens for unit in units for item in unit
+def _tokens(summaries: Sequence[Entry], units: Sequence[Sequence[Entry]]) -> int:
+    return sum(entry.tokens for entry in summaries) + sum(
+        entry.tokens for unit in units for entry in unit
     )
 
 
-def _placeholder(call_id: str, responses: bool = False, call_type: str = "function_call") -> Item:
+def _placeholder(call_id: str, responses: bool = False, call_type: str = "function_call") -> Entry:
     message = {"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT}
     shown = [missing_output(call_id, MISSING_TOOL_RESULT, call_type)] if responses else None
-    return Item(message, count_message(message), shown, added=True)
+    return Entry(message, count_message(message), shown, added=True)
 
 
-def _marker(responses: bool) -> Item:
+def _marker(responses: bool) -> Entry:
     message = {"role": "system", "content": TRUNCATION_MARKER}
     shown = [developer_item(TRUNCATION_MARKER)] if responses else None
-    return Item(message, count_message(message), shown, added=True)
+    return Entry(message, count_message(message), shown, added=True)
 
 
 def loaded_context(
-    rows: LoadedRows, max_tokens: int | None, view: MessageFormat = "openai"
+    rows: LoadedRows, max_tokens: int | None, message_format: MessageFormat = "openai"
 ) -> AssembledContext:
-    """The context a history load answers in the `view` format: the pinned prefix, the
+    """The context a history load answers in `message_format`: the pinned prefix, the
     summaries as messages and the loaded messages, under `max_tokens`.
 
-    Raises `UnfaithfulView` when a message has no faithful shape in `view` (a Responses
-    `reasoning` item in the chat view, a named chat message in the Responses view)."""
-    responses = view == "responses"
+    Raises `UnfaithfulView` when a message has no faithful shape in `message_format` (a
+    Responses `reasoning` item in the `openai` format, a named chat message in the `responses`
+    format)."""
+    responses = message_format == "responses"
     assembled = assemble(
         [
             summary_message(s.first_seq, s.last_seq, s.summary_text, responses, s.id)
             for s in rows.summaries
         ],
-        [_context_item(message, view) for message in rows.messages],
+        [_context_entry(message, message_format) for message in rows.messages],
         max_tokens,
         not_loaded=rows.not_loaded,
-        pinned=[_context_item(message, view) for message in rows.pinned],
+        pinned=[_context_entry(message, message_format) for message in rows.pinned],
         responses=responses,
     )
     if not rows.not_loaded:
@@ -302,31 +305,33 @@ def loaded_context(
     return replace(assembled, omitted=replace(assembled.omitted, unread=unread))
 
 
-def _context_item(message: MessageRow, view: MessageFormat) -> Item:
+def _context_entry(message: MessageRow, message_format: MessageFormat) -> Entry:
     """A stored message in the context: its chat reading for the rules (pairs, budget), shown
-    in `view`: a Responses item as appended, or converted where that is exact."""
-    if message.item is None and view == "openai":
-        return Item(message.openai(), message.token_count, source_id=message.id)
+    in `message_format`: a Responses item as appended, or converted where that is exact."""
+    if message.item is None and message_format == "openai":
+        return Entry(message.openai(), message.token_count, source_id=message.id)
     where = f"message seq {message.seq}"
     chat = message.openai()
     try:
         if message.item is None:
             shown = chat_to_items(chat, where)
-        elif view == "responses":
+        elif message_format == "responses":
             shown = [parse_item(message.item)]
             if shown[0].get("type") == "reasoning":
                 chat[JOINS_NEXT] = True  # never parted from the item it led to
         else:
             shown = [item_to_chat(parse_item(message.item), where)]
     except Unfaithful as exc:
-        raise UnfaithfulView(f"{exc}; load this session with format={_other(view)}") from exc
-    return Item(chat, message.token_count, shown, message.id)
+        raise UnfaithfulView(
+            f"{exc}; load this session with format={_other(message_format)}"
+        ) from exc
+    return Entry(chat, message.token_count, shown, message.id)
 
 
-def own_format(session: SessionRow) -> MessageFormat:
+def session_format(session: SessionRow) -> MessageFormat:
     """The format a session's messages are written in (chat messages until fixed)."""
     return "responses" if session.format == "responses" else "openai"
 
 
-def _other(view: MessageFormat) -> MessageFormat:
-    return "openai" if view == "responses" else "responses"
+def _other(message_format: MessageFormat) -> MessageFormat:
+    return "openai" if message_format == "responses" else "responses"

@@ -12,11 +12,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.compaction import Compactor
 from api.db.faults import connection_lost, describe_fault
-from api.db.transactions import CommitInterrupted, Database
+from api.db.transactions import CommitConnectionLost, Database
 from api.errors import ServiceUnavailable
 from api.settings import Settings
+from api.summarization import Summarization
 from api.worker import Worker
 
 logger = logging.getLogger("precis.db")
@@ -61,7 +61,7 @@ def database_faults_as_503() -> Iterator[None]:
 
 
 def _as_503(exc: Exception) -> ServiceUnavailable | None:
-    if isinstance(exc, CommitInterrupted):
+    if isinstance(exc, CommitConnectionLost):
         return ServiceUnavailable(
             "the database connection was lost while committing; whether the change was "
             "stored is unknown: read it back, or retry"
@@ -86,9 +86,9 @@ def _unavailable(exc: Exception) -> bool:
     )
 
 
-async def compactor_of(request: Request) -> Compactor:
-    compactor: Compactor = request.app.state.compactor
-    return compactor
+async def summarization_of(request: Request) -> Summarization:
+    summarization: Summarization = request.app.state.summarization
+    return summarization
 
 
 async def worker_of(request: Request) -> Worker:
@@ -104,5 +104,5 @@ async def settings_of(request: Request) -> Settings:
 ReadDb = Annotated[AsyncSession, Depends(read_transaction, scope="function")]
 AppDatabase = Annotated[Database, Depends(app_database)]
 AppSettings = Annotated[Settings, Depends(settings_of)]
-AppCompactor = Annotated[Compactor, Depends(compactor_of)]
+AppSummarization = Annotated[Summarization, Depends(summarization_of)]
 AppWorker = Annotated[Worker, Depends(worker_of)]

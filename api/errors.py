@@ -90,7 +90,7 @@ class SummarizationInProgress(Conflict):
 
 
 class SummarizationTimeout(PrecisError):
-    """An explicit compaction ran past its deadline; nothing of it was stored."""
+    """An explicit `compact` ran past its deadline; nothing of it was stored."""
 
     status_code = 504
 

@@ -1,8 +1,8 @@
-"""OpenAI Responses API items: checks, the chat projection, and the two format views.
+"""OpenAI Responses API items: checks, the chat projection, and the two format conversions.
 
 A Responses session stores each item verbatim. The summarizer, the cut rules and the tool
 pair logic read chat messages, so every item has a `projection` in chat shape; it may
-abbreviate, but it never shows opaque fields. The format views (`item_to_chat`,
+abbreviate, but it never shows opaque fields. The format conversions (`item_to_chat`,
 `chat_to_items`) are exact or refused: a conversion that would lose or invent data raises
 `Unfaithful`. Pure functions over JSON values: no database, no HTTP.
 """
@@ -21,7 +21,8 @@ MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 """Roles of a Responses message item: tool results are items of their own, not a role."""
 
 BOOKKEEPING_KEYS = frozenset({"type", "id", "status"})
-"""Keys the API adds to an item; they carry no conversation content, so views may drop them."""
+"""Keys the API adds to an item; they carry no conversation content, so conversions may drop
+them."""
 
 OPAQUE_KEYS = frozenset({"encrypted_content", "file_data"})
 """Fields only the API can read: a summarizer would pay tokens for them and learn nothing."""
@@ -38,7 +39,7 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/=_-]+")
 
 
 class Unfaithful(ValueError):
-    """A format view that cannot be made without losing or inventing data."""
+    """A format conversion that cannot be made without losing or inventing data."""
 
 
 def _typed(kind: str) -> JSON:
@@ -218,7 +219,7 @@ def _readable(value: Any) -> Any:
 
 
 def item_to_chat(item: JSON, where: str) -> JSON:
-    """The item as an OpenAI chat message (the `format=openai` view), or `Unfaithful`."""
+    """The item as an OpenAI chat message (for `format=openai`), or `Unfaithful`."""
     kind = item.get("type")
     if kind in (None, "message"):
         _only(item, {"role", "content"} | BOOKKEEPING_KEYS, where)
@@ -282,7 +283,7 @@ def _exact_text(part: Any, kinds: tuple[str, ...], where: str) -> JSON:
 
 
 def chat_to_items(message: JSON, where: str) -> list[JSON]:
-    """The stored chat message as Responses input items (the `format=responses` view)."""
+    """The stored chat message as Responses input items (for `format=responses`)."""
     if message.get("name") is not None:
         raise Unfaithful(f"{where}: a message with a name; Responses input has no names")
     present = {key: value for key, value in message.items() if value is not None}
@@ -349,7 +350,7 @@ def _function_call_item(call: Any, where: str) -> JSON:
 
 
 def developer_item(text: str) -> JSON:
-    """How a summary or the truncation marker appears in the responses view."""
+    """How a summary or the truncation marker appears in the `responses` format."""
     return {"type": "message", "role": "developer", "content": text}
 
 

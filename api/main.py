@@ -18,7 +18,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import KeyGate
-from api.compaction import Compactor
 from api.db.engine import create_database, create_engine
 from api.db.transactions import RetryPolicy, retry_budget
 from api.errors import PrecisError, ValidationFailed
@@ -29,6 +28,7 @@ from api.openapi import document_with_server_rules
 from api.routes import ROUTERS
 from api.schemas import PATTERN_WORDS, ROLES
 from api.settings import Settings, get_settings
+from api.summarization import Summarization
 from api.worker import Worker
 from summarizer.llm import load_litellm
 from summarizer.local import LOCAL_MODEL
@@ -78,12 +78,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         database = create_database(engine, write_lock)
         # one unit of work for summarization, its lease and the worker, on their own pool
         summarizing = create_database(background, write_lock)
-        compactor = Compactor(resolved, summarizing, SessionLocks(summarizing, max_running=running))
-        worker = Worker(summarizing, compactor, resolved.summary_workers)
+        locks = SessionLocks(summarizing, max_running=running)
+        summarization = Summarization(resolved, summarizing, locks)
+        worker = Worker(summarizing, summarization, resolved.summary_workers)
         app.state.engine = engine
         app.state.sessionmaker = database.sessionmaker
         app.state.database = database
-        app.state.compactor = compactor
+        app.state.summarization = summarization
         app.state.worker = worker
         if resolved.summary_workers:
             worker.start()

@@ -53,7 +53,7 @@ DATABASE_RETRIES = Counter(
     "Database work run again on a fresh connection after its connection died or none could "
     "be made, by kind (read: a statement of a read request or a probe; write: a session's "
     "create, patch or delete, a message's removal; append: a whole append; summarization: a "
-    "job, its bookkeeping, an inline compaction, a repair)",
+    "job, its bookkeeping, an inline summarization, a repair)",
     ["kind"],
 )
 RESPONSES = Counter(

@@ -20,7 +20,6 @@ from typing import Any
 
 from api import metrics, service
 from api.append.use_case import append, new_messages
-from api.compaction import Compactor
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
 from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
@@ -32,6 +31,7 @@ from api.schemas.messages import ItemIn
 from api.schemas.responses import ResponseRequest
 from api.settings import Settings
 from api.store import get_session
+from api.summarization import Summarization
 from api.upstream import ContextTooLong, Upstream, UpstreamFailed, create_response, open_stream
 from summarizer.llm import model_context_window
 from summarizer.tokens import count_messages, count_text
@@ -80,7 +80,7 @@ class Responder:
     """A Responses API call's use case, on the app's database, summarizer and settings."""
 
     database: Database
-    compactor: Compactor
+    summarization: Summarization
     settings: Settings
 
     @property
@@ -242,7 +242,7 @@ class Responder:
                 )
             history = await service.history(
                 db,
-                self.compactor,
+                self.summarization,
                 tenant,
                 conversation_id,
                 EVERY_LIVE_SUMMARY,
@@ -267,7 +267,7 @@ class Responder:
         async with self.database.reading() as db:
             compacted = await service.compact(
                 db,
-                self.compactor,
+                self.summarization,
                 tenant,
                 turn.conversation_id,
                 CompactRequest(trigger="overflow_retry"),

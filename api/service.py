@@ -12,10 +12,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
-from api.compaction import Compactor
-from api.context import loaded_context, own_format
+from api.context import loaded_context, session_format
 from api.db.faults import describe_fault
-from api.db.transactions import Database, cut_off, retrying
+from api.db.transactions import Database, connection_lost_or_commit_unknown, retrying
 from api.errors import (
     BadRequest,
     MessageNotFound,
@@ -23,7 +22,6 @@ from api.errors import (
     SummarizationTimeout,
 )
 from api.limits import check_metadata_size
-from api.locks import CompactionBusy
 from api.schemas import (
     CompactRequest,
     CompactResponse,
@@ -39,6 +37,7 @@ from api.schemas import (
     SummaryOut,
 )
 from api.settings import Settings
+from api.summarization import Summarization, schedule_summary
 
 COMPACT_WAIT_SECONDS = 60.0
 """How long `compact` waits for a running summarization of the session before answering 409."""
@@ -185,7 +184,7 @@ async def _remove_message(
             return None
         raise MessageNotFound(f"message {message_id} not found in session {external_id!r}")
     if removal.erased_summaries and settings.policy(session.settings).dynamic_summary_enabled:
-        await store.enqueue_job(db, session.id, "proactive", "erasure")
+        await schedule_summary(db, session.id, "erasure")
     return removal
 
 
@@ -201,35 +200,37 @@ async def list_messages(
 
 async def read_history(
     database: Database,
-    compactor: Compactor,
+    summarization: Summarization,
     tenant: str,
     external_id: str,
     summary_limit: int | None,
     max_tokens: int | None,
-    view: MessageFormat | None = None,
+    message_format: MessageFormat | None = None,
 ) -> History:
     """`history` on a read session of its own."""
     # Opened here, not by the ReadDb dependency: a dependency with a cleanup step costs
     # FastAPI an exit stack and a shielded scope per request.
     async with database.reading() as db:
-        return await history(db, compactor, tenant, external_id, summary_limit, max_tokens, view)
+        return await history(
+            db, summarization, tenant, external_id, summary_limit, max_tokens, message_format
+        )
 
 
 async def history(
     db: AsyncSession,
-    compactor: Compactor,
+    summarization: Summarization,
     tenant: str,
     external_id: str,
     summary_limit: int | None,
     max_tokens: int | None,
-    view: MessageFormat | None = None,
+    message_format: MessageFormat | None = None,
 ) -> History:
-    """The history loader; over `max_tokens`, compact inline once (if enabled), then truncate.
-    `view`: the format of `context` (None: the session's own)."""
+    """The history loader; over `max_tokens`, summarize inline once (if enabled), then truncate.
+    `message_format`: the format of `context` (None: the session's own)."""
     start = await store.session_for_history(db, tenant, external_id)
-    policy = compactor.settings.policy(start.session.settings)
+    policy = summarization.settings.policy(start.session.settings)
     limit = summary_limit or policy.summary_limit
-    loaded = await load_history(db, compactor, start, limit, max_tokens, view)
+    loaded = await load_history(db, summarization, start, limit, max_tokens, message_format)
     if (
         max_tokens is not None
         and loaded.truncated_messages > 0
@@ -237,55 +238,64 @@ async def history(
         and policy.retry_on_context_overflow
     ):
         await db.close()  # the read hands its connection back while the LLM works
-        with suppress(CompactionBusy):
+        with suppress(SummarizationInProgress):
             try:
-                compaction = partial(
-                    compactor.run,
+                summarizing = partial(
+                    summarization.run,
                     start.session.id,
                     "proactive",
                     "token_limit",
                     wait_seconds=INLINE_WAIT_SECONDS,
                     keep_pending_turn=True,
                 )
-                async with asyncio.timeout(compactor.settings.summary_inline_deadline_seconds):
-                    summary = await retrying(compaction, "an inline compaction", "summarization")
+                async with asyncio.timeout(summarization.settings.summary_inline_deadline_seconds):
+                    summary = await retrying(
+                        summarizing, "an inline summarization", "summarization"
+                    )
             except Exception as exc:
-                if not isinstance(exc, TimeoutError) and not cut_off(exc):
+                if not isinstance(exc, TimeoutError) and not connection_lost_or_commit_unknown(exc):
                     raise
-                # Past its deadline (the chat turn cannot wait), or cut off by lost database
-                # connections until the retry budget was spent: answer the truncated
+                # Past its deadline (the chat turn cannot wait), or losing its database
+                # connection until the retry budget was spent: answer the truncated
                 # context, summarize in the background.
                 if not isinstance(exc, TimeoutError):
                     logger.warning(
-                        "an inline compaction kept losing its database connection; answering "
+                        "an inline summarization kept losing its database connection; answering "
                         "the truncated context: %s",
                         describe_fault(exc),
                     )
-                schedule = partial(compactor.schedule, start.session.id, "token_limit")
-                await retrying(schedule, "scheduling a summarization", "summarization")
+                session_key = start.session.id
+
+                async def record_job() -> None:  # in summarization's own unit of work
+                    async with summarization.database.transaction() as job_db:
+                        await schedule_summary(job_db, session_key, "token_limit")
+
+                await retrying(record_job, "scheduling a summarization", "summarization")
                 return loaded.model_copy(update={"summarization_pending": True})
             if summary is not None:
-                # One compaction only: whatever it achieved, truncation does the rest.
+                # One summarization only: whatever it achieved, truncation does the rest.
                 start = await store.session_for_history(db, tenant, external_id)
-                loaded = await load_history(db, compactor, start, limit, max_tokens, view)
+                loaded = await load_history(
+                    db, summarization, start, limit, max_tokens, message_format
+                )
     return loaded
 
 
 async def load_history(
     db: AsyncSession,
-    compactor: Compactor,
+    summarization: Summarization,
     start: store.HistoryStart,
     summary_limit: int,
     max_tokens: int | None,
-    view: MessageFormat | None = None,
+    message_format: MessageFormat | None = None,
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`, in
-    the `view` format (None: the session's own, chat messages until it holds any)."""
+    `message_format` (None: the session's own, chat messages until it holds any)."""
     session = start.session
     rows = await store.load_rows(
         db, session, summary_limit, max_tokens, summarized=start.summarized
     )
-    context = loaded_context(rows, max_tokens, view or own_format(session))
+    context = loaded_context(rows, max_tokens, message_format or session_format(session))
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],
@@ -295,13 +305,13 @@ async def load_history(
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,
         omitted=Omitted.model_validate(context.omitted.as_json()),
-        summarization_pending=start.job_pending or compactor.locks.is_held(session.id),
+        summarization_pending=start.job_pending or summarization.locks.is_held(session.id),
     )
 
 
 async def compact(
     db: AsyncSession,
-    compactor: Compactor,
+    summarization: Summarization,
     tenant: str,
     external_id: str,
     body: CompactRequest,
@@ -311,10 +321,10 @@ async def compact(
     summarized_to = await _summarized_to(db, session.id)
     keep_last_n = 0 if body.trigger == "overflow_retry" else body.keep_last_n
     await db.close()  # the read hands its connection back while the LLM works
-    deadline = compactor.settings.summary_compact_deadline_seconds
+    deadline = summarization.settings.summary_compact_deadline_seconds
     try:
         async with asyncio.timeout(deadline):
-            summary = await compactor.run(
+            summary = await summarization.run(
                 session.id,
                 body.trigger,
                 body.trigger,
@@ -322,10 +332,6 @@ async def compact(
                 wait_seconds=COMPACT_WAIT_SECONDS,
                 keep_pending_turn=body.trigger == "overflow_retry",
             )
-    except CompactionBusy as exc:
-        raise SummarizationInProgress(
-            "a summarization of this session is still running; retry shortly"
-        ) from exc
     except TimeoutError as exc:
         raise SummarizationTimeout(
             f"the summarization did not finish within {deadline:g} s "
@@ -333,8 +339,8 @@ async def compact(
         ) from exc
     # 404 if deleted meanwhile
     start = await store.session_for_history(db, tenant, external_id)
-    policy = compactor.settings.policy(start.session.settings)
-    loaded = await load_history(db, compactor, start, policy.summary_limit, None)
+    policy = summarization.settings.policy(start.session.settings)
+    loaded = await load_history(db, summarization, start, policy.summary_limit, None)
     if summary is not None:
         made = SummaryOut.from_row(summary, session.external_id)
         return CompactResponse(summary=made, reason=None, history=loaded)
@@ -344,9 +350,9 @@ async def compact(
     return CompactResponse(summary=None, reason=reason, history=loaded)
 
 
-async def _summarized_to(db: AsyncSession, session_id: int) -> int:
+async def _summarized_to(db: AsyncSession, session_key: int) -> int:
     """The last seq the session's newest live summary covers (0 without one)."""
-    newest = await store.live_summaries(db, session_id, limit=1)
+    newest = await store.live_summaries(db, session_key, limit=1)
     return newest[-1].last_seq if newest else 0
 
 

@@ -20,7 +20,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from summarizer import EngineSettings
+from summarizer import SummarizerSettings
 from summarizer.local import LOCAL_MODEL
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./data/precis.db"
@@ -109,8 +109,8 @@ class SummaryPolicy:
     summary_limit: int
     """Live summaries loaded; older ones are rolled up."""
     pin_system: bool
-    engine: EngineSettings
-    """What the engine takes; a run sets its own `keep_last_n` and `previous_summary`."""
+    summarizer: SummarizerSettings
+    """What the summarizer takes; a run sets its own `keep_last_n` and `previous_summary`."""
 
 
 SESSION_KEYS: dict[str, str] = {
@@ -132,12 +132,12 @@ SESSION_KEYS: dict[str, str] = {
 }
 """Each per-session key (`SummaryOverrides`) and the server setting it overrides."""
 
-_ENGINE_KEYS = frozenset(field.name for field in fields(EngineSettings)) - {"keep_last_n"}
-"""Per-session keys the engine reads; its `keep_last_n` is each run's own."""
+_SUMMARIZER_KEYS = frozenset(field.name for field in fields(SummarizerSettings)) - {"keep_last_n"}
+"""Per-session keys the summarizer reads; its `keep_last_n` is each run's own."""
 
-_POLICY_KEYS = frozenset(field.name for field in fields(SummaryPolicy)) - {"engine"}
+_POLICY_KEYS = frozenset(field.name for field in fields(SummaryPolicy)) - {"summarizer"}
 if SESSION_KEYS.keys() != SummaryOverrides.model_fields.keys() or not (
-    set(SESSION_KEYS) - _ENGINE_KEYS == _POLICY_KEYS
+    set(SESSION_KEYS) - _SUMMARIZER_KEYS == _POLICY_KEYS
 ):
     raise RuntimeError("SESSION_KEYS, SummaryOverrides and SummaryPolicy name different keys")
 
@@ -199,16 +199,16 @@ class Settings(BaseSettings):
     summary_workers: Annotated[int, Field(ge=0, le=64)] = 2
     """Background summarization jobs run at once by this process (0: this replica runs none)."""
     summary_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
-    """Summarizations (background jobs and inline compactions) this process runs at once.
+    """Summarizations (background jobs and inline summarizations) this process runs at once.
 
     They use a pool of their own, twice this size, apart from the requests' pool: an inline
-    compaction runs while its request holds a connection, so one shared pool could deadlock.
+    summarization runs while its request holds a connection, so one shared pool could deadlock.
     """
 
     summary_repair_interval_seconds: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     """How often the worker looks for live fallback summaries to re-make with the model."""
     summary_inline_deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
-    """Longest compaction a history load runs inline; past it the load answers the truncated
+    """Longest summarization a history load runs inline; past it the load answers the truncated
     context at once and the summarization is left to a background job."""
     summary_compact_deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 300.0
     """Longest `POST /compact` (waiting for a running summarization included); past it the
@@ -272,13 +272,13 @@ class Settings(BaseSettings):
 
     def _resolve(self, overrides: SummaryOverrides | dict[str, Any] | None) -> SummaryPolicy:
         values = self.effective(overrides)
-        engine = {key: values.pop(key) for key in _ENGINE_KEYS & values.keys()}
-        return SummaryPolicy(engine=replace(self.engine_defaults(), **engine), **values)
+        summarizer = {key: values.pop(key) for key in _SUMMARIZER_KEYS & values.keys()}
+        return SummaryPolicy(summarizer=replace(self.summarizer_defaults(), **summarizer), **values)
 
-    def engine_defaults(self) -> EngineSettings:
-        """The engine's server-only settings (API, retries, previews) and its defaults."""
+    def summarizer_defaults(self) -> SummarizerSettings:
+        """The summarizer's server-only settings (API, retries, previews) and its defaults."""
         api_key = self.summary_api_key
-        return EngineSettings(
+        return SummarizerSettings(
             api_base=self.summary_api_base,
             api_key=api_key.get_secret_value() if api_key else None,
             timeout_seconds=self.summary_llm_timeout_seconds,

@@ -3,8 +3,8 @@
 Jobs live in `summary_jobs`, so a restart resumes them and any replica can run them. A
 failed job goes back to pending with exponential backoff; appends never wait on it. While the
 database is unreachable (a restart), each claim, job and repair round waits for it within a
-retry budget of its own (DATABASE_RETRY_SECONDS), and a job it cut off goes back to pending
-without counting as failed. A running
+retry budget of its own (DATABASE_RETRY_SECONDS), and a job that lost its connection goes back
+to pending without counting as failed. A running
 job's lease is renewed while it runs (a heartbeat), so the lease can be short: a killed
 worker's job is taken over within a minute, a slow one's never. Its claims, bookkeeping and
 reads are units of work of the `Database` it is given, the one summarization runs in.
@@ -21,11 +21,17 @@ from datetime import timedelta
 from functools import partial
 
 from api import metrics, store
-from api.compaction import Compactor, schedule_if_due
 from api.db.faults import describe_fault
 from api.db.models import utcnow
-from api.db.transactions import Database, RetryPolicy, cut_off, retry_budget, retrying
-from api.locks import CompactionBusy
+from api.db.transactions import (
+    Database,
+    RetryPolicy,
+    connection_lost_or_commit_unknown,
+    retry_budget,
+    retrying,
+)
+from api.errors import SummarizationInProgress
+from api.summarization import Summarization, schedule_summary, schedule_summary_if_due
 from summarizer.retry import describe
 
 logger = logging.getLogger("precis.worker")
@@ -41,13 +47,13 @@ HEARTBEATS_PER_LEASE = 3
 out."""
 
 POLL_SECONDS = 1.0
-"""Idle workers look for jobs this often (others' replicas enqueue without waking us)."""
+"""Idle workers look for jobs this often (others' replicas schedule without waking us)."""
 
 BUSY_RETRY_SECONDS = 0.5
-"""Delay before retrying a job whose session an inline compaction is summarizing."""
+"""Delay before retrying a job whose session an inline summarization is summarizing."""
 
 CONNECTION_RETRY_SECONDS = 1.0
-"""Delay before retrying a job cut off by a lost database connection: a fresh connection
+"""Delay before retrying a job that lost its database connection: a fresh connection
 will most likely do, so the job neither backs off nor counts as failed."""
 
 BACKOFF_BASE_SECONDS = 2.0
@@ -66,16 +72,16 @@ def backoff(attempts: int) -> float:
 
 
 class Worker:
-    def __init__(self, database: Database, compactor: Compactor, concurrency: int) -> None:
+    def __init__(self, database: Database, summarization: Summarization, concurrency: int) -> None:
         self._database = database
-        self._compactor = compactor
+        self._summarization = summarization
         self._concurrency = concurrency
         self._wake = asyncio.Event()
         self._stopping = False
         self._loops: list[asyncio.Task[None]] = []
         self._summarizing: set[asyncio.Task[None]] = set()
         self._repairing: asyncio.Task[None] | None = None
-        self._retries = RetryPolicy(compactor.settings.database_retry_seconds)
+        self._retries = RetryPolicy(summarization.settings.database_retry_seconds)
 
     def start(self) -> None:
         self._stopping = False
@@ -83,7 +89,7 @@ class Worker:
         self._repairing = asyncio.create_task(self._repair_loop())
 
     def wake(self) -> None:
-        """A job was enqueued and committed: look now instead of at the next poll."""
+        """A job was scheduled and committed: look now instead of at the next poll."""
         self._wake.set()
 
     async def stop(self) -> None:
@@ -109,7 +115,7 @@ class Worker:
         A round stops at the first fallback the model still cannot replace: while it is down,
         one attempt per interval is all it costs.
         """
-        interval = self._compactor.settings.summary_repair_interval_seconds
+        interval = self._summarization.settings.summary_repair_interval_seconds
         while not self._stopping:
             await asyncio.sleep(interval)
             try:
@@ -119,7 +125,7 @@ class Worker:
                 logger.warning("repairing fallback summaries failed: %s", describe(exc))
 
     async def _repair_round(self) -> None:
-        """Repair live fallbacks until the model fails one; a repair cut off by a lost
+        """Repair live fallbacks until the model fails one; a repair that lost its
         connection runs again (a second run of one that landed finds it superseded)."""
 
         async def live_fallbacks() -> list[store.SummaryRow]:
@@ -129,7 +135,7 @@ class Worker:
         looking = "looking for fallback summaries"
         fallbacks = await retrying(live_fallbacks, looking, "summarization")
         for fallback in fallbacks:
-            repair = partial(self._compactor.repair, fallback.id)
+            repair = partial(self._summarization.repair, fallback.id)
             what = f"repairing fallback summary {fallback.id}"
             if await retrying(repair, what, "summarization") is None:
                 break
@@ -172,18 +178,18 @@ class Worker:
     async def _run_budgeted(self, job: store.JobRow) -> None:
         try:
             async with self._database.reading() as db:
-                before = await store.get_session_by_id(db, job.session_id)
+                before = await store.get_session_by_key(db, job.session_id)
             seen = (before.last_seq, before.removed_count) if before is not None else None
             async with self._leased(job):
-                summary = await self._compactor.run(job.session_id, job.trigger, job.reason)
+                summary = await self._summarization.run(job.session_id, job.trigger, job.reason)
         except asyncio.CancelledError:
             await self._release(job, 0.0, "worker stopped")
             raise
-        except CompactionBusy:
+        except SummarizationInProgress:
             await self._release(job, BUSY_RETRY_SECONDS, None)
             return
         except Exception as exc:
-            if cut_off(exc):
+            if connection_lost_or_commit_unknown(exc):
                 metrics.DATABASE_RETRIES.labels("summarization").inc()
                 logger.warning(
                     "summarization job %s of session %s lost its database connection; "
@@ -214,17 +220,17 @@ class Worker:
         `seen`: the session's `last_seq` and `removed_count` when the job started."""
         async with self._database.transaction() as db:
             await store.finish_job(db, job.id, attempt=job.attempts)
-            session = await store.get_session_by_id(db, job.session_id)
+            session = await store.get_session_by_key(db, job.session_id)
             if session is None:
                 return
-            policy = self._compactor.settings.policy(session.settings)
+            policy = self._summarization.settings.policy(session.settings)
             seen_seq, seen_removed = seen or (None, None)
             reason = None
-            # Messages that arrived while the job ran found it queued and enqueued nothing:
+            # Messages that arrived while the job ran found it queued and scheduled nothing:
             # look again. After a job that summarized nothing (the backlog was one tool call
             # and its results), only new messages warrant a look, or the job would spin.
             if summarized or session.last_seq != seen_seq:
-                reason = await schedule_if_due(db, session, policy)
+                reason = await schedule_summary_if_due(db, session, policy)
             # A removal while the job ran found it queued: if it erased summaries whose range
             # no live summary covers again, that range is owed a job of its own.
             if (
@@ -233,7 +239,7 @@ class Worker:
                 and session.removed_count != seen_removed
                 and await store.remake_owed(db, session.id)
             ):
-                await store.enqueue_job(db, session.id, "proactive", "erasure")
+                await schedule_summary(db, session.id, "erasure")
 
     async def _release(self, job: store.JobRow, delay: float, error: str | None) -> None:
         """Put the job back to pending; a lost connection is retried, or the job would wait
@@ -269,7 +275,7 @@ class Worker:
 
         A failed renewal is logged and retried at the next period; a claim found lost (the
         lease ran out and another worker took the job, or the session was deleted) ends the
-        heartbeat, while the summarization goes on: the session's summarizer lock and the
+        heartbeat, while the summarization goes on: the session's summarization lock and the
         range check of `store.save_summary` keep a duplicate run from storing anything wrong.
         """
         while True:
@@ -297,7 +303,7 @@ class Worker:
 def _log_failure(what: str, exc: BaseException) -> None:
     """A lost connection is a WARNING of one line (retried); anything else an ERROR with its
     traceback."""
-    if cut_off(exc):
+    if connection_lost_or_commit_unknown(exc):
         logger.warning("%s: %s", what, describe_fault(exc))
     else:
         logger.error("%s", what, exc_info=exc)

@@ -64,7 +64,7 @@ POLL_SECONDS = 0.2
 """Delay between two looks at `summarization_pending`."""
 
 HTTP_TIMEOUT_SECONDS = 120.0
-"""Per request: a compaction answers only when its summary is written."""
+"""Per request: a `compact` answers only when its summary is written."""
 
 PAGE_SIZE = 1000
 """Largest page of messages the API returns."""

@@ -260,8 +260,8 @@ async def trace_message(db: AsyncSession, message_id: int) -> MessageTrace:
     return MessageTrace(session=session, message=message, summaries=summaries)
 
 
-async def _session_of(db: AsyncSession, session_id: int) -> SessionRow:
-    session = await store.get_session_by_id(db, session_id)
+async def _session_of(db: AsyncSession, session_key: int) -> SessionRow:
+    session = await store.get_session_by_key(db, session_key)
     assert session is not None, "a foreign key keeps every row's session"
     return session
 
@@ -486,7 +486,7 @@ def tree_rows(nodes: Sequence[Node], depth: int = 0) -> list[list[str]]:
 
 
 def session_title(session: SessionRow) -> str:
-    return f"session {session.external_id} (tenant {session.tenant}, internal id {session.id})"
+    return f"session {session.external_id} (tenant {session.tenant}, session key {session.id})"
 
 
 def render(trace: Trace, width: int, full: bool) -> list[str]:

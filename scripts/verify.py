@@ -55,7 +55,7 @@ from scripts.cli import run_command
 PROG = "verify"
 
 BATCH_SIZE = 500
-"""Session ids read per page while streaming: memory stays bounded by one page and one session."""
+"""Session keys read per page while streaming: memory stays bounded by one page and one session."""
 
 PROGRESS_INTERVAL_SECONDS = 0.2
 """Least time between two progress updates on a terminal."""
@@ -244,10 +244,10 @@ def end_mismatch_detail(summary: SummaryRow, mismatch: integrity.EndMismatch) ->
         at_end = f"seq {mismatch.actual_seq} (message {mismatch.actual_id})"
         actual = f"its {mismatch.end} message is {at_end}"
     recorded = f"message {mismatch.recorded_id}"
-    if mismatch.recorded_session_id is None:
+    if mismatch.recorded_session_key is None:
         points = f"no message has id {mismatch.recorded_id}"
-    elif mismatch.recorded_session_id != summary.session_id:
-        points = f"{recorded} is in another session (internal id {mismatch.recorded_session_id})"
+    elif mismatch.recorded_session_key != summary.session_id:
+        points = f"{recorded} is in another session (session key {mismatch.recorded_session_key})"
     else:
         points = f"{recorded} is seq {mismatch.recorded_seq}"
     return (
@@ -409,7 +409,7 @@ def chain_link_problems(summary: SummaryRow, parent: SummaryRow | None) -> list[
     if parent is None:
         return [Violation(CHAIN, f"{head}, which does not exist")]
     if parent.session_id != summary.session_id:
-        return [Violation(CHAIN, f"{head} of another session (internal id {parent.session_id})")]
+        return [Violation(CHAIN, f"{head} of another session (session key {parent.session_id})")]
     found: list[Violation] = []
     if parent.erased_at is not None and summary.erased_at is None:
         # the erasure of a roll-up makes what it absorbed live again, unless it erased that too
@@ -584,11 +584,11 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 
 
 async def verify_session(
-    sessionmaker: async_sessionmaker[AsyncSession], session_id: int
+    sessionmaker: async_sessionmaker[AsyncSession], session_key: int
 ) -> SessionCheck | None:
     """Check one session in its own snapshot; None if it was deleted meanwhile."""
     async with sessionmaker() as db, db.begin():
-        session = await store.get_session_by_id(db, session_id)
+        session = await store.get_session_by_key(db, session_key)
         return None if session is None else await check_session(db, session)
 
 
@@ -598,20 +598,20 @@ async def verify_all(
     after = 0
     while True:
         async with sessionmaker() as db, db.begin():
-            ids = await audit.session_ids_after(db, after, batch_size)
-        if not ids:
+            keys = await audit.session_keys_after(db, after, batch_size)
+        if not keys:
             return
-        for session_id in ids:
-            check = await verify_session(sessionmaker, session_id)
+        for session_key in keys:
+            check = await verify_session(sessionmaker, session_key)
             if check is not None:
                 report.add(check)
-        after = ids[-1]
+        after = keys[-1]
 
 
 async def find_session(
     sessionmaker: async_sessionmaker[AsyncSession], external_id: str, tenant: str | None
 ) -> int:
-    """The internal id of a session; raises audit.SessionLookupError (see audit.find_session)."""
+    """The session key of a session; raises audit.SessionLookupError (see audit.find_session)."""
     async with sessionmaker() as db, db.begin():
         session = await audit.find_session(db, external_id, tenant)
     return session.id
@@ -687,9 +687,9 @@ async def _verify(
 ) -> Report:
     kind = JsonReport if options.as_json else Report
     if options.session is not None:
-        session_id = await find_session(sessionmaker, options.session, options.tenant)
+        session_key = await find_session(sessionmaker, options.session, options.tenant)
         report = kind(out, Progress(err, 1))
-        check = await verify_session(sessionmaker, session_id)
+        check = await verify_session(sessionmaker, session_key)
         if check is not None:
             report.add(check)
     else:

@@ -1,8 +1,7 @@
-"""Precis summarization engine: pure, no database and no HTTP."""
+"""Precis summarizer: pure, no database and no HTTP."""
 
 from summarizer.client import Completion, CompletionRequest, LLMClient, MergeTask, SummaryTask
 from summarizer.cuts import legal_cuts, summarizable_count
-from summarizer.engine import METADATA_KEYS, MergeResult, SummaryResult, merge_summaries, summarize
 from summarizer.errors import (
     ContextWindowError,
     DegenerateAnswerError,
@@ -14,7 +13,14 @@ from summarizer.errors import (
 )
 from summarizer.local import LOCAL_MODEL, LocalSummarizer
 from summarizer.prompts import PROMPT_VERSION
-from summarizer.settings import EngineSettings, build_client
+from summarizer.settings import SummarizerSettings, build_client
+from summarizer.summarize import (
+    METADATA_KEYS,
+    MergeResult,
+    SummaryResult,
+    merge_summaries,
+    summarize,
+)
 
 __all__ = [
     "LOCAL_MODEL",
@@ -24,7 +30,6 @@ __all__ = [
     "CompletionRequest",
     "ContextWindowError",
     "DegenerateAnswerError",
-    "EngineSettings",
     "LLMClient",
     "LLMError",
     "LLMRequestError",
@@ -33,6 +38,7 @@ __all__ = [
     "MergeResult",
     "MergeTask",
     "SummarizerError",
+    "SummarizerSettings",
     "SummaryResult",
     "SummaryTask",
     "TransientLLMError",

@@ -131,7 +131,7 @@ def _clip_pair(run: RunState, first: str, second: str, budget: int) -> tuple[str
 
 
 @dataclass
-class Summarization(RunState):
+class BisectRun(RunState):
     """One `summarize()` run over prepared messages."""
 
     seqs: list[int] = field(default_factory=list)

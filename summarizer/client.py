@@ -50,9 +50,9 @@ class CompletionRequest:
 
 
 class LLMClient(Protocol):
-    """A chat model the engine can ask for one completion.
+    """A chat model the summarizer can ask for one completion.
 
-    `complete` makes ONE attempt (the engine owns retries) and raises only
+    `complete` makes ONE attempt (the summarizer owns retries) and raises only
     `summarizer.errors` exceptions: `ContextWindowError` when the prompt does not fit,
     `TransientLLMError` for what a retry may fix, `LLMRequestError` for the rest.
     """

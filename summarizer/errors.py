@@ -1,6 +1,6 @@
-"""Errors of the summarization engine.
+"""Errors of the summarizer.
 
-An `LLMClient` raises these for one failed attempt; the engine retries the transient
+An `LLMClient` raises these for one failed attempt; the summarizer retries the transient
 ones, bisects on `ContextWindowError`, and turns everything else into a fallback summary,
 so `summarize()` itself never raises for an LLM fault.
 """

@@ -1,7 +1,7 @@
 """The deterministic summary used when the model stays unreachable, so the caller can go on.
 
 It is the local extractive summary (who asked what, decisions, facts, tools used and
-message counts) under a note saying why no model wrote it; the engine marks it truncated,
+message counts) under a note saying why no model wrote it; the summarizer marks it truncated,
 stores it as model "fallback", and the service repairs it once the model answers again.
 """
 

@@ -1,7 +1,7 @@
 """The litellm client: the only module that imports litellm, and only when first used.
 
 Importing litellm costs seconds, so it happens lazily, in a worker thread, the first
-time a real model is called or looked up. litellm's own retries are off: the engine
+time a real model is called or looked up. litellm's own retries are off: the summarizer
 retries with tenacity, and this module only maps litellm's exceptions to ours.
 """
 

@@ -1,11 +1,11 @@
-"""Every prompt the engine sends, versioned: change the text, bump `PROMPT_VERSION`.
+"""Every prompt the summarizer sends, versioned: change the text, bump `PROMPT_VERSION`.
 
 `tests/summarizer/test_prompts.py` pins a hash of the requests built here together with
 the version, so a prompt edited without a new version fails the tests.
 
 The user message wraps its material in tags (`<transcript>`, `<previous_summary>`,
 `<summary>`), which the models are told about. The offline model reads none of this text:
-the engine hands it the same material as data (`summarizer.client.CompletionRequest`).
+the summarizer hands it the same material as data (`summarizer.client.CompletionRequest`).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class RetryPolicy:
 
 @dataclass
 class CallStats:
-    """What the calls of one engine run cost."""
+    """What the calls of one summarizer run cost."""
 
     calls: int = 0
     failed: int = 0

@@ -16,7 +16,7 @@ from summarizer.client import CompletionRequest, LLMClient
 from summarizer.errors import ContextWindowError, DegenerateAnswerError, LLMError
 from summarizer.local import LocalSummarizer
 from summarizer.retry import CallStats, complete_with_retry, describe
-from summarizer.settings import EngineSettings
+from summarizer.settings import SummarizerSettings
 from summarizer.text import clip_tokens
 from summarizer.tokens import count_text
 
@@ -51,7 +51,7 @@ class Oversized(Exception):
 class RunState:
     """State shared by every call of one run: window knowledge, counters, flags."""
 
-    settings: EngineSettings
+    settings: SummarizerSettings
     client: LLMClient
     window: int | None
     window_exact: bool

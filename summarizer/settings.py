@@ -11,8 +11,8 @@ from summarizer.transcript import TranscriptOptions
 
 
 @dataclass(frozen=True)
-class EngineSettings:
-    """Everything the engine needs to know, as plain values (no service settings object)."""
+class SummarizerSettings:
+    """Everything the summarizer needs to know, as plain values (no service settings object)."""
 
     target_tokens: int = 800
     merge_target_tokens: int = 1200
@@ -71,7 +71,7 @@ class EngineSettings:
         )
 
 
-def build_client(settings: EngineSettings) -> LLMClient:
+def build_client(settings: SummarizerSettings) -> LLMClient:
     """The client `settings.model` names: the local model, or litellm."""
     if settings.model == LOCAL_MODEL:
         return LocalSummarizer()
@@ -86,7 +86,7 @@ def build_client(settings: EngineSettings) -> LLMClient:
     )
 
 
-async def resolve_window(settings: EngineSettings) -> int | None:
+async def resolve_window(settings: SummarizerSettings) -> int | None:
     """The model's context window: the setting, else litellm's model map, else None."""
     if settings.model_context_tokens is not None:
         return settings.model_context_tokens

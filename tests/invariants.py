@@ -10,14 +10,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.db.models import Message, Session, Summary, SummaryMessage
 
 
-async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
+async def invariant_violations(db: AsyncSession, session_key: int) -> list[str]:
     """Every way the session breaks invariants 1 (no message lost; removed ones left out) and 2
     (contiguous live summaries)."""
     live = list(
         await db.scalars(
             select(Summary)
             .where(
-                Summary.session_id == session_id,
+                Summary.session_id == session_key,
                 Summary.superseded_by.is_(None),
                 Summary.erased_at.is_(None),
             )
@@ -26,7 +26,7 @@ async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
     )
     problems: list[str] = []
     pinned_seq = int(
-        await db.scalar(select(Session.pinned_seq).where(Session.id == session_id)) or 0
+        await db.scalar(select(Session.pinned_seq).where(Session.id == session_key)) or 0
     )
     # the first live summary starts at 1, or after the pinned prefix it leaves out
     pinned = min(pinned_seq, live[0].first_seq - 1) if live else pinned_seq
@@ -47,7 +47,7 @@ async def invariant_violations(db: AsyncSession, session_id: int) -> list[str]:
     messages = (
         await db.execute(
             select(Message.id, Message.seq, Message.removed_at, Message.orphaned_at).where(
-                Message.session_id == session_id
+                Message.session_id == session_key
             )
         )
     ).all()

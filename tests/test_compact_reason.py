@@ -15,7 +15,7 @@ from api.auth import DEVELOPMENT_TENANT
 from tests.helpers import WAIT_SECONDS, append, user
 
 POLL_SECONDS = 0.01
-"""How often the test looks whether the compactions wait for the session."""
+"""How often the test looks whether the `compact` calls wait for the session."""
 
 
 async def compact(api: httpx.AsyncClient, sid: str, **body: Any) -> dict[str, Any]:
@@ -48,12 +48,12 @@ async def test_a_compact_after_everything_was_summarized_says_nothing_was_to_sum
 async def test_a_compact_whose_range_another_took_while_it_waited_says_so(
     api: httpx.AsyncClient, app: FastAPI, app_db: AsyncSession, sid: str
 ) -> None:
-    """Two compactions queue for the session while the test holds it: the first summarizes
+    """Two `compact` calls queue for the session while the test holds it: the first summarizes
     the range, the second finds it summarized by the other."""
     await append(api, sid, user("book a train"), user("and a hotel"))
     session = await store.get_session(app_db, DEVELOPMENT_TENANT, sid)
     await app_db.close()
-    locks = app.state.compactor.locks
+    locks = app.state.summarization.locks
     async with locks.hold(session.id, WAIT_SECONDS):
         first = asyncio.create_task(compact(api, sid, keep_last_n=0))
         await _until_waiting(locks, session.id, 1)
@@ -65,11 +65,11 @@ async def test_a_compact_whose_range_another_took_while_it_waited_says_so(
     assert answers[1]["reason"] == "already_summarized"
 
 
-async def _until_waiting(locks: Any, session_id: int, count: int) -> None:
+async def _until_waiting(locks: Any, session_key: int, count: int) -> None:
     """Until `count` summarizations wait for the session's lock (asyncio's lock queues its
     waiters first come, first served)."""
     for _ in range(round(WAIT_SECONDS / POLL_SECONDS)):
-        if len(getattr(locks._local[session_id], "_waiters", None) or ()) >= count:
+        if len(getattr(locks._local[session_key], "_waiters", None) or ()) >= count:
             return
         await asyncio.sleep(POLL_SECONDS)
-    raise AssertionError(f"{count} compactions did not queue within {WAIT_SECONDS} s")
+    raise AssertionError(f"{count} compact calls did not queue within {WAIT_SECONDS} s")

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from api import store
 from api.db import driver
 from api.db.engine import ALIVE_BYPASS_SECONDS, create_engine
-from api.db.faults import connection_lost, is_connection_fault
+from api.db.faults import connection_lost, driver_error_means_connection_lost
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.main import create_app
 from api.store import summaries as summary_store
@@ -108,22 +108,22 @@ async def kill_when_reached(
 
 async def message_seqs(sessionmaker: async_sessionmaker[AsyncSession], session: str) -> list[int]:
     async with sessionmaker() as db:
-        pk = (await store.get_session(db, "default", session)).id
-        query = select(Message.seq).where(Message.session_id == pk).order_by(Message.seq)
+        session_key = (await store.get_session(db, "default", session)).id
+        query = select(Message.seq).where(Message.session_id == session_key).order_by(Message.seq)
         return list(await db.scalars(query))
 
 
-# --- what counts as a connection fault --------------------------------------------------------
+# --- what counts as a lost connection ---------------------------------------------------------
 
 
 def test_connection_faults_are_told_from_statement_errors() -> None:
     busy = InternalClientError("cannot switch to state 12; another operation (2) is in progress")
-    assert is_connection_fault(busy)
-    assert is_connection_fault(AdminShutdownError("terminating connection"))
-    assert is_connection_fault(ConnectionResetError("reset by peer"))
-    assert not is_connection_fault(DataError("invalid input for query argument $1"))
-    assert not is_connection_fault(ValueError("no connection involved"))
-    # the pool's checkout found a stale connection, then a fresh one cut at once
+    assert driver_error_means_connection_lost(busy)
+    assert driver_error_means_connection_lost(AdminShutdownError("terminating connection"))
+    assert driver_error_means_connection_lost(ConnectionResetError("reset by peer"))
+    assert not driver_error_means_connection_lost(DataError("invalid input for query argument $1"))
+    assert not driver_error_means_connection_lost(ValueError("no connection involved"))
+    # the pool's checkout found a stale connection, then a fresh one lost at once
     assert connection_lost(InvalidRequestError("This connection is closed"))
     assert not connection_lost(InvalidRequestError("A transaction is already begun"))
 
@@ -220,7 +220,7 @@ def assert_pool_sound(engine: AsyncEngine, caplog: pytest.LogCaptureFixture) -> 
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
-async def test_a_driver_read_cut_mid_statement_runs_again_and_leaves_the_pool_sound(
+async def test_a_driver_read_that_lost_its_connection_runs_again_and_leaves_the_pool_sound(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     before = retries("read")
@@ -566,10 +566,10 @@ def kill_before_calls(
 
 
 HISTORY_BUDGET = 60
-"""A `max_tokens` the test sessions below exceed, so a history load compacts inline."""
+"""A `max_tokens` the test sessions below exceed, so a history load summarizes inline."""
 
 
-async def test_an_inline_compaction_cut_off_once_is_run_once_more(
+async def test_an_inline_summarization_losing_its_connection_once_runs_once_more(
     client: httpx.AsyncClient,
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -600,15 +600,16 @@ INLINE_DEADLINE_SECONDS = 3.0
     [{"summary_inline_deadline_seconds": INLINE_DEADLINE_SECONDS}],
     indirect=True,
 )
-async def test_an_inline_compaction_cut_off_until_its_deadline_answers_the_truncated_context(
+async def test_an_inline_summarization_losing_its_connection_answers_truncated_at_its_deadline(
     client: httpx.AsyncClient,
     database_url: str,
     sessionmaker: async_sessionmaker[AsyncSession],
     monkeypatch: pytest.MonkeyPatch,
     sid: str,
 ) -> None:
-    """A cut compaction runs again within the retry budget, but never past the inline
-    deadline: the chat turn gets the truncated context and a job is left behind."""
+    """An inline summarization that lost its connection runs again within the retry budget, but
+    never past the inline deadline: the chat turn gets the truncated context and a job is left
+    behind."""
     await append(client, sid, *(user(f"question {i} " + "word " * 10) for i in range(6)))
     before = retries("summarization")
     monkeypatch.setattr(
@@ -664,7 +665,7 @@ async def test_a_connection_killed_while_a_summary_is_written_leaves_none_of_it(
     [{"summary_message_limit": 6, "summary_workers": 1}],
     indirect=True,
 )
-async def test_a_background_job_cut_by_a_killed_connection_is_retried_promptly(
+async def test_a_background_job_that_lost_its_connection_is_retried_promptly(
     client: httpx.AsyncClient,
     database_url: str,
     sessionmaker: async_sessionmaker[AsyncSession],
@@ -707,7 +708,7 @@ async def test_every_fact_stays_in_the_context_while_connections_keep_dying(
     sessionmaker: async_sessionmaker[AsyncSession],
     window: int,
 ) -> None:
-    """The perfect-recall model; background jobs, inline compactions and roll-ups, with every
+    """The perfect-recall model; background jobs, inline summarizations and roll-ups, with every
     connection terminated before each request: once idle, the context holds every fact
     planted."""
     fake_llm.mode = "marker_echo"

@@ -51,7 +51,8 @@ GENERATED_ID = r"[0-9a-f]{48}"
 
 @pytest.fixture(scope="module")
 def module_settings() -> dict[str, Any]:
-    """Two tenants, the local model, no background jobs: only the compactions a test asks for."""
+    """Two tenants, the local model, no background jobs: only the summaries a test asks for
+    (`compact`)."""
     return {
         **QUIET,
         "dynamic_summary_enabled": True,

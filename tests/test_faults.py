@@ -58,12 +58,14 @@ async def assert_nothing_lost(
 ) -> None:
     """The session has exactly `messages` messages, seq 1..n, and invariants 1 and 2 hold."""
     async with sessionmaker() as db:
-        pk = (await store.get_session(db, "default", session)).id
+        session_key = (await store.get_session(db, "default", session)).id
         seqs = list(
-            await db.scalars(select(Message.seq).where(Message.session_id == pk).order_by("seq"))
+            await db.scalars(
+                select(Message.seq).where(Message.session_id == session_key).order_by("seq")
+            )
         )
         assert seqs == list(range(1, messages + 1))
-        assert await invariant_violations(db, pk) == []
+        assert await invariant_violations(db, session_key) == []
 
 
 async def count(sessionmaker: async_sessionmaker[AsyncSession], model: type[Any]) -> int:
@@ -284,7 +286,7 @@ async def test_sigterm_finishes_in_flight_requests_and_a_new_process_resumes_the
     first = LiveServer(database_url, tmp_path / "first.log", settings)
     with first:
         async with httpx.AsyncClient(base_url=first.base_url, timeout=WAIT_SECONDS) as http:
-            # A background job whose LLM call hangs, and an inline compaction in flight.
+            # A background job whose LLM call hangs, and an inline summarization in flight.
             await append(http, "bg", *(user(f"HOLD-BACKGROUND {i}") for i in range(4)))
             await wait_until(background.entered)
             await append(http, "fg", *(user(f"HOLD-INLINE {i}") for i in range(3)))

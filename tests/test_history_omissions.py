@@ -71,7 +71,7 @@ async def test_a_call_still_waiting_for_its_output_is_sent_with_a_placeholder(
     api: httpx.AsyncClient, sid: str
 ) -> None:
     """The newest items a reasoning item and the call it led to: both are sent, the call with
-    a placeholder output, as the chat view sends a trailing call."""
+    a placeholder output, as the `openai` format sends a trailing call."""
     await append_items(api, sid, QUESTION, REASONING, CALL)
     loaded = await history(api, sid)
     context = loaded["context"]

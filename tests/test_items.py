@@ -1,4 +1,4 @@
-"""Responses API items: checks, the chat projection, the format views and verbatim storage.
+"""Responses API items: checks, the chat projection, the format conversions and verbatim storage.
 
 Pure functions, no database. The payloads are shaped like the items the OpenAI Agents SDK
 stores for a weather question answered with one tool call.

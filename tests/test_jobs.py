@@ -34,9 +34,9 @@ async def claim(sessionmaker: async_sessionmaker[AsyncSession]) -> store.JobRow 
 async def test_job_of_a_killed_worker_is_claimed_again_after_its_lease(
     sessionmaker: async_sessionmaker[AsyncSession], db: AsyncSession
 ) -> None:
-    session_id = await new_job(db, "killed-worker")
+    session_key = await new_job(db, "killed-worker")
     first = await claim(sessionmaker)
-    assert first is not None and first.session_id == session_id
+    assert first is not None and first.session_id == session_key
     assert (first.status, first.attempts) == ("running", 1)
 
     # The worker is killed here: the job stays `running`, and its lease protects it.
@@ -79,8 +79,8 @@ async def test_job_released_with_backoff_waits_for_its_run_after(
 async def test_enqueue_keeps_one_job_per_session(
     sessionmaker: async_sessionmaker[AsyncSession], db: AsyncSession
 ) -> None:
-    session_id = await new_job(db, "one-job")
-    await store.enqueue_job(db, session_id, "proactive", "token_limit")
+    session_key = await new_job(db, "one-job")
+    await store.enqueue_job(db, session_key, "proactive", "token_limit")
     await db.commit()
     assert await claim(sessionmaker) is not None
     assert await claim(sessionmaker) is None

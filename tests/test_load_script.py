@@ -20,7 +20,7 @@ INFO:     127.0.0.1:40000 - "POST /v1/sessions/load-000/messages HTTP/1.1" 201 C
 ERROR:precis.worker: summarization job 3 of session 5 failed
 Traceback (most recent call last):
   File "/work/main/api/worker.py", line 101, in _run
-    summary = await self._compactor.run(job.session_id, job.trigger, job.reason)
+    summary = await self._summarization.run(job.session_id, job.trigger, job.reason)
   File "/work/main/api/summarization.py", line 140, in run
     raise ValueError("ERROR in the cut")
 ValueError: ERROR in the cut

@@ -112,7 +112,7 @@ async def test_a_background_job_whose_session_is_deleted_meanwhile_is_no_failure
     async with sessionmaker() as db, db.begin():
         session = await store.get_session(db, "default", "doomed-job")
         await store.enqueue_job(db, session.id, "proactive", "message_limit")
-    worker = Worker(app.state.compactor.database, app.state.compactor, concurrency=1)
+    worker = Worker(app.state.summarization.database, app.state.summarization, concurrency=1)
     job = await worker._claim()  # one job, run by hand: no loop to race with
     assert job is not None
     failures = metrics.JOB_FAILURES._value.get()

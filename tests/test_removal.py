@@ -28,7 +28,7 @@ from tests.support.fake_llm import MARKER_PATTERN, FakeLLM
 from tests.test_summaries_api import metric
 
 LOCAL_ONLY: dict[str, Any] = {"summary_workers": 0, "summary_message_limit": 10_000}
-"""The local model, no background jobs: only the compactions a test asks for."""
+"""The local model, no background jobs: only the summaries a test asks for (`compact`)."""
 
 
 async def messages_of(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
@@ -47,9 +47,9 @@ async def compact(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
 
 async def violations(sessionmaker: async_sessionmaker[AsyncSession], sid: str) -> list[str]:
     async with sessionmaker() as db:
-        session_id = await db.scalar(select(Session.id).where(Session.external_id == sid))
-        assert session_id is not None
-        return await invariant_violations(db, session_id)
+        session_key = await db.scalar(select(Session.id).where(Session.external_id == sid))
+        assert session_key is not None
+        return await invariant_violations(db, session_key)
 
 
 async def test_a_removed_message_is_never_listed_or_loaded_and_seqs_stay(
@@ -150,8 +150,8 @@ async def test_removing_a_tool_result_hides_its_call_and_the_call_s_other_result
     answer = await client.delete(f"/v1/sessions/{sid}/messages/{stored[3]['id']}")
     assert answer.status_code == 204
     assert [m["seq"] for m in await messages_of(client, sid)] == [1, 5]
-    for view in ("openai", "responses"):
-        history = (await client.get(f"/v1/sessions/{sid}/history?format={view}")).json()
+    for message_format in ("openai", "responses"):
+        history = (await client.get(f"/v1/sessions/{sid}/history?format={message_format}")).json()
         assert [m["seq"] for m in history["messages"]] == [1, 5]
         assert len(history["context"]) == 2  # no call without its results, no orphan result
     # the hidden half is still there to remove: popping walks back through it one by one
@@ -413,12 +413,12 @@ async def test_a_re_make_is_owed_until_the_erased_range_is_summarized_again(
     stored = (await append(client, sid, user("one"), user("two"), user("three")))["messages"]
     await compact(client, sid)
     async with sessionmaker() as db:
-        session_id = await db.scalar(select(Session.id).where(Session.external_id == sid))
-        assert session_id is not None
-        assert not await store.remake_owed(db, session_id)
+        session_key = await db.scalar(select(Session.id).where(Session.external_id == sid))
+        assert session_key is not None
+        assert not await store.remake_owed(db, session_key)
     await client.delete(f"/v1/sessions/{sid}/messages/{stored[1]['id']}")
     async with sessionmaker() as db:
-        assert await store.remake_owed(db, session_id)
+        assert await store.remake_owed(db, session_key)
     await compact(client, sid)
     async with sessionmaker() as db:
-        assert not await store.remake_owed(db, session_id)
+        assert not await store.remake_owed(db, session_key)

@@ -82,8 +82,8 @@ async def test_a_fallback_summary_is_repaired_once_the_model_is_back(
     old = next(s for s in every["summaries"] if s["id"] == fallback["id"])
     assert old["superseded_by"] == repaired["id"]
     async with sessionmaker() as db:
-        pk = (await store.get_session(db, "default", "outage")).id
-        assert await invariant_violations(db, pk) == []
+        session_key = (await store.get_session(db, "default", "outage")).id
+        assert await invariant_violations(db, session_key) == []
 
 
 async def test_while_the_model_is_down_the_fallback_stays_and_nothing_else_is_stored(

@@ -1,4 +1,4 @@
-"""One summarizer per session, within a process and across replicas.
+"""One summarization per session, within a process and across replicas.
 
 `compact` waits (bounded) for a running summarization of its session and then summarizes
 what is left; `summarization_pending` stays true while a background job runs; two app
@@ -79,16 +79,16 @@ async def other_replica(
 
 
 def watch_lock_requests(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
-    """An event set whenever anyone asks for a summarizer lock (a pass-through spy).
+    """An event set whenever anyone asks for a summarization lock (a pass-through spy).
 
     Clear it once the only worker is busy: the next request for a lock is the compact's.
     """
     reached = asyncio.Event()
     original = SessionLocks.hold
 
-    def hold(self: SessionLocks, session_id: int, wait_seconds: float) -> Any:
+    def hold(self: SessionLocks, session_key: int, wait_seconds: float) -> Any:
         reached.set()
-        return original(self, session_id, wait_seconds)
+        return original(self, session_key, wait_seconds)
 
     monkeypatch.setattr(SessionLocks, "hold", hold)
     return reached
@@ -115,10 +115,10 @@ async def wait_for_summaries(
     raise AssertionError(f"{session} has no {count} summaries within {WAIT_SECONDS} s")
 
 
-async def link_mismatches(db: AsyncSession, session_id: int) -> list[str]:
+async def link_mismatches(db: AsyncSession, session_key: int) -> list[str]:
     """Summaries (live or superseded) whose links are not exactly the messages of their range."""
     seq_of = dict(
-        (await db.execute(select(Message.id, Message.seq).where(Message.session_id == session_id)))
+        (await db.execute(select(Message.id, Message.seq).where(Message.session_id == session_key)))
         .tuples()
         .all()
     )
@@ -126,12 +126,12 @@ async def link_mismatches(db: AsyncSession, session_id: int) -> list[str]:
     rows = await db.execute(
         select(SummaryMessage.summary_id, SummaryMessage.message_id)
         .join(Summary, Summary.id == SummaryMessage.summary_id)
-        .where(Summary.session_id == session_id)
+        .where(Summary.session_id == session_key)
     )
     for summary_id, message_id in rows.tuples():
         linked[summary_id].append(seq_of[message_id])
     problems = []
-    for summary in await db.scalars(select(Summary).where(Summary.session_id == session_id)):
+    for summary in await db.scalars(select(Summary).where(Summary.session_id == session_key)):
         expected = list(range(summary.first_seq, summary.last_seq + 1))
         if sorted(linked[summary.id]) != expected or summary.message_count != len(expected):
             problems.append(
@@ -248,7 +248,7 @@ async def test_compact_on_one_replica_waits_for_a_summarization_running_on_anoth
     sessionmaker: async_sessionmaker[AsyncSession],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Catches a summarizer lock that holds within one process only: the compacting replica
+    """Catches a summarization lock that holds within one process only: the compacting replica
     does not share the in-process lock of the replica whose worker runs the job, so only
     the lease makes it wait; without it the compact answers before the release."""
     reached = watch_lock_requests(monkeypatch)
@@ -415,7 +415,7 @@ async def two_replicas(
 async def test_two_replicas_appending_and_compacting_the_same_sessions_keep_the_invariants(
     two_replicas: list[httpx.AsyncClient], sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
-    """Catches a summarizer lock that holds within one process only: two replicas (each with
+    """Catches a summarization lock that holds within one process only: two replicas (each with
     two workers) summarizing one session at once would store overlapping or duplicate live
     summaries, link a message to two of them, or fail a request with a range conflict. Also
     catches appends racing across replicas (seq gaps or duplicates, a failed append), and

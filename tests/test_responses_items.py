@@ -126,7 +126,7 @@ async def test_a_bad_item_is_refused_naming_the_problem(
     assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404  # nothing stored
 
 
-async def test_the_chat_view_of_items_is_exact_or_refused(
+async def test_the_openai_format_of_items_is_exact_or_refused(
     client: httpx.AsyncClient, sid: str
 ) -> None:
     without_reasoning = [item for item in WEATHER_TURN if item.get("type") != "reasoning"]
@@ -155,7 +155,7 @@ async def test_the_chat_view_of_items_is_exact_or_refused(
     assert "reasoning" in refused.json()["detail"]
 
 
-async def test_the_items_view_of_chat_messages_is_exact_or_refused(
+async def test_the_responses_format_of_chat_messages_is_exact_or_refused(
     client: httpx.AsyncClient, sid: str
 ) -> None:
     call = {
@@ -181,7 +181,7 @@ async def test_the_items_view_of_chat_messages_is_exact_or_refused(
 
 
 @pytest.mark.parametrize("settings_overrides", [LOCAL_ONLY], indirect=True)
-async def test_summaries_head_the_items_view_and_never_split_a_call_from_its_output(
+async def test_summaries_head_the_responses_format_and_never_split_a_call_from_its_output(
     client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
     question = {"role": "user", "content": "MARKER-q compare two cities"}

@@ -322,10 +322,10 @@ async def test_delete_removes_messages_summaries_and_links(
 ) -> None:
     await append(api, sid, 4)
     (summary_id,) = await summarize(app_db, sid, (1, 2))
-    internal_id = (await store.get_session(app_db, DEVELOPMENT_TENANT, sid)).id
+    session_key = (await store.get_session(app_db, DEVELOPMENT_TENANT, sid)).id
     await app_db.commit()
     assert (await api.delete(f"/v1/sessions/{sid}")).status_code == 204
-    assert await rows(app_db, internal_id, summary_id) == (0, 0, 0)
+    assert await rows(app_db, session_key, summary_id) == (0, 0, 0)
 
 
 async def test_delete_leaves_other_sessions_untouched(
@@ -340,11 +340,11 @@ async def test_delete_leaves_other_sessions_untouched(
     assert await rows(app_db, kept_id, summary_id) == (3, 1, 2)
 
 
-async def rows(app_db: AsyncSession, session_id: int, summary_id: int) -> tuple[int, int, int]:
+async def rows(app_db: AsyncSession, session_key: int, summary_id: int) -> tuple[int, int, int]:
     """Stored messages and summaries of a session, and links of one summary."""
     counted = (
-        await app_db.scalar(select(func.count()).where(Message.session_id == session_id)),
-        await app_db.scalar(select(func.count()).where(Summary.session_id == session_id)),
+        await app_db.scalar(select(func.count()).where(Message.session_id == session_key)),
+        await app_db.scalar(select(func.count()).where(Summary.session_id == session_key)),
         await app_db.scalar(select(func.count()).where(SummaryMessage.summary_id == summary_id)),
     )
     await app_db.commit()

@@ -1,4 +1,4 @@
-"""Summary endpoints, inline compaction in the loader, guards, retries and metrics."""
+"""Summary endpoints, inline summarization in the loader, guards, retries and metrics."""
 
 from __future__ import annotations
 
@@ -93,7 +93,9 @@ async def test_history_over_budget_compacts_inline_before_truncating(
     [{"summary_keep_last_n": 50, "summary_message_limit": 1000}],
     indirect=True,
 )
-async def test_history_truncates_when_compaction_cannot_shrink(client: httpx.AsyncClient) -> None:
+async def test_history_truncates_when_summarization_cannot_shrink(
+    client: httpx.AsyncClient,
+) -> None:
     text = "Details about the shipment and the customs papers. " * 10
     await append(client, "nothing", *(user(f"{i}: {text}") for i in range(20)))
     history = (await client.get("/v1/sessions/nothing/history?max_tokens=600")).json()

@@ -12,12 +12,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import store
-from api.compaction import Compactor
 from api.db.engine import create_database
 from api.db.models import Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
 from api.store import summaries as summary_store
+from api.summarization import Summarization
 from tests.conftest import make_settings
 from tests.helpers import (
     WAIT_SECONDS,
@@ -32,7 +32,7 @@ from tests.invariants import invariant_violations
 from tests.support.fake_llm import FakeLLM
 
 
-async def session_pk(db: AsyncSession, external_id: str) -> int:
+async def session_key_of(db: AsyncSession, external_id: str) -> int:
     return (await store.get_session(db, "default", external_id)).id
 
 
@@ -197,9 +197,9 @@ async def test_concurrent_compacts_keep_live_summaries_contiguous(
     statuses = await asyncio.gather(*(compact_after_append(i) for i in range(10)))
     assert set(statuses) == {200}
     async with sessionmaker() as db:
-        pk = await session_pk(db, "race")
-        assert await invariant_violations(db, pk) == []
-        live = await store.live_summaries(db, pk)
+        session_key = await session_key_of(db, "race")
+        assert await invariant_violations(db, session_key) == []
+        live = await store.live_summaries(db, session_key)
     assert live and live[0].first_seq == 1
 
 
@@ -212,16 +212,16 @@ async def test_failure_between_summary_insert_and_links_leaves_nothing(
 ) -> None:
     await append(client, "crash", *(user(f"m{i}") for i in range(8)))
     database = create_database(engine)
-    compactor = Compactor(make_settings(database_url), database, SessionLocks(database))
+    summarization = Summarization(make_settings(database_url), database, SessionLocks(database))
     async with sessionmaker() as db:
-        pk = await session_pk(db, "crash")
+        session_key = await session_key_of(db, "crash")
 
     async def crash(*_args: Any) -> None:
         raise RuntimeError("injected crash after the summary insert")
 
     monkeypatch.setattr(summary_store, "_link_messages", crash)
     with pytest.raises(RuntimeError, match="injected crash"):
-        await compactor.run(pk, "overflow_retry", "overflow_retry", keep_last_n=0)
+        await summarization.run(session_key, "overflow_retry", "overflow_retry", keep_last_n=0)
     async with sessionmaker() as db:
         assert await db.scalar(select(func.count()).select_from(Summary)) == 0
         assert await db.scalar(select(func.count()).select_from(SummaryMessage)) == 0
@@ -284,9 +284,9 @@ async def test_rollups_keep_every_marker_within_summary_limit(
     found = {int(n) for n in re.findall(r"MARKER-(\d+)", context_text)}
     assert set(range(220)) - found == set()
     async with sessionmaker() as db:
-        pk = await session_pk(db, "rollup")
-        assert await invariant_violations(db, pk) == []
-        levels = {s.level for s in await store.live_summaries(db, pk)}
+        session_key = await session_key_of(db, "rollup")
+        assert await invariant_violations(db, session_key) == []
+        levels = {s.level for s in await store.live_summaries(db, session_key)}
     assert max(levels) >= 1
 
 

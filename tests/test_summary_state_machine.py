@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from api.append import new_messages
-from api.compaction import Compactor
 from api.db.engine import create_database, create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.schemas import AppendRequest
+from api.summarization import Summarization
 from tests.conftest import make_settings
 from tests.helpers import append_batch
 from tests.invariants import invariant_violations
@@ -46,9 +46,9 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             self.sessionmaker = create_sessionmaker(self.engine)
             app_settings = make_settings(database_url, summary_limit=2, summary_workers=0)
             database = create_database(self.engine)
-            self.compactor = Compactor(app_settings, database, SessionLocks(database))
+            self.summarization = Summarization(app_settings, database, SessionLocks(database))
             self.external_id = f"sm-{uuid.uuid4().hex[:10]}"
-            self.session_id: int | None = None
+            self.session_key: int | None = None
             self.count = 0
 
         def run(self, coroutine: Any) -> Any:
@@ -66,7 +66,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             async def go() -> None:
                 async with self.sessionmaker() as db:
                     outcome = await append_batch(db, "default", self.external_id, batch)
-                    self.session_id = outcome.session.id
+                    self.session_key = outcome.session.id
 
             self.run(go())
 
@@ -75,19 +75,19 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             keep=st.integers(min_value=0, max_value=4),
         )
         def compact(self, trigger: str, keep: int) -> None:
-            if self.session_id is None:
+            if self.session_key is None:
                 return
-            self.run(self.compactor.run(self.session_id, trigger, trigger, keep))  # type: ignore[arg-type]
+            self.run(self.summarization.run(self.session_key, trigger, trigger, keep))  # type: ignore[arg-type]
 
         @invariant()
         def no_message_lost_and_live_summaries_contiguous(self) -> None:
-            if self.session_id is None:
+            if self.session_key is None:
                 return
 
             async def check() -> list[str]:
                 async with self.sessionmaker() as db:
-                    assert self.session_id is not None
-                    return await invariant_violations(db, self.session_id)
+                    assert self.session_key is not None
+                    return await invariant_violations(db, self.session_key)
 
             assert self.run(check()) == []
 

@@ -75,7 +75,7 @@ FULL_METADATA: dict[str, Any] = {
 class Seeded:
     """A session of ten messages: summaries 1..4 and 5..8 rolled up into one (level 1)."""
 
-    session_id: int
+    session_key: int
     external_id: str
     messages: list[store.MessageRow]
     first: store.SummaryRow
@@ -121,9 +121,9 @@ def draft(
 
 
 async def save(
-    db: AsyncSession, session_id: int, summary_draft: store.SummaryDraft
+    db: AsyncSession, session_key: int, summary_draft: store.SummaryDraft
 ) -> store.SummaryRow:
-    summary = await store.save_summary(db, session_id, summary_draft)
+    summary = await store.save_summary(db, session_key, summary_draft)
     await db.commit()
     return summary
 
@@ -135,14 +135,14 @@ async def seed_session(
     outcome = await append_batch(
         db, tenant, external_id, [new_message(spec) for spec in CONVERSATION]
     )
-    session_id = outcome.session.id
-    first = await save(db, session_id, draft(1, 4, FULL_METADATA))
-    second = await save(db, session_id, draft(5, 8, {"trigger": "manual"}))
+    session_key = outcome.session.id
+    first = await save(db, session_key, draft(1, 4, FULL_METADATA))
+    second = await save(db, session_key, draft(5, 8, {"trigger": "manual"}))
     rollup_metadata = {**FULL_METADATA, "trigger_reason": "rollup", "truncated": False}
     rollup = await save(
-        db, session_id, draft(1, 8, rollup_metadata, level=1, absorbs=(first.id, second.id))
+        db, session_key, draft(1, 8, rollup_metadata, level=1, absorbs=(first.id, second.id))
     )
-    return Seeded(session_id, external_id, outcome.messages, first, second, rollup)
+    return Seeded(session_key, external_id, outcome.messages, first, second, rollup)
 
 
 async def trace(database_url: str, *args: str) -> tuple[int, str, str]:
@@ -291,7 +291,7 @@ async def test_trace_json_nests_absorbed_summaries_with_their_messages(
     assert answer["session"] == {
         "id": "chat-1",
         "tenant": "default",
-        "internal_id": seeded.session_id,
+        "internal_id": seeded.session_key,
         "last_seq": 10,
     }
     rollup = answer["summary"]
@@ -369,7 +369,7 @@ async def test_without_tenant_a_session_id_is_found_in_whichever_tenant_has_it(
     answer = await trace_json(database_url, "--session", "chat-9")
 
     assert answer["session"]["tenant"] == "acme"
-    assert answer["session"]["internal_id"] == seeded.session_id
+    assert answer["session"]["internal_id"] == seeded.session_key
     assert [root["id"] for root in answer["summaries"]] == [seeded.rollup.id]
 
 

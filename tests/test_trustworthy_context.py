@@ -18,7 +18,7 @@ from tests.support.fake_llm import FakeLLM
 from tests.test_verify import run_verify
 
 SUMMARIZING: dict[str, Any] = {"summary_workers": 0, "summary_message_limit": 10_000}
-"""The local model, no background jobs: only the compactions a test asks for."""
+"""The local model, no background jobs: only the summaries a test asks for (`compact`)."""
 
 
 @pytest.mark.parametrize("settings_overrides", [SUMMARIZING], indirect=True)
@@ -46,7 +46,9 @@ async def test_overflow_retry_summarizes_everything_after_an_assistant_turn(
 
 
 @pytest.mark.parametrize("settings_overrides", [SUMMARIZING], indirect=True)
-async def test_an_inline_compaction_keeps_the_pending_question(client: httpx.AsyncClient) -> None:
+async def test_an_inline_summarization_keeps_the_pending_question(
+    client: httpx.AsyncClient,
+) -> None:
     await client.post("/v1/sessions", json={"id": "inline", "settings": {"keep_last_n": 0}})
     turns = [m for i in range(20) for m in (user(f"ask {i} " * 20), assistant(f"answer {i} " * 20))]
     question = "And the MARKER-question itself?"
@@ -158,8 +160,8 @@ async def test_the_system_prompt_is_pinned_ahead_of_the_summaries(
     assert tight["context"][:2] == [system, developer]  # never truncated away
     assert tight["context"][-1] == user("ask 3")
     async with sessionmaker() as db:
-        pk = (await store.get_session(db, "default", "pinned")).id
-        assert await invariant_violations(db, pk) == []
+        session_key = (await store.get_session(db, "default", "pinned")).id
+        assert await invariant_violations(db, session_key) == []
     code, out, err = await run_verify(database_url, "--session", "pinned")
     assert code == 0, out + err
 

@@ -208,7 +208,7 @@ async def test_a_gap_in_seqs_is_named(database_url: str, db: AsyncSession, seede
 async def test_a_last_seq_behind_the_messages_is_named(
     database_url: str, db: AsyncSession, seeded: Seeded
 ) -> None:
-    await corrupt(db, "UPDATE sessions SET last_seq = 7 WHERE id = :s", s=seeded.session_id)
+    await corrupt(db, "UPDATE sessions SET last_seq = 7 WHERE id = :s", s=seeded.session_key)
 
     code, out, _ = await run_verify(database_url)
 
@@ -326,7 +326,7 @@ async def test_a_first_message_id_of_another_session_or_of_no_message_is_named(
         f"first_message_id 987654, but seq 5 is message {fifth.id}; no message has id 987654",
         f"default/chat-1  message_ids    summary {seeded.rollup.id} (seqs 1..8) records "
         f"first_message_id {foreign.id}, but seq 1 is message {first.id}; "
-        f"message {foreign.id} is in another session (internal id {other.session_id})",
+        f"message {foreign.id} is in another session (session key {other.session_key})",
     ]
 
 

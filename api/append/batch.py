@@ -22,7 +22,7 @@ class AppendOutcome:
 @dataclass(frozen=True)
 class CountedBacklog:
     """What lies after the newest live summary (and the pinned prefix), as the statement
-    counted it with the `api.compaction.BacklogCounting` it was given."""
+    counted it with the `api.summarization.BacklogCounting` it was given."""
 
     summarized_seq: int
     """The newest live summary's last seq (0: none)."""
@@ -121,13 +121,13 @@ def _content_of(message: NewMessage | MessageRow) -> tuple[object, ...]:
 
 
 def stored_row(
-    message_id: int, session_id: int, seq: int, new: NewMessage, created_at: datetime
+    message_id: int, session_key: int, seq: int, new: NewMessage, created_at: datetime
 ) -> MessageRow:
     """The row an append stores for `new`, built by name: a column added to both row types
     needs no change here."""
     return MessageRow(
         id=message_id,
-        session_id=session_id,
+        session_id=session_key,
         seq=seq,
         created_at=created_at,
         removed_at=None,

@@ -7,8 +7,8 @@ The statement locks the session row (or creates the session), leaves out every m
 `client_id` the session already holds, inserts the rest at contiguous seqs from one `unnest`
 of the batch, and answers what the proactive trigger asks (the backlog after the newest live
 summary, and whether a job is queued already): one round trip where a transaction took five.
-Every message it inserts carries the request's random `append_id`, so a request whose
-connection was cut before the answer arrived can tell whether its statement landed
+Every message it inserts carries the request's random `append_id`, so a request that lost
+its connection before the answer arrived can tell whether its statement landed
 (`landed`). The guarantees (SQLite's append, `api.append.sqlite`, gives the same):
 contiguous seqs in per-session order, the whole batch or nothing, and a repeated `client_id`
 answered with the stored message.
@@ -33,13 +33,13 @@ from api.append.batch import (
     raise_idempotency_conflict,
     stored_row,
 )
-from api.compaction import BacklogCounting
 from api.db.faults import connection_lost
 from api.db.models import utcnow
 from api.db.pooler import transaction_pooled
 from api.db.transactions import driver_connection
 from api.errors import Conflict
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
+from api.summarization import BacklogCounting
 
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
 
@@ -187,7 +187,8 @@ WHERE session_id = (SELECT id FROM sessions WHERE tenant = $1 AND external_id = 
   AND append_id = $3
 ORDER BY seq
 """
-"""The messages one append stored; a scan of the session's messages, run only after a cut."""
+"""The messages one append stored; a scan of the session's messages, run only after a lost
+connection."""
 
 
 _SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
@@ -201,7 +202,7 @@ pooler, whose append is a transaction) holding its transaction open until the po
 the connection of the client that went away."""
 
 
-class AppendCutOff(Exception):
+class AppendConnectionLost(Exception):
     """The connection died before the statement's answer arrived: it may have landed."""
 
     def __init__(self, server_pid: int) -> None:
@@ -260,7 +261,7 @@ async def append(
     """Append `batch` in one statement; None when a concurrent request created the session
     at the same moment (run it again: the row is there now).
 
-    Raises `AppendCutOff` when the connection died before the answer arrived.
+    Raises `AppendConnectionLost` when the connection died before the answer arrived.
     """
     now = utcnow()
     values = arguments(tenant, external_id, batch, now, append_id, counting)
@@ -287,9 +288,9 @@ async def append(
             ]
             stored = await _stored(connection, session.id, batch, fresh)
     except Exception as exc:
-        # cut before the statement was sent: nothing ran, the caller runs it again
+        # lost before the statement was sent: nothing ran, the caller runs it again
         if server_pid is not None and connection_lost(exc):
-            raise AppendCutOff(server_pid) from exc
+            raise AppendConnectionLost(server_pid) from exc
         raise
     after_seq = row["after_seq"]
     backlog = CountedBacklog(
@@ -311,19 +312,19 @@ async def _server_pid(engine: AsyncEngine, connection: Any) -> int:
 
 
 async def _stored(
-    connection: Any, session_id: int, batch: Sequence[NewMessage], fresh: Sequence[MessageRow]
+    connection: Any, session_key: int, batch: Sequence[NewMessage], fresh: Sequence[MessageRow]
 ) -> dict[str, MessageRow]:
     """The stored messages that the batch's repeated client ids name."""
     inserted = {message.client_id for message in fresh}
     repeated = {m.client_id for m in batch if m.client_id is not None} - inserted
     if not repeated:
         return {}
-    rows = await connection.fetch(_STORED, session_id, list(repeated))
+    rows = await connection.fetch(_STORED, session_key, list(repeated))
     return {row["client_id"]: MessageRow._make(row) for row in rows}
 
 
 async def still_running(engine: AsyncEngine, server_pid: int) -> bool:
-    """Whether the server process of a cut connection is still running its statement or
+    """Whether the server process of a lost connection is still running its statement or
     transaction (it commits or rolls back when it ends; a process that is gone or idle has
     ended)."""
     async with driver_connection(engine) as connection:

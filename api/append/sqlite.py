@@ -8,8 +8,8 @@ lock), leaves out every message whose `client_id` the session already holds, mov
 session's seqs (or creates the session), inserts the batch in one multi-row INSERT and counts
 what the proactive trigger asks, with the counting of the session's own policy. Its answer
 and guarantees are `api.append.postgresql`'s: contiguous seqs in per-session order, the whole
-batch or nothing, a repeated `client_id` answered with the stored message. Nothing can cut a
-local COMMIT halfway, so it needs no append id.
+batch or nothing, a repeated `client_id` answered with the stored message. A local COMMIT loses
+no connection halfway, so it needs no append id.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from api.append.batch import (
     leading_pinned,
     stored_row,
 )
-from api.compaction import BacklogCounting
 from api.db import driver
 from api.db.models import Message, Session, utcnow
 from api.db.transactions import Database
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
+from api.summarization import BacklogCounting
 
 _DIALECT = sqlite.dialect()
 _SESSION_NAMES = ", ".join(column.name for column in SESSION_COLUMNS)

@@ -16,15 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api import items, store
 from api.append import postgresql, sqlite
 from api.append.batch import Appended, AppendOutcome, CountedBacklog
-from api.compaction import BacklogCounting, pinned_floor, proactive_reason
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
     RETRY_PAUSE_SECONDS,
-    CommitInterrupted,
+    CommitConnectionLost,
     Database,
     RetryBudget,
+    connection_lost_or_commit_unknown,
     current_budget,
-    cut_off,
     retrying,
 )
 from api.errors import Conflict, PayloadTooLarge
@@ -36,6 +35,13 @@ from api.schemas import (
     SummarizationStatus,
 )
 from api.settings import Settings, SummaryPolicy
+from api.summarization import (
+    BacklogCounting,
+    due_reason,
+    pinned_floor,
+    proactive_reason,
+    schedule_summary,
+)
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 from summarizer.triggers import ProactiveReason
@@ -46,7 +52,7 @@ session, or stored one of its client ids, at the same moment): nothing landed, r
 A lost connection is retried within the request's retry budget instead."""
 
 OUTCOME_WAIT_SECONDS = 5.0
-"""How long an append whose connection was cut off waits for the server process that ran its
+"""How long an append that lost its connection waits for the server process that ran its
 statement to end, while the database answers (the server ends a dead connection's statement
 within moments); while the database does not answer, it waits within the retry budget."""
 
@@ -84,18 +90,18 @@ def new_item(given: ItemIn, max_bytes: int, index: int) -> store.NewMessage:
     size = len(text.encode())
     if size > max_bytes:
         raise PayloadTooLarge(f"items[{index}].item is {size} bytes; the limit is {max_bytes}")
-    view = items.projection(given.item)
-    content = view.get("content")
+    reading = items.projection(given.item)
+    content = reading.get("content")
     return store.NewMessage(
-        role=view["role"],
+        role=reading["role"],
         content=content if isinstance(content, str) else None,
         content_parts=content if isinstance(content, list) else None,
         name=None,
-        tool_calls=view.get("tool_calls"),
-        tool_call_id=view.get("tool_call_id"),
+        tool_calls=reading.get("tool_calls"),
+        tool_call_id=reading.get("tool_call_id"),
         metadata=given.metadata,
         client_id=given.client_id,
-        token_count=count_message(view),
+        token_count=count_message(reading),
         item=text,
     )
 
@@ -165,7 +171,10 @@ async def _store_in_one_call(
     policy reads it (resolved in the driver's thread, from the row the transaction holds)."""
     counting_of = partial(_counting_of, settings)
     appended = await sqlite.append(database, tenant, external_id, batch, counting_of)
-    return appended.outcome, await _schedule(database, settings, appended)
+    outcome = appended.outcome
+    return outcome, await _schedule_summary_after_append(
+        database, settings, outcome.session, appended
+    )
 
 
 def _counting_of(settings: Settings, overrides: dict[str, Any] | None) -> BacklogCounting:
@@ -185,7 +194,7 @@ async def _store_in_one_statement(
     Lost before the answer arrived, the statement may have landed: once the server process
     that ran it has ended, the messages carrying this request's append id say whether it did.
     If it did, they are the answer; if not, it runs again (with the same id); if the database
-    cannot tell in time, `CommitInterrupted` goes up (503).
+    cannot tell in time, `CommitConnectionLost` goes up (503).
     """
     engine = database.engine
     append_id = secrets.randbits(63)
@@ -196,13 +205,14 @@ async def _store_in_one_statement(
             appended = await postgresql.append(
                 engine, tenant, external_id, batch, append_id, _counting_of(settings, None)
             )
-        except postgresql.AppendCutOff as exc:
+        except postgresql.AppendConnectionLost as exc:
             outcome = await _landed(
                 engine, tenant, external_id, batch, append_id, exc.server_pid, budget
             )
             if outcome is not None:
-                policy = settings.policy(outcome.session.settings)
-                return outcome, await _schedule_if_due(database, outcome.session, policy, None)
+                return outcome, await _schedule_summary_after_append(
+                    database, settings, outcome.session
+                )
             # it did not land: nothing was stored
             if not await budget.wait_to_retry(exc, "an append", "append"):
                 raise exc.__cause__ or exc from None
@@ -218,23 +228,16 @@ async def _store_in_one_statement(
                 raise
         else:
             if appended is not None:
-                return appended.outcome, await _schedule(database, settings, appended)
+                session = appended.outcome.session
+                return appended.outcome, await _schedule_summary_after_append(
+                    database, settings, session, appended
+                )
             races += 1  # a concurrent request created the session just now
             if races >= RACE_ATTEMPTS:
                 raise Conflict(
                     "the session was created and deleted under this append repeatedly; retry"
                 )
             await asyncio.sleep(RETRY_PAUSE_SECONDS * races)
-
-
-async def _schedule(
-    database: Database, settings: Settings, appended: Appended
-) -> ProactiveReason | None:
-    """The proactive trigger's answer to what an append's statement counted; records the job."""
-    session = appended.outcome.session
-    policy = settings.policy(session.settings)
-    backlog = _backlog(policy, session, appended.backlog)
-    return await _schedule_if_due(database, session, policy, backlog, appended.job_queued)
 
 
 def _backlog(
@@ -254,16 +257,6 @@ def _backlog(
     return None
 
 
-async def _read_reason(
-    database: Database, session: store.SessionRow, policy: SummaryPolicy
-) -> ProactiveReason | None:
-    """`proactive_reason` of the session's backlog, read from the database."""
-    floor = pinned_floor(session, policy)
-    async with database.reading() as db:
-        backlog = await store.backlog(db, session.id, session.last_seq, floor, policy.message_limit)
-    return proactive_reason(policy, backlog)
-
-
 async def _landed(
     engine: AsyncEngine,
     tenant: str,
@@ -273,9 +266,10 @@ async def _landed(
     server_pid: int,
     budget: RetryBudget,
 ) -> AppendOutcome | None:
-    """What a cut-off append stored, once the server process that ran it has ended; None if it
-    stored nothing. Raises `CommitInterrupted` if the database cannot tell: its process still
-    runs after OUTCOME_WAIT_SECONDS, or the database does not answer within the budget."""
+    """What an append that lost its connection stored, once the server process that ran it has
+    ended; None if it stored nothing. Raises `CommitConnectionLost` if the database cannot tell:
+    its process still runs after OUTCOME_WAIT_SECONDS, or the database does not answer within
+    the budget."""
     running_until: float | None = None
     while True:
         try:
@@ -284,10 +278,10 @@ async def _landed(
         except Exception as exc:
             if not connection_lost(exc):
                 raise
-            # the database is not answering (a restart cut the append): wait for it
+            # the database is not answering (a restart took the append's connection): wait for it
             asking = "finding out whether an append landed"
             if not await budget.wait_to_retry(exc, asking, "append"):
-                raise CommitInterrupted(
+                raise CommitConnectionLost(
                     "the append's connection was lost and the database did not come back; "
                     "its outcome is unknown"
                 ) from exc
@@ -295,26 +289,29 @@ async def _landed(
         now = time.monotonic()
         running_until = running_until or now + OUTCOME_WAIT_SECONDS
         if now >= running_until:
-            raise CommitInterrupted("the append's connection was lost; its outcome is unknown")
+            raise CommitConnectionLost("the append's connection was lost; its outcome is unknown")
         await asyncio.sleep(OUTCOME_POLL_SECONDS)
 
 
-async def _schedule_if_due(
+async def _schedule_summary_after_append(
     database: Database,
+    settings: Settings,
     session: store.SessionRow,
-    policy: SummaryPolicy,
-    backlog: store.Backlog | None,
-    job_queued: bool = False,
+    appended: Appended | None = None,
 ) -> ProactiveReason | None:
-    """Record a job when the backlog reaches a limit, after an append that stored its messages
-    on its own; the backlog is read here (a read; a write only when due) when the append did
-    not count what the session's policy reads.
+    """`schedule_summary_if_due` after an append that stored its messages on its own: what the
+    append's statement counted (`appended`; None: nothing, as when its connection was lost)
+    answers the proactive trigger when it is what the session's policy reads; otherwise the
+    backlog is read here, in a read of its own (a write only when due).
 
     The messages are stored whatever happens here: if the job cannot be recorded, the
     session's next append looks again (its backlog is still over the limit).
     """
+    policy = settings.policy(session.settings)
     if not policy.dynamic_summary_enabled:
         return None
+    job_queued = appended is not None and appended.job_queued
+    backlog = _backlog(policy, session, appended.backlog) if appended is not None else None
     counted: ProactiveReason | None = None
     if backlog is not None:
         counted = proactive_reason(policy, backlog)
@@ -322,16 +319,19 @@ async def _schedule_if_due(
             return counted
 
     async def record() -> ProactiveReason | None:
-        reason = counted or await _read_reason(database, session, policy)
+        reason = counted
+        if reason is None:
+            async with database.reading() as db:
+                reason = await due_reason(db, session, policy)
         if reason is not None and not job_queued:
             async with database.transaction() as db:
-                await store.enqueue_job(db, session.id, "proactive", reason)
+                await schedule_summary(db, session.id, reason)
         return reason
 
     try:
         return await retrying(record, "recording a summarization job", "summarization")
     except Exception as exc:
-        if not cut_off(exc):
+        if not connection_lost_or_commit_unknown(exc):
             raise
         logger.warning("an append's summarization job was not recorded: %s", describe_fault(exc))
         return None

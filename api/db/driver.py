@@ -14,7 +14,7 @@ load's cost on PostgreSQL and most of it on SQLite (`docs/performance.md`).
   same sqlite3 connection: in WAL mode a reader never waits for a writer, so it cannot block
   the loop for longer than the read itself. Larger reads take the hop.
 
-A read cut by a lost connection runs once more on a fresh one, as
+A read that lost its connection runs once more on a fresh one, as
 `api.db.transactions.ReadSession` does for the others. The connections come from the unit of
 work (`api.db.transactions.driver_connection`), which owns every transaction on them.
 """
@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from api.db.transactions import driver_connection, read_once_more_if_cut
+from api.db.transactions import driver_connection, read_again_if_connection_lost
 
 Processor = Callable[[Any], Any]
 
@@ -131,7 +131,9 @@ async def fetch(
     """
     compiled = _driver_statement(statement, engine.dialect)
     arguments = compiled.arguments(params)
-    rows = await read_once_more_if_cut(partial(_fetch_once, engine, compiled.sql, arguments, paged))
+    rows = await read_again_if_connection_lost(
+        partial(_fetch_once, engine, compiled.sql, arguments, paged)
+    )
     return decode(rows, compiled.decoders)
 
 

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.util import await_
 
 from api.db.driver import uses_driver
-from api.db.faults import mark_connection_faults
+from api.db.faults import mark_lost_connections
 from api.db.pooler import mark_pooled, pooler_connect_args, split_pooler, transaction_pooled
 from api.db.transactions import Database, PooledReadSession, ReadSession
 
@@ -32,7 +32,7 @@ ALIVE_BYPASS_SECONDS = 0.5
 
 Under traffic a connection returns and leaves again within milliseconds: pinging it each time
 would cost three round trips per request (more than a history load's own queries). A
-connection idle for longer, which a server restart or an idle timeout may have cut, is pinged
+connection idle for longer, which a server restart or an idle timeout may have closed, is pinged
 first (one round trip) and replaced if dead.
 """
 
@@ -51,7 +51,7 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
         engine = create_async_engine(url, **kwargs)
         if pooled:
             mark_pooled(engine)
-        mark_connection_faults(engine)
+        mark_lost_connections(engine)
         _ping_idle_connections(engine)
         return engine
     if url.database and url.database != ":memory:":
@@ -144,8 +144,8 @@ def create_read_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSes
     all a transaction at PostgreSQL's default level (read committed) gives too. The readers
     are built for it: messages never change once stored, so a summary landing between two
     statements of a load only leaves already-summarized messages in the tail, never a gap.
-    A read request that waits on the LLM (`compact`, inline compaction) holds no open
-    transaction either. A statement cut by a lost connection runs once more (`ReadSession`).
+    A read request that waits on the LLM (`compact`, inline summarization) holds no open
+    transaction either. A statement that lost its connection runs once more (`ReadSession`).
     """
     session_class = PooledReadSession if transaction_pooled(engine) else ReadSession
     reads = read_engine(engine)

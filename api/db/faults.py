@@ -1,10 +1,11 @@
-"""Connection faults: which database errors mean the connection failed, not the statement.
+"""Lost connections: which database errors mean the connection was lost, not that the
+statement failed (`connection_lost` is the predicate the rest of the service asks).
 
 PostgreSQL connections die in production (failovers, poolers recycling, `idle_session_timeout`,
 an operator's `pg_terminate_backend`). Such an error says nothing about the statement: the
 same statement on a fresh connection would succeed. SQLAlchemy's asyncpg dialect only calls
 an error a disconnect once the socket is closed, which lags the server's "terminating
-connection" message; `mark_connection_faults` makes every such error a disconnect, so the
+connection" message; `mark_lost_connections` makes every such error a disconnect, so the
 pool throws the connection (and its stale siblings) away instead of handing it out again.
 """
 
@@ -36,8 +37,9 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def is_connection_fault(error: BaseException) -> bool:
-    """`error` (a driver error, or anything wrapping one) says the connection failed."""
+def driver_error_means_connection_lost(error: BaseException) -> bool:
+    """`error` (a driver error, or anything wrapping one) says the connection was lost: what
+    the driver's own error says, before SQLAlchemy marks it (`connection_lost` asks both)."""
     for cause in _causes(error):
         sqlstate = getattr(cause, "sqlstate", None)
         if isinstance(sqlstate, str) and (
@@ -65,27 +67,29 @@ def _asyncpg_state_error(cause: BaseException) -> bool:
 
 POOL_GAVE_UP = "This connection is closed"
 """What SQLAlchemy's pool raises when the connections it tried at one checkout were all dead
-(a stale one, then a fresh one cut at once): no statement ran."""
+(a stale one, then a fresh one lost at once): no statement ran."""
 
 
 def connection_lost(exc: BaseException) -> bool:
     """An error raised because the connection died (or none could be made): SQLAlchemy's, or
     the driver's own on the hot reads' fast path (`api.db.driver`)."""
     if isinstance(exc, DBAPIError):
-        return exc.connection_invalidated or is_connection_fault(exc)
+        return exc.connection_invalidated or driver_error_means_connection_lost(exc)
     if isinstance(exc, InvalidRequestError):
         return str(exc).startswith(POOL_GAVE_UP)
     # the driver could not even connect, or a statement run on the driver itself lost it
-    return isinstance(exc, OSError) or is_connection_fault(exc)
+    return isinstance(exc, OSError) or driver_error_means_connection_lost(exc)
 
 
-def mark_connection_faults(engine: AsyncEngine) -> None:
-    """Treat every connection fault as a disconnect: the connection is invalidated (with the
+def mark_lost_connections(engine: AsyncEngine) -> None:
+    """Treat every lost connection as a disconnect: the connection is invalidated (with the
     pool's other connections of the same age), and the error says `connection_invalidated`."""
 
     @event.listens_for(engine.sync_engine, "handle_error")
-    def _connection_fault(context: Any) -> None:
-        if not context.is_disconnect and is_connection_fault(context.original_exception):
+    def _lost_connection(context: Any) -> None:
+        if not context.is_disconnect and driver_error_means_connection_lost(
+            context.original_exception
+        ):
             context.is_disconnect = True
 
 

@@ -155,7 +155,7 @@ class Message(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     append_id: Mapped[int | None] = mapped_column(BigInteger)
     """The random id of the request that stored the message, set by PostgreSQL's
-    one-statement append (`api.append.postgresql`): an append whose connection was cut before
+    one-statement append (`api.append.postgresql`): an append that lost its connection before
     its answer arrived finds out by it whether it landed. Never shown to clients."""
     removed_at: Mapped[datetime | None]
     """Set when a client removed the message: the row stays as a tombstone keeping its seq,

@@ -9,7 +9,7 @@ a server connection from one transaction to the next:
 - every statement runs inside a transaction, even a read (asyncpg prepares a statement and
   binds it in two exchanges, and between them the pooler may hand the client another server
   connection, which never saw the unnamed statement);
-- no session state: the summarizer's lock is a lease on a row (`api.store.leases`), not an
+- no session state: the summarization lock is a lease on a row (`api.store.leases`), not an
   advisory lock held by a connection.
 """
 

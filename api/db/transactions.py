@@ -5,27 +5,27 @@ Who begins and commits: `Database` below, and nothing else. A request's reads ru
 session (`Database.reading`, opened by its dependency, `api.deps`, or by its use case); its
 writes in a transaction (`Database.transaction`, or `Database.write`, which runs it again when
 its connection is lost); the append on SQLite in one transaction on the driver's own
-connection (`Database.driver_transaction`). Summarization (`api.compaction`), the summarizer's
-lease (`api.locks`) and the worker (`api.worker`) take the same `Database`, built on the pool
+connection (`Database.driver_transaction`). Summarization (`api.summarization`), its lease
+(`api.locks`) and the worker (`api.worker`) take the same `Database`, built on the pool
 of their own. Store functions never commit. The one exception: the append on PostgreSQL is
 one autocommit statement, which commits itself (`api.append.postgresql`).
 
-One retry policy for every lost connection (a connection cut, a server refusing connections
+One retry policy for every lost connection (a connection dropped, a server refusing connections
 or shutting down, as during a restart): the work runs again on a fresh connection, after a
 pause that doubles from try to try (with jitter), until the `RetryBudget` of its request or
 job is spent: DATABASE_RETRY_SECONDS from its first lost connection. Then the error goes up
 (503 with Retry-After for a request). Only work that a second run cannot store twice runs
 again:
 
-- A read (`ReadSession`, autocommit, and the driver's `fetch`) runs a cut statement again:
-  each statement stands alone, so the second run is the same as the first.
+- A read (`ReadSession`, autocommit, and the driver's `fetch`) runs a statement that lost its
+  connection again: each statement stands alone, so the second run is the same as the first.
 - A write (`transaction`) commits when its block ends and rolls back on any error. A lost
   connection before COMMIT was sent stored nothing, so `Database.write` runs the whole unit
-  again; one lost while COMMIT was under way raises `CommitInterrupted` (its outcome is
+  again; one lost while COMMIT was under way raises `CommitConnectionLost` (its outcome is
   unknown), run again only for units whose second run answers as the first did. The append
   on PostgreSQL is one autocommit statement instead, which finds out by its own id whether
   it landed (`api.append`).
-- Summarization (jobs, their bookkeeping, inline compactions) and the probes run through
+- Summarization (jobs, their bookkeeping, inline summarizations) and the probes run through
   `retrying`.
 
 The budget reaches the code through a context variable, set per request by the app's
@@ -79,8 +79,8 @@ RetryKind = Literal["read", "write", "append", "summarization"]
 """The label of `precis_database_retries_total` a retry counts under."""
 
 
-class CommitInterrupted(Exception):
-    """The connection died while COMMIT was under way: the transaction may or may not have
+class CommitConnectionLost(Exception):
+    """The connection was lost while COMMIT was under way: the transaction may or may not have
     landed."""
 
 
@@ -152,7 +152,7 @@ def current_budget() -> RetryBudget:
 
 
 class ReadSession(AsyncSession):
-    """The session of work that only reads: a statement cut by a lost connection runs again
+    """The session of work that only reads: a statement that lost its connection runs again
     on a fresh connection, within the request's or job's retry budget.
 
     The session is closed in between (the dead connection goes back to the pool, which
@@ -174,21 +174,21 @@ class ReadSession(AsyncSession):
             await super().__aexit__(type_, value, traceback)
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._once_more_if_cut(super().execute, *args, **kwargs)
+        return await self._again_if_connection_lost(super().execute, *args, **kwargs)
 
     async def scalar(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._once_more_if_cut(super().scalar, *args, **kwargs)
+        return await self._again_if_connection_lost(super().scalar, *args, **kwargs)
 
     async def scalars(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._once_more_if_cut(super().scalars, *args, **kwargs)
+        return await self._again_if_connection_lost(super().scalars, *args, **kwargs)
 
     async def get(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._once_more_if_cut(super().get, *args, **kwargs)
+        return await self._again_if_connection_lost(super().get, *args, **kwargs)
 
-    async def _once_more_if_cut(
+    async def _again_if_connection_lost(
         self, statement: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
-        return await read_once_more_if_cut(partial(statement, *args, **kwargs), self.close)
+        return await read_again_if_connection_lost(partial(statement, *args, **kwargs), self.close)
 
 
 class PooledReadSession(ReadSession):
@@ -213,10 +213,10 @@ class PooledReadSession(ReadSession):
         return answer
 
 
-async def read_once_more_if_cut(
+async def read_again_if_connection_lost(
     read: Callable[[], Awaitable[T]], release: Callable[[], Awaitable[None]] | None = None
 ) -> T:
-    """`read`, run again on a fresh connection while a lost connection cuts it, within the
+    """`read`, run again on a fresh connection while it loses its connection, within the
     retry budget (after `release` hands the dead one back to the pool, which discards it)."""
     budget = current_budget()
     while True:
@@ -254,7 +254,7 @@ async def transaction(
             with suppress(Exception):
                 await db.rollback()
             if connection_lost(exc):
-                raise CommitInterrupted(str(exc)) from exc
+                raise CommitConnectionLost(str(exc)) from exc
             raise
 
 
@@ -310,10 +310,11 @@ def _in_transaction(connection: sqlite3.Connection, work: Callable[[sqlite3.Conn
     return done
 
 
-def cut_off(exc: BaseException) -> bool:
-    """The connection died under the work, before or during its COMMIT: nothing was wrong
-    with the work itself."""
-    return isinstance(exc, CommitInterrupted) or connection_lost(exc)
+def connection_lost_or_commit_unknown(exc: BaseException) -> bool:
+    """The connection was lost under the work, before or during its COMMIT: nothing was wrong
+    with the work itself. Unlike `connection_lost`, it includes `CommitConnectionLost`, whose
+    outcome is unknown: only work that may run twice retries on it."""
+    return isinstance(exc, CommitConnectionLost) or connection_lost(exc)
 
 
 @dataclass(frozen=True)
@@ -338,8 +339,8 @@ class Database:
         was lost before COMMIT (the transaction rolled back: nothing was stored).
 
         `repeatable`: a second run of work that landed answers as the first did (a merge
-        patch, removing a given message), so a COMMIT cut under way runs it again too;
-        otherwise `CommitInterrupted` goes up (503: read it back, or retry).
+        patch, removing a given message), so a connection lost during COMMIT runs it again too;
+        otherwise `CommitConnectionLost` goes up (503: read it back, or retry).
         """
         budget = current_budget()
         while True:
@@ -347,14 +348,16 @@ class Database:
                 async with self.transaction() as db:
                     return await work(db)
             except Exception as exc:
-                again = connection_lost(exc) or (repeatable and cut_off(exc))
+                again = connection_lost(exc) or (
+                    repeatable and connection_lost_or_commit_unknown(exc)
+                )
                 if not again or not await budget.wait_to_retry(exc, "a write", "write"):
                     raise
 
     async def driver_transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """SQLite: `work` (its statements on the driver's sqlite3 connection) in one
         transaction in one call to the driver's thread, after the process's other writers
-        (`sqlite_driver_transaction`). No network can cut a local COMMIT, so it never runs
+        (`sqlite_driver_transaction`). A local COMMIT loses no connection, so it never runs
         twice."""
         async with self.write_lock or nullcontext():
             return await sqlite_driver_transaction(self.engine, work)
@@ -365,7 +368,7 @@ class Database:
         return engine
 
     def reading(self) -> AsyncSession:
-        """A read session: autocommit, each statement run again if its connection is cut."""
+        """A read session: autocommit, each statement run again if it loses its connection."""
         return self.read_sessionmaker()
 
 
@@ -382,5 +385,7 @@ async def retrying(operation: Callable[[], Awaitable[T]], what: str, kind: Retry
         try:
             return await operation()
         except Exception as exc:
-            if not cut_off(exc) or not await budget.wait_to_retry(exc, what, kind):
+            if not connection_lost_or_commit_unknown(exc) or not await budget.wait_to_retry(
+                exc, what, kind
+            ):
                 raise

@@ -8,7 +8,7 @@ from fastapi import Query, Response
 
 from api import metrics, service
 from api.auth import Tenant
-from api.deps import AppCompactor, AppDatabase, ReadDb, database_faults_as_503
+from api.deps import AppDatabase, AppSummarization, ReadDb, database_faults_as_503
 from api.errors import (
     SessionNotFound,
     SummarizationInProgress,
@@ -34,10 +34,10 @@ async def history(
     session_id: SessionPath,
     database: AppDatabase,
     tenant: Tenant,
-    compactor: AppCompactor,
+    summarization: AppSummarization,
     summary_limit: Annotated[int | None, Query(ge=1, le=100)] = None,
     max_tokens: Annotated[int | None, Query(ge=1, le=MAX_HISTORY_TOKENS)] = None,
-    context_format: Annotated[
+    message_format: Annotated[
         MessageFormat | None,
         Query(
             alias="format",
@@ -52,7 +52,7 @@ async def history(
     inline first when enabled), in the `format` asked."""
     with database_faults_as_503(), metrics.HISTORY_SECONDS.time():
         loaded = await service.read_history(
-            database, compactor, tenant, session_id, summary_limit, max_tokens, context_format
+            database, summarization, tenant, session_id, summary_limit, max_tokens, message_format
         )
     return serialized(loaded)
 
@@ -67,9 +67,9 @@ async def compact(
     session_id: SessionPath,
     db: ReadDb,
     tenant: Tenant,
-    compactor: AppCompactor,
+    summarization: AppSummarization,
     body: CompactRequest | None = None,
 ) -> CompactResponse:
     """Summarize now, inline, and answer the summary with the history after it; 409 while
     another summarization holds the session, 504 past its deadline."""
-    return await service.compact(db, compactor, tenant, session_id, body or CompactRequest())
+    return await service.compact(db, summarization, tenant, session_id, body or CompactRequest())

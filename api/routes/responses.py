@@ -10,7 +10,7 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from api.auth import Tenant
-from api.deps import AppCompactor, AppDatabase, AppSettings, database_faults_as_503
+from api.deps import AppDatabase, AppSettings, AppSummarization, database_faults_as_503
 from api.openai_errors import openai_responses
 from api.responses import Responder
 from api.routes.checks import v1_router
@@ -26,7 +26,7 @@ router = v1_router()
 async def create_response(
     body: ResponseRequest,
     database: AppDatabase,
-    compactor: AppCompactor,
+    summarization: AppSummarization,
     settings: AppSettings,
     tenant: Tenant,
 ) -> Response:
@@ -35,7 +35,7 @@ async def create_response(
     and the turn (input and output) is stored once the response completes; with `stream`,
     the model's events are relayed as server-sent events. Without `conversation`, the request
     is passed through and nothing is stored."""
-    responder = Responder(database, compactor, settings)
+    responder = Responder(database, summarization, settings)
     with database_faults_as_503():
         if not body.stream:
             answer, turn = await responder.respond(tenant, body)

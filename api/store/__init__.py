@@ -39,7 +39,7 @@ from api.store.sessions import (
     create_session,
     delete_session,
     get_session,
-    get_session_by_id,
+    get_session_by_key,
     list_sessions,
     update_session,
 )
@@ -76,7 +76,7 @@ __all__ = [
     "enqueue_job",
     "finish_job",
     "get_session",
-    "get_session_by_id",
+    "get_session_by_key",
     "get_summary",
     "get_summary_by_id",
     "list_sessions",

@@ -100,7 +100,7 @@ class AmbiguousSession(SessionLookupError):
 
 
 async def find_session(db: AsyncSession, external_id: str, tenant: str | None = None) -> SessionRow:
-    """The session with this external id in `tenant`, or, without one, in whichever tenant has it.
+    """The session with this session id in `tenant`, or, without one, in whichever tenant has it.
 
     Raises UnknownSession, or AmbiguousSession when no tenant was given and several have the
     id. Searching every tenant scans `sessions` (its unique index leads with the tenant), which
@@ -160,13 +160,13 @@ async def absorbed_summaries(db: AsyncSession, summary_id: int) -> list[SummaryR
     )
 
 
-async def session_summaries(db: AsyncSession, session_id: int) -> list[SummaryRow]:
+async def session_summaries(db: AsyncSession, session_key: int) -> list[SummaryRow]:
     """Every summary of a session, live, superseded and erased, by range then highest level
     first."""
     return await _summaries(
         db,
         select(*SUMMARY_COLUMNS)
-        .where(Summary.session_id == session_id)
+        .where(Summary.session_id == session_key)
         .order_by(Summary.first_seq, Summary.level.desc(), Summary.id),
     )
 
@@ -195,10 +195,10 @@ async def count_sessions(db: AsyncSession) -> int:
     return int(await db.scalar(select(func.count()).select_from(Session)) or 0)
 
 
-async def session_ids_after(db: AsyncSession, after_id: int, limit: int) -> list[int]:
-    """One keyset page of session ids in order: callers stream all sessions page by page."""
+async def session_keys_after(db: AsyncSession, after_key: int, limit: int) -> list[int]:
+    """One keyset page of session keys in order: callers stream all sessions page by page."""
     return list(
         await db.scalars(
-            select(Session.id).where(Session.id > after_id).order_by(Session.id).limit(limit)
+            select(Session.id).where(Session.id > after_key).order_by(Session.id).limit(limit)
         )
     )

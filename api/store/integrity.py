@@ -95,23 +95,23 @@ def _count_where(condition: Any) -> Any:
     return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
 
 
-async def message_stats(db: AsyncSession, session_id: int) -> MessageStats:
+async def message_stats(db: AsyncSession, session_key: int) -> MessageStats:
     count, min_seq, max_seq, removed = (
         await db.execute(
             select(
                 func.count(), func.min(Message.seq), func.max(Message.seq), _count_where(_REMOVED)
-            ).where(Message.session_id == session_id)
+            ).where(Message.session_id == session_key)
         )
     ).one()
     return MessageStats(count=int(count), min_seq=min_seq, max_seq=max_seq, removed=int(removed))
 
 
-async def seq_gaps(db: AsyncSession, session_id: int, limit: int = EXAMPLE_LIMIT) -> list[SeqGap]:
+async def seq_gaps(db: AsyncSession, session_key: int, limit: int = EXAMPLE_LIMIT) -> list[SeqGap]:
     """Missing seq ranges of a session (seqs start at 1), oldest first."""
     previous = func.lag(Message.seq, 1, 0).over(order_by=Message.seq)
     ordered = (
         select(Message.seq.label("seq"), previous.label("previous"))
-        .where(Message.session_id == session_id)
+        .where(Message.session_id == session_key)
         .subquery()
     )
     rows = await db.execute(
@@ -123,16 +123,16 @@ async def seq_gaps(db: AsyncSession, session_id: int, limit: int = EXAMPLE_LIMIT
     return [SeqGap(first=int(first), last=int(last)) for first, last in rows]
 
 
-async def bad_token_counts(db: AsyncSession, session_id: int) -> Sample:
+async def bad_token_counts(db: AsyncSession, session_key: int) -> Sample:
     """Messages whose stored token count is missing or negative."""
     condition = and_(
-        Message.session_id == session_id,
+        Message.session_id == session_key,
         (Message.token_count.is_(None)) | (Message.token_count < 0),
     )
     return await _sample(db, condition)
 
 
-async def tombstones_with_content(db: AsyncSession, session_id: int) -> Sample:
+async def tombstones_with_content(db: AsyncSession, session_key: int) -> Sample:
     """Removed messages that still hold anything of what was appended (a tombstone keeps only
     its seq, role and times)."""
     held = or_(
@@ -146,10 +146,10 @@ async def tombstones_with_content(db: AsyncSession, session_id: int) -> Sample:
         Message.item.is_not(None),
         Message.token_count != 0,
     )
-    return await _sample(db, and_(Message.session_id == session_id, _REMOVED, held))
+    return await _sample(db, and_(Message.session_id == session_key, _REMOVED, held))
 
 
-async def link_stats(db: AsyncSession, session_id: int) -> list[LinkStats]:
+async def link_stats(db: AsyncSession, session_key: int) -> list[LinkStats]:
     """Per summary of the session: its links against the messages of its range."""
     in_range = and_(
         Message.session_id == Summary.session_id,
@@ -166,7 +166,7 @@ async def link_stats(db: AsyncSession, session_id: int) -> list[LinkStats]:
         .select_from(Summary)
         .outerjoin(SummaryMessage, SummaryMessage.summary_id == Summary.id)
         .outerjoin(Message, Message.id == SummaryMessage.message_id)
-        .where(Summary.session_id == session_id)
+        .where(Summary.session_id == session_key)
         .group_by(Summary.id)
         .subquery()
     )
@@ -174,7 +174,7 @@ async def link_stats(db: AsyncSession, session_id: int) -> list[LinkStats]:
         select(Summary.id.label("summary_id"), func.count(Message.id).label("range_messages"))
         .select_from(Summary)
         .outerjoin(Message, and_(in_range, _KEPT))
-        .where(Summary.session_id == session_id)
+        .where(Summary.session_id == session_key)
         .group_by(Summary.id)
         .subquery()
     )
@@ -236,7 +236,7 @@ class EndMismatch:
     from: not removed, or linked to it (removed after it was made); tombstones removed before
     it was made are skipped, so that is the message at `seq` unless a removal intervened.
     `end`: "first" or "last"; `seq`: the summary's seq at that end; `actual_id` and
-    `actual_seq`: the message at that end, None if its range holds none; `recorded_session_id`
+    `actual_seq`: the message at that end, None if its range holds none; `recorded_session_key`
     and `recorded_seq`: where the recorded id points, None if no message has that id.
     """
 
@@ -246,11 +246,11 @@ class EndMismatch:
     recorded_id: int
     actual_id: int | None
     actual_seq: int | None
-    recorded_session_id: int | None
+    recorded_session_key: int | None
     recorded_seq: int | None
 
 
-async def end_mismatches(db: AsyncSession, session_id: int) -> list[EndMismatch]:
+async def end_mismatches(db: AsyncSession, session_key: int) -> list[EndMismatch]:
     """Summaries of a session whose first/last message ids are not the messages at their ends.
 
     At most two rows per summary, by summary id, first end before last.
@@ -291,7 +291,7 @@ async def end_mismatches(db: AsyncSession, session_id: int) -> list[EndMismatch]
             .outerjoin(at_end, and_(at_end.session_id == Summary.session_id, at_end.seq == end_seq))
             .outerjoin(recorded, recorded.id == recorded_id)
             .where(
-                Summary.session_id == session_id,
+                Summary.session_id == session_key,
                 or_(at_end.id.is_(None), at_end.id != recorded_id),
             )
         )
@@ -304,7 +304,7 @@ async def end_mismatches(db: AsyncSession, session_id: int) -> list[EndMismatch]
 
 async def coverage_problems(
     db: AsyncSession,
-    session_id: int,
+    session_key: int,
     through_seq: int,
     limit: int = EXAMPLE_LIMIT,
     after_seq: int = 0,
@@ -321,7 +321,7 @@ async def coverage_problems(
         .outerjoin(SummaryMessage, SummaryMessage.message_id == Message.id)
         .outerjoin(Summary, and_(Summary.id == SummaryMessage.summary_id, _LIVE))
         .where(
-            Message.session_id == session_id,
+            Message.session_id == session_key,
             Message.seq > after_seq,
             Message.seq <= through_seq,
             _KEPT,
@@ -341,15 +341,15 @@ async def coverage_problems(
     return total, problems
 
 
-async def removed_in_live(db: AsyncSession, session_id: int) -> Sample:
+async def removed_in_live(db: AsyncSession, session_key: int) -> Sample:
     """Removed messages linked to a live summary: a live summary must not cover one."""
     in_live = (
         select(SummaryMessage.message_id)
         .join(Summary, Summary.id == SummaryMessage.summary_id)
-        .where(Summary.session_id == session_id, _LIVE)
+        .where(Summary.session_id == session_key, _LIVE)
     )
     return await _sample(
-        db, and_(Message.session_id == session_id, _REMOVED, Message.id.in_(in_live))
+        db, and_(Message.session_id == session_key, _REMOVED, Message.id.in_(in_live))
     )
 
 

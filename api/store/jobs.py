@@ -24,14 +24,14 @@ from api.store.rows import JOB_COLUMNS, JobRow
 from summarizer.triggers import Reason, Trigger
 
 
-async def enqueue_job(db: AsyncSession, session_id: int, trigger: Trigger, reason: Reason) -> None:
+async def enqueue_job(db: AsyncSession, session_key: int, trigger: Trigger, reason: Reason) -> None:
     """Record pending summarization for a session; a job already pending or running stays."""
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     now = utcnow()
     await db.execute(
         dialect.insert(SummaryJob)
         .values(
-            session_id=session_id,
+            session_id=session_key,
             trigger=trigger,
             reason=reason,
             status="pending",

@@ -19,13 +19,13 @@ from api.errors import SessionGone
 
 
 async def take_lease(
-    db: AsyncSession, session_id: int, token: int, now: datetime, duration: timedelta
+    db: AsyncSession, session_key: int, token: int, now: datetime, duration: timedelta
 ) -> bool:
     """Take the session's lease for `token` until `now + duration`, if nobody holds it (or the
     holder's lease has run out); whether it was taken. `SessionGone` if the session is."""
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     insert = dialect.insert(SummarizationLease).values(
-        session_id=session_id, token=token, expires_at=now + duration
+        session_id=session_key, token=token, expires_at=now + duration
     )
     try:
         taken = await db.scalar(
@@ -41,23 +41,23 @@ async def take_lease(
 
 
 async def renew_lease(
-    db: AsyncSession, session_id: int, token: int, now: datetime, duration: timedelta
+    db: AsyncSession, session_key: int, token: int, now: datetime, duration: timedelta
 ) -> bool:
     """Extend the lease `token` holds to `now + duration`; False if it no longer holds it."""
     renewed = await db.scalar(
         update(SummarizationLease)
-        .where(SummarizationLease.session_id == session_id, SummarizationLease.token == token)
+        .where(SummarizationLease.session_id == session_key, SummarizationLease.token == token)
         .values(expires_at=now + duration)
         .returning(SummarizationLease.token)
     )
     return renewed is not None
 
 
-async def holds_lease(db: AsyncSession, session_id: int, token: int, now: datetime) -> bool:
+async def holds_lease(db: AsyncSession, session_key: int, token: int, now: datetime) -> bool:
     """Whether `token` still holds the session's lease. On PostgreSQL the row stays locked
     until the caller's transaction ends, so nobody takes the lease over meanwhile."""
     statement = select(SummarizationLease.token).where(
-        SummarizationLease.session_id == session_id,
+        SummarizationLease.session_id == session_key,
         SummarizationLease.token == token,
         SummarizationLease.expires_at > now,
     )
@@ -66,10 +66,10 @@ async def holds_lease(db: AsyncSession, session_id: int, token: int, now: dateti
     return await db.scalar(statement) is not None
 
 
-async def give_back_lease(db: AsyncSession, session_id: int, token: int) -> None:
+async def give_back_lease(db: AsyncSession, session_key: int, token: int) -> None:
     """End the lease `token` holds, if it still does."""
     await db.execute(
         delete(SummarizationLease).where(
-            SummarizationLease.session_id == session_id, SummarizationLease.token == token
+            SummarizationLease.session_id == session_key, SummarizationLease.token == token
         )
     )

@@ -317,7 +317,7 @@ class Window(NamedTuple):
 
 async def _walk_back(
     db: AsyncSession,
-    session_id: int,
+    session_key: int,
     after_seq: int,
     budget: int,
     page: list[MessageRow],
@@ -343,7 +343,7 @@ async def _walk_back(
             loaded.reverse()
             return loaded
         window = next_window
-        params = {"session_id": session_id, "after_seq": window.floor, "before_seq": window.before}
+        params = {"session_id": session_key, "after_seq": window.floor, "before_seq": window.before}
         page = [MessageRow._make(row) for row in await _rows(db, _TAIL_PAGE, params)]
 
 

@@ -34,7 +34,7 @@ _RANGE = (
 
 async def messages_in_range(
     db: AsyncSession,
-    session_id: int,
+    session_key: int,
     after_seq: int,
     last_seq: int = UNBOUNDED,
     limit: int = UNBOUNDED,
@@ -43,7 +43,7 @@ async def messages_in_range(
     orphaned ones left out: an index range scan on `(session_id, seq)`."""
     result = await db.execute(
         _RANGE,
-        {"session_id": session_id, "after_seq": after_seq, "last_seq": last_seq, "limit": limit},
+        {"session_id": session_key, "after_seq": after_seq, "last_seq": last_seq, "limit": limit},
     )
     return [MessageRow._make(row) for row in result]
 
@@ -61,12 +61,12 @@ _BEFORE = (
 
 
 async def messages_before(
-    db: AsyncSession, session_id: int, before_seq: int = UNBOUNDED, limit: int = UNBOUNDED
+    db: AsyncSession, session_key: int, before_seq: int = UNBOUNDED, limit: int = UNBOUNDED
 ) -> list[MessageRow]:
     """The last `limit` messages before seq `before_seq`, newest first, removed and orphaned
     ones left out: the same index range scan as `messages_in_range`, walked backwards."""
     result = await db.execute(
-        _BEFORE, {"session_id": session_id, "before_seq": before_seq, "limit": limit}
+        _BEFORE, {"session_id": session_key, "before_seq": before_seq, "limit": limit}
     )
     return [MessageRow._make(row) for row in result]
 
@@ -81,17 +81,17 @@ _BY_ID = select(*MESSAGE_COLUMNS).where(
 
 
 async def message_by_client_id(
-    db: AsyncSession, session_id: int, client_id: str
+    db: AsyncSession, session_key: int, client_id: str
 ) -> MessageRow | None:
     """The session's message stored with `client_id` (a tombstone keeps none): the unique
     index on `(session_id, client_id)`."""
-    result = await db.execute(_BY_CLIENT_ID, {"session_id": session_id, "client_id": client_id})
+    result = await db.execute(_BY_CLIENT_ID, {"session_id": session_key, "client_id": client_id})
     row = result.first()
     return None if row is None else MessageRow._make(row)
 
 
-async def message_by_id(db: AsyncSession, session_id: int, message_id: int) -> MessageRow | None:
+async def message_by_id(db: AsyncSession, session_key: int, message_id: int) -> MessageRow | None:
     """The session's message `message_id`, whatever its state (a tombstone included)."""
-    result = await db.execute(_BY_ID, {"session_id": session_id, "message_id": message_id})
+    result = await db.execute(_BY_ID, {"session_id": session_key, "message_id": message_id})
     row = result.first()
     return None if row is None else MessageRow._make(row)

@@ -49,7 +49,7 @@ class Removal:
     erased_summaries: int
 
 
-async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> Removal | None:
+async def remove(db: AsyncSession, session_key: int, message_id: int | None) -> Removal | None:
     """Remove one message of the session (its id, or the newest remaining one when None) and
     hide the rest of its tool-call exchange; None when there is no such message left.
 
@@ -58,16 +58,16 @@ async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> R
     """
     locked = await db.scalar(
         update(Session)
-        .where(Session.id == session_id)
+        .where(Session.id == session_key)
         .values(updated_at=utcnow())
         .returning(Session.id)
     )
     if locked is None:
         raise SessionGone("the session no longer exists")
-    target = await _target(db, session_id, message_id)
+    target = await _target(db, session_key, message_id)
     if target is None:
         return None
-    orphaned = [m for m in await _exchange_of(db, session_id, target) if m.orphaned_at is None]
+    orphaned = [m for m in await _exchange_of(db, session_key, target) if m.orphaned_at is None]
     links = select(SummaryMessage.message_id).where(SummaryMessage.message_id == target.id)
     linked = await db.scalar(select(links.exists()))
     now = utcnow()
@@ -95,16 +95,16 @@ async def remove(db: AsyncSession, session_id: int, message_id: int | None) -> R
         )
     await db.execute(
         update(Session)
-        .where(Session.id == session_id)
+        .where(Session.id == session_key)
         .values(removed_count=Session.removed_count + 1)
     )
-    erased = await _erase_from(db, session_id, target.seq, now) if linked else 0
+    erased = await _erase_from(db, session_key, target.seq, now) if linked else 0
     return Removal(target, orphaned, erased)
 
 
-async def _target(db: AsyncSession, session_id: int, message_id: int | None) -> MessageRow | None:
+async def _target(db: AsyncSession, session_key: int, message_id: int | None) -> MessageRow | None:
     query = select(*MESSAGE_COLUMNS).where(
-        _messages.session_id == session_id, _messages.removed_at.is_(None)
+        _messages.session_id == session_key, _messages.removed_at.is_(None)
     )
     if message_id is None:
         query = query.order_by(_messages.seq.desc()).limit(1)
@@ -114,15 +114,15 @@ async def _target(db: AsyncSession, session_id: int, message_id: int | None) -> 
     return None if row is None else MessageRow._make(row)
 
 
-async def message_exists(db: AsyncSession, session_id: int, message_id: int) -> bool:
+async def message_exists(db: AsyncSession, session_key: int, message_id: int) -> bool:
     """Whether the session ever held the message (a tombstone counts)."""
     found = await db.scalar(
-        select(_messages.id).where(_messages.session_id == session_id, _messages.id == message_id)
+        select(_messages.id).where(_messages.session_id == session_key, _messages.id == message_id)
     )
     return found is not None
 
 
-async def _exchange_of(db: AsyncSession, session_id: int, message: MessageRow) -> list[MessageRow]:
+async def _exchange_of(db: AsyncSession, session_key: int, message: MessageRow) -> list[MessageRow]:
     """The rest of the tool exchange `message` belongs to, removed ones left out: for a call,
     its results; for a result, its call and the call's other results; with the Responses
     `reasoning` item that led to the call (the API refuses either without the other). An
@@ -131,25 +131,25 @@ async def _exchange_of(db: AsyncSession, session_id: int, message: MessageRow) -
         return []
     call: MessageRow | None = message
     if message.role == "tool" and message.tool_call_id is not None:
-        call = await _call_answered_by(db, session_id, message)
+        call = await _call_answered_by(db, session_key, message)
     elif message.item is not None and joins_next(message.item):
-        call = await _shown_beside(db, session_id, message.seq, before=False)
+        call = await _shown_beside(db, session_key, message.seq, before=False)
     if call is None or call.role != "assistant" or not call.tool_calls:
         return []
-    exchange = [call, *await _results_of(db, session_id, call)]
-    before = await _shown_beside(db, session_id, call.seq, before=True)
+    exchange = [call, *await _results_of(db, session_key, call)]
+    before = await _shown_beside(db, session_key, call.seq, before=True)
     if before is not None and before.item is not None and joins_next(before.item):
         exchange.insert(0, before)
     return [row for row in exchange if row.id != message.id]
 
 
-async def _results_of(db: AsyncSession, session_id: int, call: MessageRow) -> list[MessageRow]:
+async def _results_of(db: AsyncSession, session_key: int, call: MessageRow) -> list[MessageRow]:
     """The results answering `call`'s tool calls: for each call id, the results after the call
     and before the next call reusing that id (ids need only be unique within a message)."""
     open_ids = {str(tool_call["id"]) for tool_call in call.tool_calls or ()}
     results: list[MessageRow] = []
     exchange_rows = or_(_messages.role == "tool", _messages.tool_calls.is_not(None))
-    async for row in _scan(db, session_id, call.seq, exchange_rows, before=False):
+    async for row in _scan(db, session_key, call.seq, exchange_rows, before=False):
         if row.role == "tool" and row.tool_call_id in open_ids:
             results.append(row)
         for tool_call in row.tool_calls or ():
@@ -160,25 +160,25 @@ async def _results_of(db: AsyncSession, session_id: int, call: MessageRow) -> li
 
 
 async def _call_answered_by(
-    db: AsyncSession, session_id: int, result: MessageRow
+    db: AsyncSession, session_key: int, result: MessageRow
 ) -> MessageRow | None:
     """The newest assistant message before `result` that made the call it answers."""
     calls = and_(_messages.role == "assistant", _messages.tool_calls.is_not(None))
-    async for candidate in _scan(db, session_id, result.seq, calls, before=True):
+    async for candidate in _scan(db, session_key, result.seq, calls, before=True):
         if any(call.get("id") == result.tool_call_id for call in candidate.tool_calls or ()):
             return candidate
     return None
 
 
 async def _scan(
-    db: AsyncSession, session_id: int, seq: int, where: ColumnElement[bool], *, before: bool
+    db: AsyncSession, session_key: int, seq: int, where: ColumnElement[bool], *, before: bool
 ) -> AsyncIterator[MessageRow]:
     """The session's messages matching `where` that are not removed, before `seq` (newest
     first) or after it (oldest first), read a page at a time."""
     while True:
         side = _messages.seq < seq if before else _messages.seq > seq
         query = select(*MESSAGE_COLUMNS).where(
-            _messages.session_id == session_id, side, _messages.removed_at.is_(None), where
+            _messages.session_id == session_key, side, _messages.removed_at.is_(None), where
         )
         order = _messages.seq.desc() if before else _messages.seq
         rows = await db.execute(query.order_by(order).limit(CALL_SEARCH_PAGE))
@@ -191,26 +191,26 @@ async def _scan(
 
 
 async def _shown_beside(
-    db: AsyncSession, session_id: int, seq: int, *, before: bool
+    db: AsyncSession, session_key: int, seq: int, *, before: bool
 ) -> MessageRow | None:
     """The nearest shown message before (or after) `seq`."""
     side = _messages.seq < seq if before else _messages.seq > seq
     order = _messages.seq.desc() if before else _messages.seq
     query = select(*MESSAGE_COLUMNS).where(
-        _messages.session_id == session_id, side, shown(_messages)
+        _messages.session_id == session_key, side, shown(_messages)
     )
     row = (await db.execute(query.order_by(order).limit(1))).first()
     return None if row is None else MessageRow._make(row)
 
 
-async def _erase_from(db: AsyncSession, session_id: int, seq: int, now: datetime) -> int:
+async def _erase_from(db: AsyncSession, session_key: int, seq: int, now: datetime) -> int:
     """Erase every summary of the session whose range ends at or after `seq`, then make live
     again the summaries that a now-erased summary had absorbed and that end before `seq`.
     Returns how many summaries were erased."""
     erased = await db.execute(
         update(Summary)
         .where(
-            Summary.session_id == session_id,
+            Summary.session_id == session_key,
             Summary.last_seq >= seq,
             Summary.erased_at.is_(None),
         )
@@ -222,7 +222,7 @@ async def _erase_from(db: AsyncSession, session_id: int, seq: int, now: datetime
     await db.execute(
         update(Summary)
         .where(
-            Summary.session_id == session_id,
+            Summary.session_id == session_key,
             Summary.erased_at.is_(None),
             exists().where(
                 and_(parent.c.id == Summary.superseded_by, parent.c.erased_at.is_not(None))
@@ -233,12 +233,12 @@ async def _erase_from(db: AsyncSession, session_id: int, seq: int, now: datetime
     return count
 
 
-async def remake_owed(db: AsyncSession, session_id: int) -> bool:
+async def remake_owed(db: AsyncSession, session_key: int) -> bool:
     """Whether erased summaries covered seqs after the newest live summary: their range is
     loaded raw until a summary is made of it again."""
     ends = select(
         func.max(case((Summary.erased_at.is_not(None), Summary.last_seq))),
         func.max(case((live(Summary), Summary.last_seq))),
-    ).where(Summary.session_id == session_id)
+    ).where(Summary.session_id == session_key)
     erased_end, live_end = (await db.execute(ends)).one()
     return erased_end is not None and erased_end > (live_end or 0)

@@ -5,6 +5,12 @@ Each is a NamedTuple whose fields are its table's columns: a statement selects t
 involved. The ORM models of `api.db.models` describe the tables (for Alembic and the
 statements) and never leave the store. Adding a column: the model, a migration, the field
 here.
+
+The fields keep their columns' names, since `_columns` finds each column by its field's name
+(and the PostgreSQL append derives its column lists from them): `SessionRow.id` is the session
+key (the integer primary key; the session id is `external_id`, the client's string), and the
+`session_id` fields of messages, summaries and jobs hold that key, as their column does. Code
+outside the rows calls the integer `session_key`.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ def _columns(model: type[Any], fields: Sequence[str]) -> tuple[Column[Any], ...]
 
 
 class SessionRow(NamedTuple):
-    """A session: `external_id` is the id clients use, `id` the internal one."""
+    """A session: `external_id` is its session id (the client's), `id` its session key."""
 
     id: int
     tenant: str

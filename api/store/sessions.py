@@ -75,7 +75,7 @@ async def create_session(
 _SESSION_BY_EXTERNAL_ID = select(*SESSION_COLUMNS).where(
     _sessions.tenant == bindparam("p_tenant"), _sessions.external_id == bindparam("p_external_id")
 )
-_SESSION_BY_ID = select(*SESSION_COLUMNS).where(_sessions.id == bindparam("p_session_id"))
+_SESSION_BY_KEY = select(*SESSION_COLUMNS).where(_sessions.id == bindparam("p_session_id"))
 
 
 async def get_session(
@@ -91,15 +91,15 @@ async def get_session(
     return SessionRow._make(row)
 
 
-async def get_session_by_id(db: AsyncSession, session_id: int) -> SessionRow | None:
-    row = (await db.execute(_SESSION_BY_ID, {"p_session_id": session_id})).first()
+async def get_session_by_key(db: AsyncSession, session_key: int) -> SessionRow | None:
+    row = (await db.execute(_SESSION_BY_KEY, {"p_session_id": session_key})).first()
     return None if row is None else SessionRow._make(row)
 
 
 async def list_sessions(
     db: AsyncSession, tenant: str, limit: int, before_id: int | None
 ) -> list[SessionRow]:
-    """Newest first (by internal id, which grows with creation), keyset-paginated."""
+    """Newest first (by session key, which grows with creation), keyset-paginated."""
     query = select(*SESSION_COLUMNS).where(_sessions.tenant == tenant)
     if before_id is not None:
         query = query.where(_sessions.id < before_id)

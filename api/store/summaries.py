@@ -28,7 +28,7 @@ from api.errors import (
     SummaryRangeConflict,
 )
 from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow, live, shown
-from summarizer.engine import FALLBACK_MODEL
+from summarizer.summarize import FALLBACK_MODEL
 
 _SUMMARY_TABLE = cast(Table, Summary.__table__)
 _summaries = _SUMMARY_TABLE.c
@@ -46,10 +46,10 @@ _LIVE_SUMMARIES = (
 
 
 async def live_summaries(
-    db: AsyncSession, session_id: int, limit: int = UNBOUNDED
+    db: AsyncSession, session_key: int, limit: int = UNBOUNDED
 ) -> list[SummaryRow]:
     """The newest `limit` live summaries, oldest first (index on `(session_id, last_seq)`)."""
-    result = await db.execute(_LIVE_SUMMARIES, {"p_session_id": session_id, "p_limit": limit})
+    result = await db.execute(_LIVE_SUMMARIES, {"p_session_id": session_key, "p_limit": limit})
     newest_first = [SummaryRow._make(row) for row in result]
     newest_first.reverse()
     return newest_first
@@ -59,29 +59,29 @@ def _summary(row: Any) -> SummaryRow | None:
     return None if row is None else SummaryRow._make(row)
 
 
-async def live_summary_counts(db: AsyncSession, session_ids: Sequence[int]) -> dict[int, int]:
-    if not session_ids:
+async def live_summary_counts(db: AsyncSession, session_keys: Sequence[int]) -> dict[int, int]:
+    if not session_keys:
         return {}
     rows = await db.execute(
         select(Summary.session_id, func.count())
         .where(
-            Summary.session_id.in_(session_ids),
+            Summary.session_id.in_(session_keys),
             live(Summary),
         )
         .group_by(Summary.session_id)
     )
-    return {session_id: count for session_id, count in rows}
+    return {session_key: count for session_key, count in rows}
 
 
 async def list_summaries(
     db: AsyncSession,
-    session_id: int,
+    session_key: int,
     include_superseded: bool,
     limit: int,
     before_id: int | None,
 ) -> list[SummaryRow]:
     """Summaries newest first, keyset-paginated by id."""
-    query = select(*SUMMARY_COLUMNS).where(_summaries.session_id == session_id)
+    query = select(*SUMMARY_COLUMNS).where(_summaries.session_id == session_key)
     if not include_superseded:
         query = query.where(live(_summaries))
     if before_id is not None:
@@ -91,7 +91,7 @@ async def list_summaries(
 
 
 async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> tuple[SummaryRow, str]:
-    """A tenant's summary, with its session's external id."""
+    """A tenant's summary, with its session's session id (the client's)."""
     row = (
         await db.execute(
             select(*SUMMARY_COLUMNS, Session.external_id)
@@ -120,10 +120,10 @@ async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
     return list(rows)
 
 
-async def summary_before(db: AsyncSession, session_id: int, first_seq: int) -> SummaryRow | None:
+async def summary_before(db: AsyncSession, session_key: int, first_seq: int) -> SummaryRow | None:
     """The live summary ending right before `first_seq`, if any."""
     query = select(*SUMMARY_COLUMNS).where(
-        _summaries.session_id == session_id,
+        _summaries.session_id == session_key,
         live(_summaries),
         _summaries.last_seq == first_seq - 1,
     )
@@ -169,9 +169,9 @@ class SummaryDraft:
 
 
 async def _check_range(
-    db: AsyncSession, session_id: int, draft: SummaryDraft, pinned_seq: int
+    db: AsyncSession, session_key: int, draft: SummaryDraft, pinned_seq: int
 ) -> None:
-    live = await live_summaries(db, session_id)
+    live = await live_summaries(db, session_key)
     if not draft.absorbs:
         # a session's first summary starts at 1, or after its pinned prefix
         expected = {live[-1].last_seq + 1} if live else {1, pinned_seq + 1}
@@ -192,7 +192,7 @@ async def _check_range(
 
 
 async def _link_messages(
-    db: AsyncSession, summary_id: int, session_id: int, first_seq: int, last_seq: int
+    db: AsyncSession, summary_id: int, session_key: int, first_seq: int, last_seq: int
 ) -> None:
     """Link the summary to every message of its range (roll-ups included; removed and
     orphaned ones left out), in one statement."""
@@ -200,7 +200,7 @@ async def _link_messages(
         insert(SummaryMessage).from_select(
             ["summary_id", "message_id"],
             select(literal(summary_id, BigInteger), Message.id).where(
-                Message.session_id == session_id,
+                Message.session_id == session_key,
                 Message.seq.between(first_seq, last_seq),
                 shown(Message),
             ),
@@ -208,7 +208,7 @@ async def _link_messages(
     )
 
 
-async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -> SummaryRow:
+async def save_summary(db: AsyncSession, session_key: int, draft: SummaryDraft) -> SummaryRow:
     """Write a summary, its links and any superseding update, under the session's lock.
 
     The range is checked inside the transaction against the live summaries, so a
@@ -217,7 +217,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
     locked = (
         await db.execute(
             update(Session)
-            .where(Session.id == session_id)
+            .where(Session.id == session_key)
             .values(last_seq=Session.last_seq)
             .returning(Session.last_seq, Session.pinned_seq)
         )
@@ -227,7 +227,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
     last_seq, pinned_seq = locked
     if draft.last_seq < draft.first_seq or draft.last_seq > last_seq or draft.first_seq < 1:
         raise SummaryRangeConflict(f"seq range {draft.first_seq}..{draft.last_seq} is not stored")
-    await _check_range(db, session_id, draft, pinned_seq)
+    await _check_range(db, session_key, draft, pinned_seq)
 
     stats = (
         await db.execute(
@@ -238,7 +238,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
                 func.min(Message.created_at),
                 func.max(Message.created_at),
             ).where(
-                Message.session_id == session_id,
+                Message.session_id == session_key,
                 Message.seq.between(draft.first_seq, draft.last_seq),
                 shown(Message),
             )
@@ -251,7 +251,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
             "being summarized"
         )
     insert_summary = insert(_SUMMARY_TABLE).values(
-        session_id=session_id,
+        session_id=session_key,
         summary_text=draft.summary_text,
         summary_prompt=draft.summary_prompt,
         model=draft.model,
@@ -271,7 +271,7 @@ async def save_summary(db: AsyncSession, session_id: int, draft: SummaryDraft) -
         created_at=utcnow(),
     )
     summary = SummaryRow._make((await db.execute(insert_summary.returning(*SUMMARY_COLUMNS))).one())
-    await _link_messages(db, summary.id, session_id, draft.first_seq, draft.last_seq)
+    await _link_messages(db, summary.id, session_key, draft.first_seq, draft.last_seq)
     if draft.absorbs:
         await db.execute(
             update(Summary).where(Summary.id.in_(draft.absorbs)).values(superseded_by=summary.id)
@@ -314,11 +314,11 @@ _BACKLOG = select(
 
 
 async def backlog(
-    db: AsyncSession, session_id: int, last_seq: int, floor: int, message_limit: int
+    db: AsyncSession, session_key: int, last_seq: int, floor: int, message_limit: int
 ) -> Backlog:
     """Count and tokens of the messages after the newest live summary and after `floor`
     (the pinned prefix), in an index range scan of at most about `message_limit` rows."""
-    params = {"p_session_id": session_id, "p_floor": floor, "p_limit": message_limit}
+    params = {"p_session_id": session_key, "p_floor": floor, "p_limit": message_limit}
     row = (await db.execute(_BACKLOG, params)).one()
     after_seq, tokens = row
     after_seq = max(int(after_seq or 0), floor)

@@ -33,11 +33,11 @@ from api.append.sqlite import (
     insert_statement,
     insert_values,
 )
-from api.compaction import BacklogCounting
 from api.db.driver import DriverStatement
 from api.db.models import utcnow
 from api.store.loader import HistoryStart, load_parameters, load_statement
 from api.store.rows import MessageRow, NewMessage
+from api.summarization import BacklogCounting
 from scripts.bench.lib import TENANT, RoundFn, concurrent, sequential
 
 RAW_TABLE = "bench_raw_messages"

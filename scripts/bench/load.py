@@ -460,7 +460,7 @@ async def drain(http: httpx.AsyncClient, session_ids: Sequence[str], seconds: fl
     """Wait until no summarization is pending anywhere; False if `seconds` ran out.
 
     Pending means: a session's history says `summarization_pending` (a job queued or running,
-    or an inline compaction holding its lock), or the job queue (`precis_pending_summary_jobs`,
+    or an inline summarization holding its lock), or the job queue (`precis_pending_summary_jobs`,
     read from the database at scrape time) is not empty. A job that failed is put back to
     pending with a backoff, so it is waited for too.
     """
@@ -469,7 +469,7 @@ async def drain(http: httpx.AsyncClient, session_ids: Sequence[str], seconds: fl
     while True:
         still = []
         for session_id in pending:
-            # Without max_tokens: a budget could make the loader compact inline.
+            # Without max_tokens: a budget could make the loader summarize inline.
             answer = await http.get(f"/v1/sessions/{session_id}/history")
             if answer.status_code != 200 or answer.json()["summarization_pending"]:
                 still.append(session_id)

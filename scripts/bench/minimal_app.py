@@ -17,7 +17,7 @@ under `max_tokens`, the proactive trigger's check and job.
 Left out, none of which reads the database or changes the answer to a valid request:
 validation of the input (the session id's pattern, unknown query parameters, the body's
 content type and size limit, the message model, metadata size), the OpenAPI error
-mapping of database faults (503), the inline compaction of an over-budget load (the
+mapping of database faults (503), the inline summarization of an over-budget load (the
 benchmark's sessions never summarize on load) and waking the summarization worker.
 
 Served like Precis: `python -m scripts.bench.minimal_app --host H --port P` (what

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from api import service
-from api.compaction import Compactor
 from api.db.engine import create_database, create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.settings import Settings
+from api.summarization import Summarization
 from scripts.bench.lib import TENANT
 
 
@@ -44,16 +44,18 @@ async def probe(
     engine = create_engine(url)
     sessionmaker = create_sessionmaker(engine)
     database = create_database(engine)
-    compactor = Compactor(settings, database, SessionLocks(database))
+    summarization = Summarization(settings, database, SessionLocks(database))
     try:
         async with sessionmaker() as db:
-            await service.history(db, compactor, TENANT, warmup, None, max_tokens)
+            await service.history(db, summarization, TENANT, warmup, None, max_tokens)
         reset_peak()
         before = status_kib("VmRSS")
         returned = 0
         for _ in range(loads):
             async with sessionmaker() as db:
-                history = await service.history(db, compactor, TENANT, session, None, max_tokens)
+                history = await service.history(
+                    db, summarization, TENANT, session, None, max_tokens
+                )
                 returned = len(history.messages)
                 del history
         return {"rss_kib_before": before, "peak_rss_kib": status_kib("VmHWM"), "messages": returned}

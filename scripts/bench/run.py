@@ -38,7 +38,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import service, store
 from api.append import store_batch
-from api.compaction import Compactor
 from api.db import driver
 from api.db.engine import (
     create_engine,
@@ -51,6 +50,7 @@ from api.locks import SessionLocks
 from api.main import create_app
 from api.settings import Settings
 from api.store.loader import load_parameters, load_statement
+from api.summarization import Summarization
 from scripts.bench import responses_overhead
 from scripts.bench.baselines import (
     AgentsPeer,
@@ -93,7 +93,7 @@ CONCURRENT_SESSIONS = 8
 APPEND_BATCH = 50
 
 NO_SUMMARIES = {"dynamic_summary_enabled": False}
-"""Settings of the load-test sessions: a load over `max_tokens` truncates, never compacts."""
+"""Settings of the load-test sessions: a load over `max_tokens` truncates, never summarizes."""
 
 
 SAME_STATEMENTS = {
@@ -158,7 +158,7 @@ class Built:
 
     size: int
     external_id: str
-    session_id: int
+    session_key: int
     budget: int
 
 
@@ -269,22 +269,22 @@ class PrecisStore:
         self.starts[start.session.id] = start
         return start
 
-    async def load(self, session_id: int, max_tokens: int | None) -> int:
+    async def load(self, session_key: int, max_tokens: int | None) -> int:
         """What the loader asks of the store once it has the session row: the live summaries
         and the messages after them (one statement while a page covers the budget)."""
-        start = self.starts[session_id]
+        start = self.starts[session_key]
         async with self.read_sessionmaker() as db:
             rows = await store.load_rows(
                 db, start.session, 3, max_tokens, summarized=start.summarized
             )
             return len(rows.messages)
 
-    async def pooled_statement(self, session_id: int, max_tokens: int | None) -> None:
+    async def pooled_statement(self, session_key: int, max_tokens: int | None) -> None:
         """The least the store's load can cost on the service's pool: a connection checked
         out, the loader's statement run on its driver connection (and, on SQLite, its values
         decoded), the connection checked back in (`api.db.driver.fetch`); no row types, no
         token budget, no read session."""
-        start = self.starts[session_id]
+        start = self.starts[session_key]
         statement = load_statement(start.session, start.summarized)
         params = load_parameters(start.session, 3, max_tokens)
         await driver.fetch(self.read_engine, statement, params, paged=max_tokens is not None)
@@ -744,10 +744,10 @@ class Bench:
         for session in (small, large):
             await precis.refresh(session.external_id)
 
-        def loading(session_id: int) -> RoundFn:
-            return sequential(lambda _i: precis.load(session_id, max_tokens))
+        def loading(session_key: int) -> RoundFn:
+            return sequential(lambda _i: precis.load(session_key, max_tokens))
 
-        contestants = {str(session.size): loading(session.session_id) for session in (small, large)}
+        contestants = {str(one.size): loading(one.session_key) for one in (small, large)}
         measured = await interleaved(contestants, self.plan.loads // ROUNDS, ROUNDS)
         await precis.close()
         ours, reference = measured[str(large.size)], measured[str(small.size)]
@@ -769,13 +769,13 @@ class Bench:
     async def build(self, precis: PrecisStore, size: int) -> Built:
         """A session of `size` messages (no summaries yet), built in batched transactions."""
         external_id = f"load-{size}"
-        session_id = await precis.create(external_id, NO_SUMMARIES)
+        session_key = await precis.create(external_id, NO_SUMMARIES)
         p = self.payloads
         for start in range(0, size, BUILD_BATCH):
             batch = [new_message(p, i) for i in range(start, min(size, start + BUILD_BATCH))]
             await precis.append(external_id, batch)
         budget = sum(p.tokens(i) for i in range(size - TAIL_MESSAGES, size))
-        return Built(size, external_id, session_id, budget)
+        return Built(size, external_id, session_key, budget)
 
     async def build_peers(self, peers: Peers, size: int) -> dict[str, Any]:
         """The same messages in each peer's own session."""
@@ -824,7 +824,7 @@ class Bench:
             await self.set_autoanalyze(precis, enabled=True)
             await self.analyze(precis)
         settings = Settings(_env_file=None, database_url=url, summary_workers=0)
-        compactor = Compactor(settings, precis.database, SessionLocks(precis.database))
+        summarization = Summarization(settings, precis.database, SessionLocks(precis.database))
         for variant in VARIANTS:
             print(f"[{backend}] load: {VARIANTS[variant]}", flush=True)
             if variant == "summaries":
@@ -837,7 +837,7 @@ class Bench:
                 peers_of_size = peer_sessions[size] if variant == "summaries" else {}
                 for name, fn in (
                     await self.load_contestants(
-                        variant, built[size], precis, compactor, raw, servers, peers_of_size
+                        variant, built[size], precis, summarization, raw, servers, peers_of_size
                     )
                 ).items():
                     contestants[f"{size}/{name}"] = fn
@@ -867,7 +867,7 @@ class Bench:
         variant: str,
         built: Built,
         precis: PrecisStore,
-        compactor: Compactor,
+        summarization: Summarization,
         raw: Raw,
         servers: Http,
         peer_sessions: dict[str, Any],
@@ -876,20 +876,22 @@ class Bench:
         app), the raw query, Agents."""
         max_tokens = built.budget if variant == "tail" else None
         start = await precis.refresh(built.external_id)
-        returned = await precis.load(built.session_id, max_tokens)
+        returned = await precis.load(built.session_key, max_tokens)
 
         async def service_load(_i: int) -> None:
             async with precis.read_sessionmaker() as db:
-                await service.history(db, compactor, TENANT, built.external_id, None, max_tokens)
+                await service.history(
+                    db, summarization, TENANT, built.external_id, None, max_tokens
+                )
 
         query = {} if max_tokens is None else {"max_tokens": str(max_tokens)}
         path = f"/v1/sessions/{built.external_id}/history"
         after_seq = 0 if variant == "tail" else built.size - TAIL_MESSAGES
         limit = returned if variant == "tail" else None
         contestants: dict[str, RoundFn] = {
-            "raw": raw.loader(built.session_id, after_seq, limit),
-            "pooled": sequential(lambda _i: precis.pooled_statement(built.session_id, max_tokens)),
-            "store": sequential(lambda _i: precis.load(built.session_id, max_tokens)),
+            "raw": raw.loader(built.session_key, after_seq, limit),
+            "pooled": sequential(lambda _i: precis.pooled_statement(built.session_key, max_tokens)),
+            "store": sequential(lambda _i: precis.load(built.session_key, max_tokens)),
             "service": sequential(service_load),
             "http": sequential(lambda _i: get(servers.precis, path, query)),
             "minimal": sequential(lambda _i: get(servers.minimal, path, query)),
@@ -909,7 +911,8 @@ class Bench:
         text_ = " ".join(self.payloads.base[i]["content"] for i in range(4))[:3000]
         for first, end in itertools.pairwise(cuts):
             async with precis.sessionmaker() as db, db.begin():
-                await store.save_summary(db, built.session_id, summary_draft(first + 1, end, text_))
+                draft = summary_draft(first + 1, end, text_)
+                await store.save_summary(db, built.session_key, draft)
 
     def load_rows(
         self, backend: str, variant: str, label: str, by_size: dict[int, dict[str, Stats]]

@@ -1,4 +1,4 @@
-"""Benchmark the summarization engine against the fake OpenAI-compatible server on loopback.
+"""Benchmark the summarizer against the fake OpenAI-compatible server on loopback.
 
     python -m scripts.bench.summarizer [--latency 0.02] [--sizes 10000 100000 1000000]
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from summarizer import EngineSettings, SummaryResult, summarize
+from summarizer import SummarizerSettings, SummaryResult, summarize
 from summarizer.prompts import summary_request
 from summarizer.run_state import output_cap
 from summarizer.tokens import count_message, count_messages
@@ -120,7 +120,7 @@ def build_input(tokens: int) -> list[dict[str, Any]]:
     return messages
 
 
-def lower_bound_leaves(input_tokens: int, window: int, settings: EngineSettings) -> int:
+def lower_bound_leaves(input_tokens: int, window: int, settings: SummarizerSettings) -> int:
     """ceil(input / usable window): the usable window is what the prompt and answer leave."""
     overhead = count_messages(summary_request("", settings.target_tokens))
     usable = window - output_cap(settings.target_tokens) - overhead
@@ -128,7 +128,7 @@ def lower_bound_leaves(input_tokens: int, window: int, settings: EngineSettings)
 
 
 async def run_once(
-    messages: Sequence[dict[str, Any]], settings: EngineSettings
+    messages: Sequence[dict[str, Any]], settings: SummarizerSettings
 ) -> tuple[SummaryResult, float]:
     started = time.perf_counter()
     result = await summarize(messages, settings, trigger="manual", trigger_reason="manual")
@@ -150,13 +150,13 @@ async def bench(sizes: Sequence[int], latency: float, all_sequential: bool) -> l
     rows: list[Row] = []
     try:
         # warm up litellm (import, lazy model classes) so the first row is not charged for it
-        warmup = EngineSettings(model="openai/warmup", api_base=server.base_url, api_key="x")
+        warmup = SummarizerSettings(model="openai/warmup", api_base=server.base_url, api_key="x")
         await run_once(build_input(50), warmup)
         for size in sizes:
             messages = build_input(size)
             input_tokens = count_messages(messages)
             for window, known in itertools.product(WINDOWS, (True, False)):
-                base = EngineSettings(
+                base = SummarizerSettings(
                     model="openai/bench-model",
                     api_base=server.base_url,
                     api_key="bench",
@@ -172,7 +172,7 @@ async def bench(sizes: Sequence[int], latency: float, all_sequential: bool) -> l
                 if all_sequential or meta["llm_calls"] <= SEQUENTIAL_MAX_CALLS:
                     _reset(server, window, latency)
                     _, sequential = await run_once(
-                        messages, EngineSettings(**{**base.__dict__, "max_concurrency": 1})
+                        messages, SummarizerSettings(**{**base.__dict__, "max_concurrency": 1})
                     )
                 row = Row(
                     size=input_tokens,

@@ -38,7 +38,7 @@ TARGET = 0.8
 SEED = 7
 
 NO_SUMMARIES = {"dynamic_summary_enabled": False}
-"""The sessions' settings: a load over `max_tokens` truncates, never compacts inline (the
+"""The sessions' settings: a load over `max_tokens` truncates, never summarizes inline (the
 minimal app never does), and no job is queued."""
 
 

@@ -15,7 +15,7 @@ from precis_client import AsyncPrecisClient, PrecisClient
 from tests.support.live_server import served_app
 
 QUIET_SERVICE = {"SUMMARY_WORKERS": "1", "DYNAMIC_SUMMARY_ENABLED": "false"}
-"""No proactive summaries: what a test stores is what it reads back, until it compacts."""
+"""No proactive summaries: what a test stores is what it reads back, until it calls `compact`."""
 
 
 @pytest.fixture(scope="module")

@@ -184,16 +184,16 @@ async def test_pop_message_answers_the_newest_and_hides_the_rest_of_its_exchange
     assert hidden_call["message"]["tool_calls"] == call("c1")["tool_calls"]
 
 
-# --- history, compaction, summaries ---------------------------------------------------------
+# --- history, compact, summaries -------------------------------------------------------------
 
 
 async def test_history_answers_the_context_in_either_format(client: Client, sid: str) -> None:
     await done(client.append_messages(sid, [chat("hi"), chat("hello", "assistant")]))
-    chat_view = await done(client.history(sid))
-    assert chat_view["context"] == [chat("hi"), chat("hello", "assistant")]
-    items_view = await done(client.history(sid, format="responses"))
-    assert [item["role"] for item in items_view["context"]] == ["user", "assistant"]
-    assert all(item.get("type") == "message" for item in items_view["context"])
+    openai_history = await done(client.history(sid))
+    assert openai_history["context"] == [chat("hi"), chat("hello", "assistant")]
+    responses_history = await done(client.history(sid, format="responses"))
+    assert [item["role"] for item in responses_history["context"]] == ["user", "assistant"]
+    assert all(item.get("type") == "message" for item in responses_history["context"])
 
 
 async def test_history_fits_max_tokens_by_truncating_the_oldest(client: Client, sid: str) -> None:
@@ -265,7 +265,7 @@ async def test_a_bad_message_raises_validation_failed_naming_the_field(
         await done(client.get_session(sid))
 
 
-async def test_a_view_that_would_not_be_exact_raises_unfaithful_view(
+async def test_a_format_that_would_not_be_exact_raises_unfaithful_view(
     client: Client, sid: str
 ) -> None:
     reasoning = {

@@ -1,4 +1,4 @@
-"""Fixtures of the summarizer tests: engine settings pointed at the fake LLM server."""
+"""Fixtures of the summarizer tests: summarizer settings pointed at the fake LLM server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from summarizer import EngineSettings
+from summarizer import SummarizerSettings
 from tests.support.fake_llm import FakeLLM
 
 FAST_RETRIES: dict[str, Any] = {
@@ -22,11 +22,11 @@ FAST_RETRIES: dict[str, Any] = {
 
 
 @pytest.fixture
-def llm_settings(fake_llm: FakeLLM) -> Callable[..., EngineSettings]:
-    """A factory of EngineSettings calling the fake server through litellm."""
+def llm_settings(fake_llm: FakeLLM) -> Callable[..., SummarizerSettings]:
+    """A factory of SummarizerSettings calling the fake server through litellm."""
 
-    def make(**overrides: Any) -> EngineSettings:
-        base = EngineSettings(
+    def make(**overrides: Any) -> SummarizerSettings:
+        base = SummarizerSettings(
             model="openai/fake-summarizer",
             api_base=fake_llm.base_url,
             api_key="test-key",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from summarizer import EngineSettings, merge_summaries, summarize
+from summarizer import SummarizerSettings, merge_summaries, summarize
 from summarizer.settings import resolve_window
 from summarizer.text import MIDDLE_MARKER
 from tests.summarizer.builders import chat, filler, user
 from tests.support.fake_llm import MARKER_PATTERN, FakeLLM
 
-Settings = Callable[..., EngineSettings]
+Settings = Callable[..., SummarizerSettings]
 
 WINDOW = 4096
 """With target 800 the prompt budget is about 2,950 tokens: two 1,000-token messages fit."""
@@ -165,9 +165,9 @@ async def test_halves_run_concurrently_within_the_bound(
 
 
 async def test_window_comes_from_litellm_model_info_when_not_set() -> None:
-    assert await resolve_window(EngineSettings(model="gpt-3.5-turbo")) == 16385
-    assert await resolve_window(EngineSettings(model="openai/unknown-model")) is None
-    assert await resolve_window(EngineSettings(model="gpt-4o", model_context_tokens=999)) == 999
+    assert await resolve_window(SummarizerSettings(model="gpt-3.5-turbo")) == 16385
+    assert await resolve_window(SummarizerSettings(model="openai/unknown-model")) is None
+    assert await resolve_window(SummarizerSettings(model="gpt-4o", model_context_tokens=999)) == 999
 
 
 LITELLM_KNOWN_MODEL = "openai/gpt-4"
@@ -177,7 +177,7 @@ LITELLM_KNOWN_MODEL = "openai/gpt-4"
 async def test_window_from_litellm_model_info_splits_before_calling(
     fake_llm: FakeLLM, llm_settings: Settings
 ) -> None:
-    window = await resolve_window(EngineSettings(model=LITELLM_KNOWN_MODEL))
+    window = await resolve_window(SummarizerSettings(model=LITELLM_KNOWN_MODEL))
     assert window == 8192
     fake_llm.context_window = window  # a call that did not fit would fail with a 400
     settings = llm_settings(model=LITELLM_KNOWN_MODEL)

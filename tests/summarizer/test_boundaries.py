@@ -1,4 +1,4 @@
-"""The engine stays pure: importing it loads neither litellm nor the service."""
+"""The summarizer stays pure: importing it loads neither litellm nor the service."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 
-def test_importing_the_engine_loads_neither_litellm_nor_api() -> None:
+def test_importing_the_summarizer_loads_neither_litellm_nor_api() -> None:
     code = (
-        "import sys, summarizer, summarizer.engine, summarizer.llm; "
+        "import sys, summarizer, summarizer.summarize, summarizer.llm; "
         "loaded = [m for m in sys.modules if m.split('.')[0] in ('litellm', 'api')]; "
         "print(','.join(loaded))"
     )

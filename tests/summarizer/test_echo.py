@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from summarizer import DegenerateAnswerError, EngineSettings, merge_summaries, summarize
+from summarizer import DegenerateAnswerError, SummarizerSettings, merge_summaries, summarize
 from summarizer.echo import ECHO_COPIED_SHARE, copied_share, echo_tokens
 from summarizer.fallback import FALLBACK_PREFIX
 from summarizer.prompts import TRANSCRIPT_TAG, summary_request
@@ -16,7 +16,7 @@ from summarizer.transcript import TranscriptOptions, join, render
 from tests.summarizer.builders import sharegpt
 from tests.support.fake_llm import FakeLLM
 
-Settings = Callable[..., EngineSettings]
+Settings = Callable[..., SummarizerSettings]
 
 ENGLISH = 19
 """A WooCommerce tracking conversation: requests, PHP and C# code, explanations."""
@@ -74,7 +74,7 @@ SECOND_HALF_SUMMARY = (
 
 
 def request_text(messages: list[dict[str, Any]]) -> str:
-    """The user message the engine sends to summarize `messages`: the echo check's source."""
+    """The user message the summarizer sends to summarize `messages`: the echo check's source."""
     transcript = join(render(messages, TranscriptOptions()))
     return summary_request(transcript, 800)[-1]["content"]
 
@@ -169,7 +169,7 @@ async def test_merge_returning_inputs_that_fit_its_target_is_accepted(
 
 async def test_the_extractive_local_model_is_not_checked_for_echoes() -> None:
     messages = sharegpt(ENGLISH)
-    result = await summarize(messages, EngineSettings())
+    result = await summarize(messages, SummarizerSettings())
     assert result is not None
     assert copied_share(result.summary_text, request_text(messages)) > 0.5  # extractive
     assert result.metadata["failed_llm_calls"] == 0 and not result.metadata["fallback"]

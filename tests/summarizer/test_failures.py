@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from summarizer import EngineSettings, summarize
+from summarizer import SummarizerSettings, summarize
 from summarizer.fallback import FALLBACK_PREFIX
 from tests.summarizer.builders import chat
 from tests.support.fake_llm import FakeLLM
 
-Settings = Callable[..., EngineSettings]
+Settings = Callable[..., SummarizerSettings]
 
 
 async def test_503_twice_then_success(fake_llm: FakeLLM, llm_settings: Settings) -> None:
@@ -76,7 +76,7 @@ async def test_retries_stop_at_the_total_time_cap(
     settings = llm_settings(max_attempts=50, max_retry_seconds=0.5, backoff_initial_seconds=0.2)
     result = await summarize(chat([200] * 4), settings)
     assert result is not None and result.metadata["fallback"]
-    # The engine asks 3 times (the chunk, then its halves); 0.5 s of retrying at backoffs of at
+    # The summarizer asks 3 times (the chunk, then its halves); 0.5 s of retrying at backoffs of at
     # least 0.1, 0.2, 0.4 s leaves each ask 4 attempts at most, not the 50 allowed.
     assert result.metadata["failed_llm_calls"] == len(fake_llm.calls) <= 3 * 4
 

@@ -1,7 +1,7 @@
-"""Fidelity with the perfect-recall model: every fact the engine is given reaches its summary.
+"""Fidelity with the perfect-recall model: every fact the summarizer is given reaches its summary.
 
 The fake's `marker_echo` mode repeats every marker of its prompt, previous summaries
-included, and stops at `max_tokens` like any model: a fact is lost only when the engine
+included, and stops at `max_tokens` like any model: a fact is lost only when the summarizer
 drops it (a rejected answer, a fallback, a cap too small for the window).
 """
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from summarizer import EngineSettings, merge_summaries, summarize
+from summarizer import SummarizerSettings, merge_summaries, summarize
 from tests.summarizer.builders import filler
 from tests.support.fake_llm import MARKER_PATTERN, FakeLLM
 
-Settings = Callable[..., EngineSettings]
+Settings = Callable[..., SummarizerSettings]
 
 
 def fact_messages(

@@ -12,8 +12,8 @@ import pytest
 from summarizer import (
     Completion,
     CompletionRequest,
-    EngineSettings,
     MergeTask,
+    SummarizerSettings,
     SummaryTask,
     summarize,
 )
@@ -48,7 +48,7 @@ def entries_of(messages: list[dict[str, Any]]) -> list[TranscriptEntry]:
 def summary_call(
     messages: list[dict[str, Any]], target_tokens: int, previous: str | None = None
 ) -> CompletionRequest:
-    """The request the engine makes to summarize `messages`."""
+    """The request the summarizer makes to summarize `messages`."""
     entries = entries_of(messages)
     transcript = join([entry.render() for entry in entries])
     return CompletionRequest(
@@ -167,7 +167,7 @@ def test_text_that_looks_like_transcript_syntax_stays_text() -> None:
 @pytest.mark.parametrize("bisect", [True, False], ids=["bisected", "truncated"])
 async def test_the_task_holds_the_transcript_the_prompt_shows(bisect: bool) -> None:
     model = RecordingLocal()
-    settings = EngineSettings(target_tokens=60, model_context_tokens=900, bisect_enabled=bisect)
+    settings = SummarizerSettings(target_tokens=60, model_context_tokens=900, bisect_enabled=bisect)
     summary = await summarize(project_chat(), settings, client=model)
     assert summary is not None and summary.metadata["truncated"] is not bisect
     tasks = [(r.task, r.messages[-1]["content"]) for r in model.requests]
@@ -189,7 +189,7 @@ async def test_local_model_needs_no_network(monkeypatch: pytest.MonkeyPatch) -> 
         raise AssertionError("the local model opened a connection")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
-    result_ = await summarize(project_chat(), EngineSettings(target_tokens=120))
+    result_ = await summarize(project_chat(), SummarizerSettings(target_tokens=120))
     assert result_ is not None
     assert result_.metadata["llm_calls"] == 1 and not result_.metadata["truncated"]
     assert result_.summary_tokens <= 120

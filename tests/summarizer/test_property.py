@@ -1,6 +1,6 @@
 """Property: for random chats with tool exchanges, leaf chunks partition the input legally.
 
-The model here is an in-process `LLMClient` with a context window (the engine's own
+The model here is an in-process `LLMClient` with a context window (the summarizer's own
 Protocol, no litellm), so hypothesis can run many examples quickly.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from summarizer import Completion, CompletionRequest, EngineSettings, summarize
+from summarizer import Completion, CompletionRequest, SummarizerSettings, summarize
 from summarizer.cuts import summarizable_count
 from summarizer.errors import ContextWindowError
 from summarizer.tokens import count_messages
@@ -70,7 +70,7 @@ def test_leaf_chunks_are_contiguous_legal_slices_partitioning_the_input(
     messages: list[dict[str, Any]], known: bool, keep_last_n: int
 ) -> None:
     window = 3000
-    engine_settings = EngineSettings(
+    summarizer_settings = SummarizerSettings(
         model="in-process",
         target_tokens=100,
         merge_target_tokens=150,
@@ -79,7 +79,7 @@ def test_leaf_chunks_are_contiguous_legal_slices_partitioning_the_input(
         keep_last_n=keep_last_n,
         max_attempts=1,
     )
-    summary = asyncio.run(summarize(messages, engine_settings, client=WindowedModel(window)))
+    summary = asyncio.run(summarize(messages, summarizer_settings, client=WindowedModel(window)))
     count = summarizable_count(messages, keep_last_n)
     if count == 0:
         assert summary is None

@@ -50,7 +50,7 @@ In tests, the `fake_llm` fixture of `tests/conftest.py` gives a fresh server per
 
     async def test_something(fake_llm: FakeLLM) -> None:
         fake_llm.context_window = 4096
-        ... EngineSettings(model="openai/fake", api_base=fake_llm.base_url, api_key="test") ...
+        ... SummarizerSettings(model="openai/fake", api_base=fake_llm.base_url, api_key="test") ...
 
 Elsewhere: `with running_fake_llm() as server: ...`.
 """
@@ -510,7 +510,7 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
 def _summary_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
     text = _last_user_text(messages)
     lines = [line for line in text.splitlines() if line.strip()]
-    # At most a quarter of the text, measured as the engine's echo check measures it (a
+    # At most a quarter of the text, measured as the summarizer's echo check measures it (a
     # Chinese "word" between spaces is a whole clause of one-character tokens): a reply
     # copying more of its input is rightly rejected as an echo.
     budget = max(1, len(echo_tokens(text)) // 4)

@@ -32,8 +32,8 @@ SUFFIX_CHARS = 8
 STATE_DEPENDENT: dict[tuple[str, str], str] = {
     ("ST202", "UnfaithfulView"): (
         "a history in the other format than the session holds is refused when a stored message "
-        "has no exact shape in it (a reasoning item in the chat view): it depends on what the "
-        "session holds, not on the request"
+        "has no exact shape in it (a reasoning item in the `openai` format): it depends on what "
+        "the session holds, not on the request"
     ),
     ("ST302", "MessageNotFound"): (
         "popping a session just created, which holds no message yet, answers 404 "

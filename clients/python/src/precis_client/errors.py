@@ -103,7 +103,7 @@ class ServiceUnavailable(PrecisError):
 
 
 class SummarizationTimeout(PrecisError):
-    """504: an explicit compaction ran past its deadline; nothing of it was stored."""
+    """504: an explicit `compact` ran past its deadline; nothing of it was stored."""
 
 
 def _named(base: type[PrecisError]) -> dict[str, type[PrecisError]]:

@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from summarizer.bisection import Summarization, merge_pair
+from summarizer.bisection import BisectRun, merge_pair
 from summarizer.client import LLMClient
 from summarizer.cuts import summarizable_count
 from summarizer.prompts import CONTINUE_PROMPT, MERGE_PROMPT, PROMPT_VERSION, SUMMARY_PROMPT
 from summarizer.run_state import RunState
-from summarizer.settings import EngineSettings, build_client, resolve_window
+from summarizer.settings import SummarizerSettings, build_client, resolve_window
 from summarizer.text import OFFLOAD_CHARS, clip_tokens, text_chars
 from summarizer.tokens import count_text
 from summarizer.triggers import REASONS, TRIGGERS
@@ -123,7 +123,7 @@ def _check_trigger(trigger: str, trigger_reason: str) -> None:
 
 async def summarize(
     messages: Sequence[Mapping[str, Any]],
-    settings: EngineSettings,
+    settings: SummarizerSettings,
     *,
     trigger: str = "manual",
     trigger_reason: str = "manual",
@@ -140,7 +140,7 @@ async def summarize(
         return None
     chosen = messages[:count]
     window = await resolve_window(settings)
-    run = Summarization(
+    run = BisectRun(
         settings=settings,
         client=client or build_client(settings),
         window=window,
@@ -180,7 +180,7 @@ async def summarize(
 
 async def merge_summaries(
     texts: Sequence[str],
-    settings: EngineSettings,
+    settings: SummarizerSettings,
     *,
     trigger: str = "proactive",
     trigger_reason: str = "rollup",

@@ -1,10 +1,11 @@
-"""Compaction, the service's side of summarization: a `Compactor` summarizes a session's backlog,
-rolls up old summaries, repairs fallbacks, and decides when a proactive summary is due.
+"""The service's side of summarization: a `Summarization` summarizes a session's backlog,
+rolls up old summaries and repairs fallbacks; the functions below decide when a proactive
+summary is due and record its job (`schedule_summary`, `schedule_summary_if_due`).
 
-The engine runs outside any transaction; each summary, its links and any superseding update
-are then written in one short transaction under the session's summarizer lock. Every read and
-write goes through the `Database` (`api.db.transactions`) the `Compactor` is given: the unit of
-work on the summarizers' own pool, which the worker and the lease (`api.locks`) share.
+The summarizer runs outside any transaction; each summary, its links and any superseding update
+are then written in one short transaction under the session's summarization lock. Every read and
+write goes through the `Database` (`api.db.transactions`) the `Summarization` is given: the unit of
+work on the summarization's own pool, which the worker and the lease (`api.locks`) share.
 """
 
 from __future__ import annotations
@@ -18,20 +19,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import metrics, store
 from api.db.transactions import Database
-from api.errors import SessionGone, SummaryRangeConflict
+from api.errors import SessionGone, SummarizationInProgress, SummaryRangeConflict
 from api.items import joins_next
-from api.locks import CompactionBusy, SessionLocks
+from api.locks import SessionLocks
 from api.settings import Settings, SummaryPolicy
 from summarizer import SummaryResult, merge_summaries, summarize
 from summarizer.cuts import JOINS_NEXT
-from summarizer.engine import FALLBACK_MODEL
+from summarizer.summarize import FALLBACK_MODEL
 from summarizer.triggers import ProactiveReason, Reason, Trigger
 
 logger = logging.getLogger("precis.summarization")
 
 
-def engine_input(messages: list[store.MessageRow]) -> list[dict[str, Any]]:
-    """Stored messages as the engine takes them: OpenAI shape, with their seqs; a Responses
+def summarizer_input(messages: list[store.MessageRow]) -> list[dict[str, Any]]:
+    """Stored messages as the summarizer takes them: OpenAI shape, with their seqs; a Responses
     `reasoning` item marked to stay with the item after it (`summarizer.cuts.JOINS_NEXT`)."""
     return [
         {
@@ -66,7 +67,7 @@ def summary_draft(
     first_seq: int,
     sources: list[store.MessageRow],
 ) -> store.SummaryDraft:
-    """The summary of `sources` the engine made, ready to store over `first_seq` (where the
+    """The summary of `sources` the summarizer made, ready to store over `first_seq` (where the
     range starts, removed messages before the first source included) to its last seq."""
     return store.SummaryDraft(
         first_seq=first_seq,
@@ -75,8 +76,8 @@ def summary_draft(
         summary_text=result.summary_text,
         summary_prompt=result.prompt,
         model=result.model,
-        temperature=policy.engine.temperature,
-        target_summary_tokens=policy.engine.target_tokens,
+        temperature=policy.summarizer.temperature,
+        target_summary_tokens=policy.summarizer.target_tokens,
         keep_last_n=keep,
         approx_tokens=result.summary_tokens,
         metadata=result.metadata,
@@ -118,9 +119,9 @@ class BacklogCounting:
 
 
 @dataclass
-class Compactor:
-    """Makes and stores summaries for sessions (with the engine of `summarizer/`); shared by
-    the worker and the inline paths."""
+class Summarization:
+    """Makes and stores summaries for sessions (with `summarizer/`); shared by the worker and
+    the inline paths."""
 
     settings: Settings
     database: Database
@@ -129,7 +130,7 @@ class Compactor:
 
     async def run(
         self,
-        session_id: int,
+        session_key: int,
         trigger: Trigger,
         reason: Reason,
         keep_last_n: int | None = None,
@@ -138,58 +139,58 @@ class Compactor:
     ) -> store.SummaryRow | None:
         """Summarize what follows the newest live summary, then roll up if over the limit.
 
-        With `keep_pending_turn` (an inline compaction before the backend's LLM call), a
+        With `keep_pending_turn` (an inline summarization before the backend's LLM call), a
         newest message from the user is the question being answered: it is never summarized.
 
-        Raises `CompactionBusy` when another summarization holds the session longer than
+        Raises `SummarizationInProgress` when another summarization holds the session longer than
         `wait_seconds`. Returns the new summary, or None when nothing was left to summarize,
         the session included: a session deleted meanwhile is normal use, not a failure.
         """
         try:
-            async with self.locks.hold(session_id, wait_seconds):
+            async with self.locks.hold(session_key, wait_seconds):
                 try:
                     return await self._run_held(
-                        session_id, trigger, reason, keep_last_n, keep_pending_turn
+                        session_key, trigger, reason, keep_last_n, keep_pending_turn
                     )
                 except SummaryRangeConflict as exc:
                     # A message was removed while the model worked: what it read is stale, and
                     # the removal erased what it had reached. Read again and make it once more.
-                    logger.info("summarizing session %s again: %s", session_id, exc.detail)
+                    logger.info("summarizing session %s again: %s", session_key, exc.detail)
                     return await self._run_held(
-                        session_id, trigger, reason, keep_last_n, keep_pending_turn
+                        session_key, trigger, reason, keep_last_n, keep_pending_turn
                     )
         except SessionGone:  # deleted before its lease could be taken
             return None
 
     async def _run_held(
         self,
-        session_id: int,
+        session_key: int,
         trigger: Trigger,
         reason: Reason,
         keep_last_n: int | None,
         keep_pending_turn: bool,
     ) -> store.SummaryRow | None:
-        """One run under the session's summarizer lock (see `run`)."""
+        """One run under the session's summarization lock (see `run`)."""
         started = time.perf_counter()
         async with self.database.reading() as db:
-            session = await store.get_session_by_id(db, session_id)
+            session = await store.get_session_by_key(db, session_key)
             if session is None:
                 return None
             policy = self.settings.policy(session.settings)
-            live = await store.live_summaries(db, session_id)
+            live = await store.live_summaries(db, session_key)
             # the first summary starts after the pinned prefix, which is never summarized
             after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
-            messages = await store.messages_in_range(db, session_id, after_seq)
+            messages = await store.messages_in_range(db, session_key, after_seq)
         keep = policy.keep_last_n if keep_last_n is None else keep_last_n
         if keep_pending_turn and messages and messages[-1].role == "user":
             keep = max(keep, 1)
         try:
             summary = await self._summarize(
-                session_id, policy, messages, live, trigger, reason, keep, after_seq
+                session_key, policy, messages, live, trigger, reason, keep, after_seq
             )
             if summary is not None:
                 metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-            rolled_up = await self._roll_up(session_id, policy, trigger)
+            rolled_up = await self._roll_up(session_key, policy, trigger)
         except SessionGone:
             return None
         if summary is not None and rolled_up:
@@ -200,7 +201,7 @@ class Compactor:
 
     async def _summarize(
         self,
-        session_id: int,
+        session_key: int,
         policy: SummaryPolicy,
         messages: list[store.MessageRow],
         live: list[store.SummaryRow],
@@ -213,8 +214,8 @@ class Compactor:
         last `keep`."""
         previous = live[-1].summary_text if live else None
         result = await summarize(
-            engine_input(messages),
-            replace(policy.engine, keep_last_n=keep, previous_summary=previous),
+            summarizer_input(messages),
+            replace(policy.summarizer, keep_last_n=keep, previous_summary=previous),
             trigger=trigger,
             trigger_reason=reason,
         )
@@ -224,11 +225,11 @@ class Compactor:
         if not result.summary_text.strip():
             return None
         draft = summary_draft(result, policy, keep, after_seq + 1, messages)
-        summary = await self._save(session_id, draft)
+        summary = await self._save(session_key, draft)
         metrics.SUMMARIES.labels(trigger, reason).inc()
         return summary
 
-    async def _roll_up(self, session_id: int, policy: SummaryPolicy, trigger: Trigger) -> bool:
+    async def _roll_up(self, session_key: int, policy: SummaryPolicy, trigger: Trigger) -> bool:
         """Merge the oldest live summaries into one of the next level while over the limit.
 
         Returns whether any roll-up was stored.
@@ -236,18 +237,18 @@ class Compactor:
         rolled_up = False
         while True:
             async with self.database.reading() as db:
-                live = await store.live_summaries(db, session_id)
+                live = await store.live_summaries(db, session_key)
             if len(live) <= policy.summary_limit:
                 return rolled_up
             absorbed = live[: max(2, len(live) - policy.summary_limit + 1)]
             merged = await merge_summaries(
                 [summary.summary_text for summary in absorbed],
-                policy.engine,
+                policy.summarizer,
                 trigger=trigger,
                 trigger_reason="rollup",
             )
             if not merged.summary_text.strip():
-                logger.warning("roll-up of session %s gave an empty text; not stored", session_id)
+                logger.warning("roll-up of session %s gave an empty text; not stored", session_key)
                 return rolled_up
             self._count_llm(merged.metadata)
             model, metadata = inherit_fallback(absorbed, merged.model, merged.metadata)
@@ -257,22 +258,17 @@ class Compactor:
                 summary_text=merged.summary_text,
                 summary_prompt=merged.prompt,
                 model=model,
-                temperature=policy.engine.temperature,
-                target_summary_tokens=policy.engine.merge_target_tokens,
+                temperature=policy.summarizer.temperature,
+                target_summary_tokens=policy.summarizer.merge_target_tokens,
                 keep_last_n=0,
                 approx_tokens=merged.summary_tokens,
                 metadata=metadata,
                 level=max(summary.level for summary in absorbed) + 1,
                 absorbs=tuple(summary.id for summary in absorbed),
             )
-            await self._save(session_id, draft)
+            await self._save(session_key, draft)
             metrics.SUMMARIES.labels(trigger, "rollup").inc()
             rolled_up = True
-
-    async def schedule(self, session_id: int, reason: ProactiveReason) -> None:
-        """Leave the session's summarization to a background job (durably queued now)."""
-        async with self.database.transaction() as db:
-            await store.enqueue_job(db, session_id, "proactive", reason)
 
     async def repair(self, fallback_id: int) -> store.SummaryRow | None:
         """Re-make a live fallback summary from its source messages with the model.
@@ -286,22 +282,22 @@ class Compactor:
             fallback = await store.get_summary_by_id(db, fallback_id)
         if fallback is None or fallback.superseded_by is not None:
             return None
-        session_id = fallback.session_id
+        session_key = fallback.session_id
         try:
-            async with self.locks.hold(session_id, 0.0):
+            async with self.locks.hold(session_key, 0.0):
                 async with self.database.reading() as db:
-                    session = await store.get_session_by_id(db, session_id)
+                    session = await store.get_session_by_key(db, session_key)
                     if session is None:
                         return None
-                    before = await store.summary_before(db, session_id, fallback.first_seq)
+                    before = await store.summary_before(db, session_key, fallback.first_seq)
                     messages = await store.messages_in_range(
-                        db, session_id, fallback.first_seq - 1, fallback.last_seq
+                        db, session_key, fallback.first_seq - 1, fallback.last_seq
                     )
                 policy = self.settings.policy(session.settings)
                 result = await summarize(
-                    engine_input(messages),
+                    summarizer_input(messages),
                     replace(
-                        policy.engine,
+                        policy.summarizer,
                         keep_last_n=0,
                         previous_summary=before.summary_text if before else None,
                     ),
@@ -323,18 +319,18 @@ class Compactor:
                     level=fallback.level + 1,
                     absorbs=(fallback.id,),
                 )
-                repaired = await self._save(session_id, draft)
-        except (CompactionBusy, SessionGone, SummaryRangeConflict):
+                repaired = await self._save(session_key, draft)
+        except (SummarizationInProgress, SessionGone, SummaryRangeConflict):
             return None
         metrics.REPAIRED_SUMMARIES.inc()
         logger.info("fallback summary %s repaired as summary %s", fallback.id, repaired.id)
         return repaired
 
-    async def _save(self, session_id: int, draft: store.SummaryDraft) -> store.SummaryRow:
+    async def _save(self, session_key: int, draft: store.SummaryDraft) -> store.SummaryRow:
         """Store `draft` while this summarizer still holds the session's lease (`LeaseLost`
         otherwise: another took the session over)."""
-        async with self.locks.fenced(session_id) as db:
-            return await store.save_summary(db, session_id, draft)
+        async with self.locks.fenced(session_key) as db:
+            return await store.save_summary(db, session_key, draft)
 
     @staticmethod
     def _count_llm(metadata: dict[str, Any]) -> None:
@@ -345,15 +341,30 @@ class Compactor:
             metrics.FALLBACK_SUMMARIES.labels(metadata["fallback_reason"]).inc()
 
 
-async def schedule_if_due(
+async def schedule_summary(db: AsyncSession, session_key: int, reason: Reason) -> None:
+    """Leave the session's summarization to a background job, recorded in the caller's
+    transaction (durable once it commits); a job already pending or running stays."""
+    await store.enqueue_job(db, session_key, "proactive", reason)
+
+
+async def due_reason(
     db: AsyncSession, session: store.SessionRow, policy: SummaryPolicy
 ) -> ProactiveReason | None:
-    """Enqueue proactive summarization when the backlog reaches a limit; returns the reason."""
+    """`proactive_reason` of the session's backlog, read from `db`; None with summarization
+    off."""
     if not policy.dynamic_summary_enabled:
         return None
     floor = pinned_floor(session, policy)
     backlog = await store.backlog(db, session.id, session.last_seq, floor, policy.message_limit)
-    reason = proactive_reason(policy, backlog)
+    return proactive_reason(policy, backlog)
+
+
+async def schedule_summary_if_due(
+    db: AsyncSession, session: store.SessionRow, policy: SummaryPolicy
+) -> ProactiveReason | None:
+    """Record a summarization job when the session's backlog reaches a limit, in the caller's
+    transaction; returns the reason."""
+    reason = await due_reason(db, session, policy)
     if reason is not None:
-        await store.enqueue_job(db, session.id, "proactive", reason)
+        await schedule_summary(db, session.id, reason)
     return reason

@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from summarizer import EngineSettings, merge_summaries, summarize
+from summarizer import SummarizerSettings, merge_summaries, summarize
 from summarizer.prompts import CONTINUE_PROMPT, PREVIOUS_TAG, PROMPT_VERSION, SUMMARY_PROMPT
 from summarizer.transcript import PREVIEW_CUT
 from tests.summarizer.builders import assistant, call, chat, filler, result, user
 from tests.support.fake_llm import FakeLLM
 
-Settings = Callable[..., EngineSettings]
+Settings = Callable[..., SummarizerSettings]
 
 DESIGN_KEYS = {
     "algorithm",
@@ -51,9 +51,9 @@ async def test_metadata_has_every_design_key_with_real_counts(
 
 
 async def test_nothing_to_summarize_returns_none() -> None:
-    settings = EngineSettings(keep_last_n=5)
+    settings = SummarizerSettings(keep_last_n=5)
     assert await summarize(chat([10] * 5), settings) is None
-    assert await summarize([], EngineSettings()) is None
+    assert await summarize([], SummarizerSettings()) is None
 
 
 async def test_keep_last_n_boundary_moves_back_before_a_tool_pair() -> None:
@@ -64,7 +64,7 @@ async def test_keep_last_n_boundary_moves_back_before_a_tool_pair() -> None:
         result(4, "c1", "report-q3.pdf"),
         assistant(5, "Here it is."),
     ]
-    summary = await summarize(messages, EngineSettings(keep_last_n=2))
+    summary = await summarize(messages, SummarizerSettings(keep_last_n=2))
     assert summary is not None
     assert (summary.first_seq, summary.last_seq, summary.message_count) == (1, 2, 2)
 
@@ -79,7 +79,7 @@ async def test_keep_last_n_boundary_moves_back_before_parallel_calls() -> None:
         assistant(6, "Sunny, rain and snow."),
         user(7, "thanks"),
     ]
-    summary = await summarize(messages, EngineSettings(keep_last_n=3))
+    summary = await summarize(messages, SummarizerSettings(keep_last_n=3))
     assert summary is not None
     assert (summary.last_seq, summary.message_count) == (1, 1)
 
@@ -113,10 +113,10 @@ async def test_previous_summary_goes_to_the_first_leaf_only(
 
 
 async def test_previous_summary_is_not_repeated_by_the_local_model() -> None:
-    first = await summarize(chat([300] * 4), EngineSettings(target_tokens=120))
+    first = await summarize(chat([300] * 4), SummarizerSettings(target_tokens=120))
     assert first is not None
     later = chat([300] * 8)[4:]
-    continued = await summarize(later, EngineSettings(previous_summary=first.summary_text))
+    continued = await summarize(later, SummarizerSettings(previous_summary=first.summary_text))
     assert continued is not None
     assert (continued.first_seq, continued.last_seq) == (5, 8)
     bullets = {line for line in first.summary_text.splitlines() if line.startswith("- ")}
@@ -149,16 +149,16 @@ async def test_window_smaller_than_the_prompt_ends_with_bounded_calls(
 
 async def test_unknown_trigger_is_rejected() -> None:
     with pytest.raises(ValueError, match="trigger"):
-        await summarize(chat([10] * 2), EngineSettings(), trigger="sometimes")
+        await summarize(chat([10] * 2), SummarizerSettings(), trigger="sometimes")
 
 
 async def test_messages_without_seq_are_rejected() -> None:
     with pytest.raises(ValueError, match="seq"):
-        await summarize([{"role": "user", "content": "hi"}], EngineSettings())
+        await summarize([{"role": "user", "content": "hi"}], SummarizerSettings())
 
 
 def test_service_tunable_limits_are_settings_with_their_defaults() -> None:
-    settings = EngineSettings()
+    settings = SummarizerSettings()
     assert settings.max_retry_seconds == 120.0  # total time one call may spend retrying
     assert settings.max_concurrency == 4  # LLM calls in flight at once in one run
     assert settings.tool_result_preview_chars == 1500
@@ -183,13 +183,13 @@ async def test_preview_lengths_from_the_settings_shape_the_prompt(
 
 def test_invalid_settings_are_rejected() -> None:
     with pytest.raises(ValueError, match="target_tokens"):
-        EngineSettings(target_tokens=0)
+        SummarizerSettings(target_tokens=0)
 
 
 async def test_rollup_with_the_local_model_keeps_both_summaries_requests() -> None:
     first = "Messages #1–#4: 4 (2 user, 2 assistant, 0 tool).\nRequests:\n- #1 Deploy v2.3.1."
     second = "Messages #5–#8: 4 (2 user, 2 assistant, 0 tool).\nRequests:\n- #5 Rotate KEY-42."
-    merged = await merge_summaries([first, second], EngineSettings())
+    merged = await merge_summaries([first, second], SummarizerSettings())
     assert "Messages #1–#8: 8 (4 user, 4 assistant, 0 tool)." in merged.summary_text
     assert "Deploy v2.3.1." in merged.summary_text and "Rotate KEY-42." in merged.summary_text
     assert merged.metadata["llm_calls"] == 1 and not merged.metadata["truncated"]
