@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await engine.dispose()
             await background.dispose()
 
-    # A body without Content-Type is read as JSON (curl -d, simple clients); `KeyGate` refuses
+    # A body without Content-Type is read as JSON (simple HTTP clients send none); `KeyGate` refuses
     # such requests from other sites' web pages in development mode.
     # /docs and /redoc serve their scripts and styles from this package, not a CDN.
     app = FastAPIOffline(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api import metrics, service
-from api.append.use_case import append, new_messages
+from api.append.use_case import prepared, store_batch
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
 from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
@@ -27,10 +27,9 @@ from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.openai_errors import OpenAIError, error_type
 from api.schemas import CompactRequest, SessionUpdate
-from api.schemas.messages import ItemIn
 from api.schemas.responses import ResponseRequest
 from api.settings import Settings
-from api.store import get_session
+from api.store import NewMessage, session_for_history
 from api.summarization import Summarization
 from api.upstream import ContextTooLong, Upstream, UpstreamFailed, create_response, open_stream
 from summarizer.llm import model_context_window
@@ -69,6 +68,9 @@ class Turn:
     conversation_id: str
     request: ResponseRequest
     input_items: list[dict[str, Any]]
+    """The input as items, as the model gets them and the conversation keeps them."""
+    stored_input: list[NewMessage]
+    """The same, checked, counted and given their ids: stored with the output."""
     budget: int
     response_id: str = field(default_factory=lambda: new_id("resp"))
     headers: dict[str, str] = field(default_factory=dict)
@@ -191,7 +193,7 @@ class Responder:
         )
         given = new_conversation_items(input_items)
         # the size and shape checks of a stored item, before anything is called or stored
-        counted = new_messages(given, self.settings.max_message_bytes)
+        counted = await prepared(given, self.settings.max_message_bytes)
         window = await self._window(request.model)
         reserved = request.max_output_tokens or min(
             self.settings.model_default_output_tokens, window // DEFAULT_OUTPUT_SHARE
@@ -210,7 +212,7 @@ class Responder:
                 param="input",
                 code="context_length_exceeded",
             )
-        return Turn(conversation_id, request, input_items, budget)
+        return Turn(conversation_id, request, input_items, counted, budget)
 
     async def _window(self, model: str) -> int:
         window = self.settings.model_windows().get(model) or await model_context_window(model)
@@ -226,20 +228,24 @@ class Responder:
     async def _upstream_request(self, tenant: str, turn: Turn) -> dict[str, Any]:
         conversation_id = turn.conversation_id
         async with self.database.reading() as db:
-            # one read session for the check and the history load: one connection, not two
+            # the history's own first read checks the conversation too: no round trip more
             try:
-                session = await get_session(db, tenant, conversation_id)
+                start = await session_for_history(db, tenant, conversation_id)
             except SessionNotFound:
                 raise ConversationNotFound(conversation_id) from None
-            if session.format not in (None, "responses"):
+            if start.session.format not in (None, "responses"):
                 raise ConversationNotFound(conversation_id)
             management = turn.request.context_management
             threshold = management[-1].compact_threshold if management else None
-            if threshold is not None and session.settings.get("max_context_tokens") != threshold:
+            if (
+                threshold is not None
+                and start.session.settings.get("max_context_tokens") != threshold
+            ):
                 update = SessionUpdate(settings={"max_context_tokens": threshold})  # type: ignore[arg-type]
                 await service.update_session(
                     self.database, self.settings, tenant, conversation_id, update
                 )
+                start = await session_for_history(db, tenant, conversation_id)
             history = await service.history(
                 db,
                 self.summarization,
@@ -248,6 +254,7 @@ class Responder:
                 EVERY_LIVE_SUMMARY,
                 turn.budget,
                 "responses",
+                start,
             )
         context = _without_placeholders_answered_by(history.context, turn.input_items)
         return turn.request.passed_through() | {"input": [*context, *turn.input_items]}
@@ -298,8 +305,9 @@ class Responder:
 
     async def _store(self, tenant: str, turn: Turn, output: Sequence[dict[str, Any]]) -> None:
         """The turn's input and output in one append: both or neither."""
-        stored: list[ItemIn] = new_conversation_items([*turn.input_items, *output])
-        await append(self.database, self.settings, tenant, turn.conversation_id, stored)
+        answer = await prepared(new_conversation_items(output), self.settings.max_message_bytes)
+        batch = [*turn.stored_input, *answer]
+        await store_batch(self.database, self.settings, tenant, turn.conversation_id, batch)
         _count("stored", turn)
 
 

@@ -224,10 +224,13 @@ async def history(
     summary_limit: int | None,
     max_tokens: int | None,
     message_format: MessageFormat | None = None,
+    start: store.HistoryStart | None = None,
 ) -> History:
     """The history loader; over `max_tokens`, summarize inline once (if enabled), then truncate.
-    `message_format`: the format of `context` (None: the session's own)."""
-    start = await store.session_for_history(db, tenant, external_id)
+    `message_format`: the format of `context` (None: the session's own); `start`: the
+    session as `store.session_for_history` just read it in `db` (read here when None)."""
+    if start is None:
+        start = await store.session_for_history(db, tenant, external_id)
     policy = summarization.settings.policy(start.session.settings)
     limit = summary_limit or policy.summary_limit
     loaded = await load_history(db, summarization, start, limit, max_tokens, message_format)

@@ -124,6 +124,15 @@ def _text_size(message: ChatMessageIn | ItemIn) -> int:
     return len(str(message.content or ""))
 
 
+async def prepared(
+    messages: Sequence[ChatMessageIn | ItemIn], max_bytes: int
+) -> list[store.NewMessage]:
+    """`new_messages`, off the event loop when the batch holds much text."""
+    prepare = partial(new_messages, messages, max_bytes)
+    size = sum(_text_size(message) for message in messages)
+    return await asyncio.to_thread(prepare) if size > OFFLOAD_CHARS else prepare()
+
+
 async def append(
     database: Database,
     settings: Settings,
@@ -132,9 +141,7 @@ async def append(
     messages: Sequence[ChatMessageIn | ItemIn],
 ) -> AppendResponse:
     """Store a batch; when the backlog reaches a limit, record a job (same transaction)."""
-    prepare = partial(new_messages, messages, settings.max_message_bytes)
-    size = sum(_text_size(message) for message in messages)
-    batch = await asyncio.to_thread(prepare) if size > OFFLOAD_CHARS else prepare()
+    batch = await prepared(messages, settings.max_message_bytes)
     outcome, reason = await store_batch(database, settings, tenant, external_id, batch)
     return AppendResponse(
         messages=[MessageOut.from_row(message) for message in outcome.messages],

@@ -4,7 +4,7 @@
 `POST /v1/sessions/{id}/messages` do what Precis does for a valid request, on the same
 kind of engine (`api.db.engine.create_engine`, the same settings) through the same store
 functions (`store.session_for_history` and `store.load_rows`, `api.append.store_batch`), so
-the same SQL on the same pool, and answer the same bytes (`tests/test_bench_minimal_app.py`
+the same SQL on the same pool, and answer the same bytes (`tests/scripts/test_bench_minimal_app.py`
 proves it). What is left is the least an HTTP layer can add: no framework, no request
 model, the answer encoded by pydantic-core's serializer straight from the rows.
 

@@ -1,6 +1,7 @@
 """Peak RSS of history loads in a clean process: `python -m scripts.bench.rss URL SESSION`.
 
-Run by `scripts/bench/run.py` once per session size, so each number starts from the same imports.
+Run by `scripts/bench/load_rows.py` once per session size, so each number starts from the same
+imports.
 After a warm-up load of another (small) session, since the tokenizer and the statement
 caches load lazily, the kernel's peak-RSS mark is reset (`/proc/self/clear_refs`), so the
 peak is that of the measured session's loads alone, the first one included;

@@ -7,7 +7,7 @@ of `scripts/bench/minimal_app.py` on the same database, in alternating rounds
 (`scripts.bench.lib.interleaved`), and compared in requests per second and in the CPU each
 server's process used per request.
 
-`scripts/bench/run.py` adds the rows to `make bench` (`--throughput-only` runs them alone);
+`scripts/bench/http_rows.py` adds the rows to `make bench` (`--throughput-only` runs them alone);
 `scripts/bench/profile.py --chat-backends` profiles Precis's server under the same load.
 """
 

@@ -25,7 +25,8 @@ from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
 
 from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
-from tests.support.fake_llm import RESPONSES_PATH, Call, FakeLLM, running_fake_llm
+from tests.helpers import text_of, turn_calls
+from tests.support.fake_llm import FakeLLM, running_fake_llm
 
 REQUEST_TIMEOUT_SECONDS = 30.0
 """Per request of the SDK's client: generous for a loaded CI machine."""
@@ -80,13 +81,6 @@ def order_status(order: str) -> str:
     return ORDER_STATUS.replace("1234", order)
 
 
-def text_of(item: dict[str, Any]) -> str:
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(str(part.get("text", "")) for part in content or [])
-
-
 def shape(item: dict[str, Any]) -> tuple[str, ...]:
     """What a person reads in an item: a message's role and text, a call's name and
     arguments, an output's text."""
@@ -103,10 +97,6 @@ def shape(item: dict[str, Any]) -> tuple[str, ...]:
 async def logged(server_log: Path) -> str:
     """The server's log, for the message of a failed assertion."""
     return await asyncio.to_thread(server_log.read_text, errors="replace")
-
-
-def turn_calls(fake: FakeLLM) -> list[Call]:
-    return [call for call in fake.calls if call.path == RESPONSES_PATH]
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,10 @@ from agents.memory import Session, SessionSettings, SQLiteSession
 from agents.run_internal.session_persistence import prepare_input_with_session
 from precis_client.agents import PrecisSession
 
+from tests.helpers import contents, easy_message
+
 SESSION_KINDS = ("SQLiteSession", "PrecisSession")
 """The SDK's reference session and ours; every test runs on both."""
-
-
-def said(text: str) -> TResponseInputItem:
-    return cast(TResponseInputItem, {"role": "user", "content": text})
-
-
-def texts(items: list[TResponseInputItem]) -> list[Any]:
-    return [item.get("content") for item in items]
 
 
 def make_session(kind: str, session_id: str, base_url: str, settings: Any) -> Session:
@@ -100,9 +94,9 @@ async def test_a_dict_limit_applies_to_get_items_without_an_explicit_limit(
 ) -> None:
     session = make_session(kind, sid, service_url, {"limit": 2})
     sessions.append(session)
-    await session.add_items([said(f"item {n}") for n in range(4)])
-    assert texts(await session.get_items()) == ["item 2", "item 3"]
-    assert texts(await session.get_items(limit=3)) == ["item 1", "item 2", "item 3"]
+    await session.add_items([easy_message(f"item {n}") for n in range(4)])
+    assert contents(await session.get_items()) == ["item 2", "item 3"]
+    assert contents(await session.get_items(limit=3)) == ["item 1", "item 2", "item 3"]
 
 
 async def test_the_runner_s_history_honours_dict_settings_and_their_override(
@@ -112,14 +106,14 @@ async def test_the_runner_s_history_honours_dict_settings_and_their_override(
     `SessionSettings` on the session, never the raw dict it was given."""
     session = make_session(kind, sid, service_url, {"limit": 1})
     sessions.append(session)
-    await session.add_items([said(f"item {n}") for n in range(4)])
+    await session.add_items([easy_message(f"item {n}") for n in range(4)])
 
     own_limit, _ = await prepare_input_with_session("next", session, None)
     overridden, _ = await prepare_input_with_session(
         "next", session, None, SessionSettings(limit=3)
     )
-    assert texts(cast(list[TResponseInputItem], own_limit)) == ["item 3", "next"]
-    assert texts(cast(list[TResponseInputItem], overridden)) == [
+    assert contents(cast(list[TResponseInputItem], own_limit)) == ["item 3", "next"]
+    assert contents(cast(list[TResponseInputItem], overridden)) == [
         "item 1",
         "item 2",
         "item 3",

@@ -24,6 +24,7 @@ import pytest
 
 from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
 from tests.conftest import IN_CI
+from tests.helpers import said, text_of
 from tests.support.fake_llm import RESPONSES_PATH, FakeLLM, running_fake_llm
 from tests.support.node_openai import (
     NodeUnavailable,
@@ -37,10 +38,6 @@ REQUEST_TIMEOUT_MS = 30_000
 
 PAGE_SIZE = 2
 """The `limit` of the lists: smaller than the three items, so they cross a page boundary."""
-
-
-def said(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
 FIRST, SECOND, THIRD = said("first: from Node"), said("second: Zürich → 東京"), said("third")
@@ -123,11 +120,6 @@ STEPS: list[dict[str, Any]] = [
         "args": ["$ref:chat.id", {"order": "asc"}],
     },
 ]
-
-
-def text_of(item: dict[str, Any]) -> str:
-    content = item["content"]
-    return content if isinstance(content, str) else "".join(part["text"] for part in content)
 
 
 def texts(items: list[dict[str, Any]]) -> list[str]:

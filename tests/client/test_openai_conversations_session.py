@@ -18,6 +18,7 @@ from agents.memory import OpenAIConversationsSession
 from openai import AsyncOpenAI, NotFoundError
 
 from tests.client.keyed_server import OTHER_TENANT_KEY, TENANT_KEY, keyed_server
+from tests.helpers import said, text_of
 
 REQUEST_TIMEOUT_SECONDS = 30.0
 """Per request of the SDK's client: generous for a loaded CI machine, short of pytest's patience."""
@@ -55,10 +56,6 @@ TOOL_TURN = [QUESTION, CALL, CALL_OUTPUT, ANSWER]
 """One turn of a tool-using agent, as the SDK stores it: two items with ids of their own."""
 
 
-def said(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 def as_input(items: list[dict[str, Any]]) -> list[TResponseInputItem]:
     return cast(list[TResponseInputItem], items)
 
@@ -68,12 +65,6 @@ def as_added(back: TResponseInputItem, added: dict[str, Any]) -> dict[str, Any]:
     never change one."""
     returned = cast(dict[str, Any], back)
     return {key: returned.get(key) for key in added}
-
-
-def text_of(item: TResponseInputItem) -> str:
-    """The text of a message item, whether its content is a string or a list of parts."""
-    content = cast(dict[str, Any], item)["content"]
-    return content if isinstance(content, str) else "".join(part["text"] for part in content)
 
 
 def ids_of(items: list[TResponseInputItem]) -> list[Any]:

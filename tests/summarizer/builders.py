@@ -1,4 +1,5 @@
-"""Message builders for the summarizer tests."""
+"""Message builders for the summarizer tests (messages carry their `seq`), and the oracle of a
+cut that separates a tool call from its results."""
 
 from __future__ import annotations
 
@@ -72,3 +73,13 @@ def _sharegpt() -> dict[int, list[dict[str, Any]]]:
 def sharegpt(conversation: int) -> list[dict[str, Any]]:
     """The messages of one fixture conversation, seq from 1."""
     return [dict(message, seq=seq) for seq, message in enumerate(_sharegpt()[conversation], 1)]
+
+
+def separates_a_call(messages: list[dict[str, Any]], cut: int) -> bool:
+    """Independent oracle: a cut separates a call from one of its results."""
+    for index, message in enumerate(messages):
+        for tool_call in message.get("tool_calls") or ():
+            for later, answer in enumerate(messages):
+                if answer.get("tool_call_id") == tool_call["id"] and index < cut <= later:
+                    return True
+    return False

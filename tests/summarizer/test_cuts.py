@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from summarizer.cuts import balanced_cut, legal_cuts, midpoint_cut, summarizable_count
-from tests.summarizer.builders import assistant, call, result, user
+from tests.summarizer.builders import assistant, call, result, separates_a_call, user
 
 
 def tool_pair_chat() -> list[dict[str, Any]]:
@@ -111,16 +111,6 @@ def tool_chats(draw: st.DrawFn) -> list[dict[str, Any]]:
             for call_id in ids:
                 messages.append(result(len(messages) + 1, call_id))
     return messages
-
-
-def separates_a_call(messages: list[dict[str, Any]], cut: int) -> bool:
-    """Independent oracle: a cut separates a call from one of its results."""
-    for index, message in enumerate(messages):
-        for tool_call in message.get("tool_calls") or ():
-            for later, answer in enumerate(messages):
-                if answer.get("tool_call_id") == tool_call["id"] and index < cut <= later:
-                    return True
-    return False
 
 
 @given(tool_chats(), st.integers(0, 30))

@@ -17,7 +17,7 @@ from summarizer import Completion, CompletionRequest, SummarizerSettings, summar
 from summarizer.cuts import summarizable_count
 from summarizer.errors import ContextWindowError
 from summarizer.tokens import count_messages
-from tests.summarizer.builders import assistant, call, filler, result, user
+from tests.summarizer.builders import assistant, call, filler, result, separates_a_call, user
 
 
 class WindowedModel:
@@ -50,18 +50,6 @@ def chats(draw: st.DrawFn) -> list[dict[str, Any]]:
             for call_id in ids:
                 messages.append(result(len(messages) + 1, call_id, filler(size)))
     return messages
-
-
-def separates_a_call(messages: list[dict[str, Any]], cut: int) -> bool:
-    call_at = {
-        tool_call["id"]: index
-        for index, message in enumerate(messages)
-        for tool_call in message.get("tool_calls") or ()
-    }
-    return any(
-        call_at.get(message.get("tool_call_id"), index) < cut <= index
-        for index, message in enumerate(messages)
-    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,4 +6,5 @@ imports it too).
 - `scratch_db`: create, migrate and drop scratch databases; the project's Alembic config.
 - `pg_cluster`: a PostgreSQL cluster of one's own, to stop and start at will.
 - `pgbouncer`: a PgBouncer of one's own in transaction mode.
+- `pg_proxy`: a loopback proxy in front of PostgreSQL that cuts a connection around a statement.
 """

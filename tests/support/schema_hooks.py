@@ -1,5 +1,5 @@
-"""Schemathesis hooks for `tests/test_schema_truth.py` (loaded through SCHEMATHESIS_HOOKS): the
-rules of the API that JSON Schema cannot state, each named with why.
+"""Schemathesis hooks for `tests/routes/test_schema_truth.py` (loaded through
+SCHEMATHESIS_HOOKS): the rules of the API that JSON Schema cannot state, each named with why.
 
 Everything a request body or parameter must be on its own is in the OpenAPI document. What
 ties several objects of an array together, or depends on what the session holds, no schema

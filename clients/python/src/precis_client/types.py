@@ -95,6 +95,27 @@ class SummaryDetail(Summary):
     message_ids: list[int]
 
 
+class Unsendable(TypedDict):
+    id: int
+    reason: Literal["dangling_reasoning", "orphan_tool_result", "duplicate_tool_result"]
+
+
+class UnreadMessages(TypedDict):
+    first_seq: int
+    last_seq: int
+    count: int
+
+
+class Omitted(TypedDict):
+    """What `context` leaves out: message and summary ids dropped to fit `max_tokens`, older
+    messages never read for it, and messages no model API would take."""
+
+    messages: list[int]
+    unread: UnreadMessages | None
+    summaries: list[int]
+    unsendable: list[Unsendable]
+
+
 class History(TypedDict):
     """The history loader's answer; `context` is what to send to the model."""
 
@@ -105,11 +126,14 @@ class History(TypedDict):
     context: list[dict[str, Any]]
     token_estimate: int
     truncated_messages: int
+    omitted: Omitted
     summarization_pending: bool
 
 
 class Compacted(TypedDict):
     summary: Summary | None
+    reason: Literal["nothing_to_summarize", "already_summarized"] | None
+    """Why `summary` is null (null when a summary was made)."""
     history: History
 
 

@@ -1,0 +1,1 @@
+"""Tests of the append: `api/append/` and what an append stores."""

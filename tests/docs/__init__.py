@@ -1,0 +1,1 @@
+"""The README and the docs tell the truth: their commands work, the files they name exist."""

@@ -1,0 +1,1 @@
+"""Faults and races: the LLM or the database failing, connections cut, restarts, replicas."""

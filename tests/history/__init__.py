@@ -1,0 +1,1 @@
+"""Tests of the history: its loader and route, and context assembly (`api/context.py`)."""

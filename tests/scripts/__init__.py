@@ -1,0 +1,1 @@
+"""Tests of the operator tools and of the benchmarks' own code: `scripts/`, `scripts/bench/`."""
