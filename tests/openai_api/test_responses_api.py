@@ -5,6 +5,7 @@ and retried, errors in OpenAI's shape (docs/design.md, "OpenAI Responses")."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -408,3 +409,17 @@ async def test_an_unknown_conversation_is_404_and_a_malformed_id_400(
         await client.responses.create(model="openai/fake", input="hi", conversation="chat-42")
     assert malformed.value.body["param"] == "conversation"  # type: ignore[index]
     assert upstream.calls == []
+
+
+async def test_the_models_key_never_reaches_a_log(
+    client: AsyncOpenAI, upstream: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    conversation = await client.conversations.create()
+    await client.responses.create(model="openai/fake", input="hi", conversation=conversation.id)
+    upstream.fail_next(401)
+    with pytest.raises(openai.APIStatusError):
+        await client.responses.create(model="openai/fake", input="hi", conversation=conversation.id)
+    assert upstream.calls[-1].status == 401, "the failing call reached the model"
+    assert caplog.records, "something was logged"
+    assert UPSTREAM_KEY not in caplog.text
