@@ -95,7 +95,7 @@ def proactive_reason(policy: SummaryPolicy, backlog: store.Backlog) -> Proactive
         return None
     if backlog.message_count >= policy.message_limit:
         return "message_limit"
-    if backlog.token_count >= policy.max_context_tokens:
+    if backlog.token_count is not None and backlog.token_count >= policy.max_context_tokens:
         return "token_limit"
     return None
 

@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from api.errors import FormatConflict, IdempotencyConflict
 from api.store.rows import MessageRow, NewMessage, SessionRow
+from api.store.summaries import Backlog
 
 
 @dataclass(frozen=True)
@@ -20,22 +21,13 @@ class AppendOutcome:
 
 
 @dataclass(frozen=True)
-class CountedBacklog:
-    """What lies after the newest live summary (and the pinned prefix), as the statement
-    counted it with the `api.summarization.BacklogCounting` it was given."""
-
-    summarized_seq: int
-    """The newest live summary's last seq (0: none)."""
-    after_seq: int
-    message_count: int
-    token_count: int | None
-    """None where not counted: `message_count` was at least the counting's `tokens_below`."""
-
-
-@dataclass(frozen=True)
 class Appended:
     outcome: AppendOutcome
-    backlog: CountedBacklog
+    backlog: Backlog
+    """What lies after the newest live summary (and the pinned prefix), as the statement
+    counted it with the `api.summarization.BacklogCounting` it was given."""
+    summarized_seq: int
+    """The newest live summary's last seq (0: none)."""
     job_queued: bool
 
 

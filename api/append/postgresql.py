@@ -26,7 +26,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.append.batch import (
     Appended,
     AppendOutcome,
-    CountedBacklog,
     batch_format,
     check_format,
     in_batch_order,
@@ -39,6 +38,7 @@ from api.db.pooler import transaction_pooled
 from api.db.transactions import driver_connection
 from api.errors import Conflict
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
+from api.store.summaries import Backlog
 from api.summarization import BacklogCounting
 
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
@@ -293,11 +293,10 @@ async def append(
             raise AppendConnectionLost(server_pid) from exc
         raise
     after_seq = row["after_seq"]
-    backlog = CountedBacklog(
-        row["summarized_seq"], after_seq, session.last_seq - after_seq, row["backlog_tokens"]
-    )
+    backlog = Backlog(after_seq, session.last_seq - after_seq, row["backlog_tokens"])
     messages = in_batch_order(batch, fresh, stored)
-    return Appended(AppendOutcome(session, messages, len(fresh)), backlog, row["job_queued"])
+    outcome = AppendOutcome(session, messages, len(fresh))
+    return Appended(outcome, backlog, row["summarized_seq"], row["job_queued"])
 
 
 async def _server_pid(engine: AsyncEngine, connection: Any) -> int:

@@ -27,7 +27,6 @@ from sqlalchemy.dialects import sqlite
 from api.append.batch import (
     Appended,
     AppendOutcome,
-    CountedBacklog,
     batch_format,
     check_format,
     check_repeats,
@@ -39,6 +38,7 @@ from api.db import driver
 from api.db.models import Message, Session, utcnow
 from api.db.transactions import Database
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
+from api.store.summaries import Backlog
 from api.summarization import BacklogCounting
 
 _DIALECT = sqlite.dialect()
@@ -166,7 +166,8 @@ def _append(
     ).fetchone()
     backlog = _backlog(connection, session, summarized, counting_of(session.settings))
     messages = in_batch_order(batch, inserted, stored)
-    return Appended(AppendOutcome(session, messages, len(inserted)), backlog, bool(job_queued))
+    outcome = AppendOutcome(session, messages, len(inserted))
+    return Appended(outcome, backlog, summarized, bool(job_queued))
 
 
 def _stored(
@@ -217,12 +218,12 @@ def _backlog(
     session: SessionRow,
     summarized: int,
     counting: BacklogCounting,
-) -> CountedBacklog:
+) -> Backlog:
     """What lies after the newest live summary and the pinned prefix; the tokens are counted
     only when they can matter, as `postgresql.APPEND` does."""
     after_seq = max(summarized, session.pinned_seq if counting.pinned_floor else 0)
     message_count = session.last_seq - after_seq
     if message_count >= counting.tokens_below:
-        return CountedBacklog(summarized, after_seq, message_count, None)
+        return Backlog(after_seq, message_count, None)
     (tokens,) = connection.execute(TOKENS_AFTER, (session.id, after_seq)).fetchone()
-    return CountedBacklog(summarized, after_seq, message_count, int(tokens))
+    return Backlog(after_seq, message_count, int(tokens))

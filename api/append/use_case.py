@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import items, store
 from api.append import postgresql, sqlite
-from api.append.batch import Appended, AppendOutcome, CountedBacklog
+from api.append.batch import Appended, AppendOutcome
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
     RETRY_PAUSE_SECONDS,
@@ -248,20 +248,21 @@ async def _store_in_one_statement(
 
 
 def _backlog(
-    policy: SummaryPolicy, session: store.SessionRow, counted: CountedBacklog
+    policy: SummaryPolicy, session: store.SessionRow, appended: Appended
 ) -> store.Backlog | None:
-    """The backlog `proactive_reason` reads under the session's `policy`, from what the
-    append's statement counted; None when the statement, counting for another policy (the
+    """The backlog the append's statement counted, when it is what `proactive_reason` reads
+    under the session's `policy`; None when the statement, counting for another policy (the
     server's, on PostgreSQL, where the session overrides it), did not count what this one
     reads: another start of the backlog, or tokens it left out (then they are read again)."""
-    after_seq = max(counted.summarized_seq, pinned_floor(session, policy))
-    if after_seq != counted.after_seq:
+    counted = appended.backlog
+    if max(appended.summarized_seq, pinned_floor(session, policy)) != counted.after_seq:
         return None
-    if counted.token_count is not None:
-        return store.Backlog(after_seq, counted.message_count, counted.token_count)
-    if counted.message_count >= BacklogCounting.of(policy).tokens_below:
-        return store.Backlog(after_seq, counted.message_count, 0)  # the rule reads no tokens
-    return None
+    if (
+        counted.token_count is None
+        and counted.message_count < BacklogCounting.of(policy).tokens_below
+    ):
+        return None
+    return counted
 
 
 async def _landed(
@@ -318,7 +319,7 @@ async def _schedule_summary_after_append(
     if not policy.dynamic_summary_enabled:
         return None
     job_queued = appended is not None and appended.job_queued
-    backlog = _backlog(policy, session, appended.backlog) if appended is not None else None
+    backlog = _backlog(policy, session, appended) if appended is not None else None
     counted: ProactiveReason | None = None
     if backlog is not None:
         counted = proactive_reason(policy, backlog)

@@ -285,9 +285,10 @@ class Backlog:
 
     after_seq: int
     message_count: int
-    token_count: int
+    token_count: int | None
     """Of the first `message_limit` messages at most: more cannot change the trigger's answer
-    (that many messages reach the message limit whatever their tokens)."""
+    (that many messages reach the message limit whatever their tokens). None where an
+    append's statement did not count them, the messages alone deciding (`BacklogCounting`)."""
 
 
 _summarized_seq = (
