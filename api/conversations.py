@@ -29,7 +29,6 @@ from api.items import parse_item
 from api.schemas import SESSION_ID_PATTERN
 from api.schemas.conversations import Conversation, ConversationItemList
 from api.settings import Settings
-from api.store.rows import UNBOUNDED
 
 CONVERSATION_ID_PREFIX = "conv_"
 """What every conversation id begins with, as OpenAI's do."""
@@ -213,9 +212,11 @@ async def list_items(
                 raise UnknownCursor(after, conversation_id)
         if order == "asc":
             after_seq = cursor.seq if cursor is not None else 0
-            rows = await store.messages_in_range(db, session.id, after_seq, limit=limit + 1)
+            rows = await store.messages_in_range(
+                db, session.id, after_seq, session.last_seq, limit=limit + 1
+            )
         else:
-            before_seq = cursor.seq if cursor is not None else UNBOUNDED
+            before_seq = cursor.seq if cursor is not None else session.last_seq + 1
             rows = await store.messages_before(db, session.id, before_seq, limit=limit + 1)
     data = [_served(row) for row in rows[:limit]]
     return _page(data, has_more=len(rows) > limit)

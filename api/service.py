@@ -192,7 +192,9 @@ async def list_messages(
     db: AsyncSession, tenant: str, external_id: str, after_seq: int, limit: int
 ) -> tuple[list[MessageOut], str | None]:
     session = await store.get_session(db, tenant, external_id)
-    rows = await store.messages_in_range(db, session.id, after_seq, limit=limit + 1)
+    rows = await store.messages_in_range(
+        db, session.id, after_seq, session.last_seq, limit=limit + 1
+    )
     page = rows[:limit]
     next_cursor = str(page[-1].seq) if len(rows) > limit else None
     return [MessageOut.from_row(message) for message in page], next_cursor

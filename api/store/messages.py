@@ -6,6 +6,7 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import cast
 
 from sqlalchemy import Table, bindparam, select
@@ -40,18 +41,23 @@ async def messages_in_range(
     limit: int = UNBOUNDED,
 ) -> list[MessageRow]:
     """The first `limit` messages of seqs `after_seq + 1..last_seq`, ascending, removed and
-    orphaned ones left out: an index range scan on `(session_id, seq)`."""
-    result = await db.execute(
-        _RANGE,
-        {"session_id": session_key, "after_seq": after_seq, "last_seq": last_seq, "limit": limit},
-    )
-    return [MessageRow._make(row) for row in result]
+    orphaned ones left out: an index range scan on `(session_id, seq)`. With a `limit`,
+    read in seq windows (`_windows`), so no plan reads more than a few pages."""
+    rows: list[MessageRow] = []
+    for floor, ceiling in _windows(after_seq, last_seq, limit, upwards=True):
+        params = {"session_id": session_key, "after_seq": floor, "last_seq": ceiling}
+        result = await db.execute(_RANGE, {**params, "limit": limit - len(rows)})
+        rows += [MessageRow._make(row) for row in result]
+        if len(rows) >= limit:
+            break
+    return rows
 
 
 _BEFORE = (
     select(*MESSAGE_COLUMNS)
     .where(
         _messages.session_id == bindparam("session_id"),
+        _messages.seq > bindparam("after_seq"),
         _messages.seq < bindparam("before_seq"),
         shown(_messages),
     )
@@ -61,14 +67,38 @@ _BEFORE = (
 
 
 async def messages_before(
-    db: AsyncSession, session_key: int, before_seq: int = UNBOUNDED, limit: int = UNBOUNDED
+    db: AsyncSession, session_key: int, before_seq: int, limit: int
 ) -> list[MessageRow]:
-    """The last `limit` messages before seq `before_seq`, newest first, removed and orphaned
-    ones left out: the same index range scan as `messages_in_range`, walked backwards."""
-    result = await db.execute(
-        _BEFORE, {"session_id": session_key, "before_seq": before_seq, "limit": limit}
-    )
-    return [MessageRow._make(row) for row in result]
+    """The last `limit` messages before seq `before_seq` (at most the session's `last_seq`
+    + 1), newest first, removed and orphaned ones left out: the same index range scan as
+    `messages_in_range`, walked backwards in seq windows."""
+    rows: list[MessageRow] = []
+    for floor, ceiling in _windows(0, before_seq - 1, limit, upwards=False):
+        params = {"session_id": session_key, "after_seq": floor, "before_seq": ceiling + 1}
+        result = await db.execute(_BEFORE, {**params, "limit": limit - len(rows)})
+        rows += [MessageRow._make(row) for row in result]
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def _windows(after_seq: int, last_seq: int, limit: int, upwards: bool) -> Iterator[tuple[int, int]]:
+    """Seq ranges `(floor, ceiling]` covering `after_seq + 1..last_seq` from one end: the
+    first as wide as `limit`, each next one twice as wide (removed messages keep their seqs,
+    so a window can come back short). Every read names both bounds, so even a plan the
+    planner's statistics got wrong reads a bounded range, never the session."""
+    width = max(limit, 1)
+    low, high = after_seq, last_seq
+    while low < high:
+        if upwards:
+            ceiling = min(high, low + width)
+            yield low, ceiling
+            low = ceiling
+        else:
+            floor = max(low, high - width)
+            yield floor, high
+            high = floor
+        width = min(2 * width, UNBOUNDED)
 
 
 _BY_CLIENT_ID = select(*MESSAGE_COLUMNS).where(

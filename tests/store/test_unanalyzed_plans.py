@@ -18,9 +18,10 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
-from api.db.engine import create_engine
+from api import store
+from api.db.engine import create_engine, create_sessionmaker
 from api.main import create_app
 from api.store.loader import TAIL_PAGE_SIZE
 from tests.conftest import QUIET, make_settings, migrated_database
@@ -219,4 +220,40 @@ async def test_a_history_load_after_a_removal_counts_what_it_left_out_in_a_page(
     in_context = len(history["context"]) - 1  # behind the truncation marker
     # two appended by the tests above (the repeat stores nothing), one removed
     assert history["truncated_messages"] == SESSION_SIZE + 1 - in_context
+    await assert_bounded(unanalyzed_url, statements)
+
+
+@pytest.mark.parametrize(
+    ("direction", "cursor"), [("asc", 0), ("asc", 30_000), ("desc", None), ("desc", 30_000)]
+)
+async def test_a_listing_reads_a_page_of_an_unanalyzed_session(
+    unanalyzed_url: str, direction: str, cursor: int | None
+) -> None:
+    """The messages listing and the conversation items listing (both orders, from the start
+    or from a cursor) read seq windows, never the session."""
+    engine = create_engine(unanalyzed_url)
+    statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    def record(*args: Any) -> None:
+        statement, parameters = args[2], args[3]
+        if "FROM messages" in statement:
+            statements.append((statement, tuple(parameters)))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        async with create_sessionmaker(engine)() as db:
+            session = await store.get_session(db, "default", "big")
+            if direction == "asc":
+                rows = await store.messages_in_range(
+                    db, session.id, cursor or 0, session.last_seq, limit=21
+                )
+                assert [row.seq for row in rows] == list(
+                    range((cursor or 0) + 1, (cursor or 0) + 22)
+                )
+            else:
+                before = cursor if cursor is not None else session.last_seq + 1
+                rows = await store.messages_before(db, session.id, before, limit=21)
+                assert [row.seq for row in rows] == list(range(before - 1, before - 22, -1))
+    finally:
+        await engine.dispose()
     await assert_bounded(unanalyzed_url, statements)
