@@ -19,7 +19,7 @@ from api.items import (
     missing_output,
     parse_item,
 )
-from api.schemas import MessageFormat, UnsendableReason
+from api.schemas import ClearedKind, MessageFormat, UnsendableReason
 from api.store import LoadedRows, MessageRow, SessionRow
 from summarizer.cuts import JOINS_NEXT, legal_cuts
 from summarizer.tokens import count_message
@@ -78,12 +78,24 @@ class Omitted:
 
 
 @dataclass(frozen=True)
+class ClearedPart:
+    """A part of a stored message the context shows as a placeholder (`History.cleared`)."""
+
+    id: int
+    kind: ClearedKind
+    tokens: int
+    """What the placeholder saves."""
+
+
+@dataclass(frozen=True)
 class AssembledContext:
     messages: list[dict[str, Any]]
     token_estimate: int
     truncated_messages: int
     """Messages left out to fit the budget: those `omitted.messages` names, plus the unread."""
     omitted: Omitted = field(default_factory=Omitted)
+    cleared: list[ClearedPart] = field(default_factory=list)
+    """Parts shown as placeholders (context editing), in stored order."""
 
 
 SUMMARY_TOKEN_CACHE_SIZE = 1024

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import uuid
 from contextlib import suppress
+from dataclasses import asdict
 from functools import partial
 from typing import Any
 
@@ -23,6 +24,7 @@ from api.errors import (
 )
 from api.limits import check_metadata_size
 from api.schemas import (
+    Cleared,
     CompactRequest,
     CompactResponse,
     History,
@@ -310,6 +312,7 @@ async def load_history(
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,
         omitted=Omitted.model_validate(context.omitted.as_json()),
+        cleared=[Cleared.model_validate(asdict(part)) for part in context.cleared],
         summarization_pending=start.job_pending or summarization.locks.is_held(session.id),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cache
@@ -18,7 +19,7 @@ from pydantic import (
     Strict,
     field_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from summarizer import SummarizerSettings
 from summarizer.local import LOCAL_MODEL
@@ -38,6 +39,42 @@ Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 def _printable(value: str) -> str:
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
         raise ValueError("control characters (NUL included) are not accepted")
+    return value
+
+
+SummaryInstructions = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=4000,
+        json_schema_extra={"pattern": r"^[^\x00-\x08\x0b-\x1f\x7f]*$"},
+    ),
+    AfterValidator(lambda text: _printable_text(text)),
+]
+"""Guidance for the summarizer: printable text, newlines and tabs allowed."""
+
+ToolName = Annotated[
+    str,
+    Field(min_length=1, max_length=128, json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*$"}),
+    AfterValidator(_printable),
+]
+ToolNames = Annotated[list[ToolName], Field(max_length=100)]
+"""Names of tools, as the calls name them."""
+
+
+def _printable_text(value: str) -> str:
+    if any((ord(char) < 0x20 and char not in "\n\t") or ord(char) == 0x7F for char in value):
+        raise ValueError("control characters (NUL included) are not accepted")
+    return value
+
+
+def _comma_list(value: Any) -> Any:
+    """A list setting given in the environment as `a,b,c` (or as a JSON list)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [name.strip() for name in text.split(",") if name.strip()]
     return value
 
 
@@ -94,6 +131,21 @@ class SummaryOverrides(BaseModel):
     """Temperature of the summarizer's calls."""
     pin_system: bool | None = None
     """Leading system/developer messages are never summarized."""
+    summary_instructions: SummaryInstructions | None = None
+    """What every summary of the session must keep (for example "every file path and error
+    message"), given to the summarizer with its task."""
+    clear_tool_results_trigger_tokens: OverrideNonNegative | None = None
+    """Unsummarized tokens past which old tool results load as placeholders (0: never)."""
+    clear_tool_results_keep: OverrideNonNegative | None = None
+    """Newest tool results never cleared."""
+    clear_tool_results_at_least_tokens: OverrideNonNegative | None = None
+    """Tokens cleared at once, at least: the cleared part grows in steps this large."""
+    clear_tool_results_exclude_tools: ToolNames | None = None
+    """Tools whose results are never cleared."""
+    clear_tool_inputs: bool | None = None
+    """A cleared result's call loads with its arguments cleared too."""
+    clear_file_parts_keep: OverrideNonNegative | None = None
+    """Newest image and file parts loaded as sent; older ones load as placeholders."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +161,15 @@ class SummaryPolicy:
     summary_limit: int
     """Live summaries loaded; older ones are rolled up."""
     pin_system: bool
+    summary_instructions: str | None
+    clear_tool_results_trigger_tokens: int
+    """0: tool results are never cleared."""
+    clear_tool_results_keep: int
+    clear_tool_results_at_least_tokens: int
+    clear_tool_results_exclude_tools: list[str]
+    clear_tool_inputs: bool
+    clear_file_parts_keep: int | None
+    """None: every image and file part loads as sent."""
     summarizer: SummarizerSettings
     """What the summarizer takes; a run sets its own `keep_last_n` and `previous_summary`."""
 
@@ -129,6 +190,13 @@ SESSION_KEYS: dict[str, str] = {
     "model_context_tokens": "summary_model_context_tokens",
     "temperature": "summary_temperature",
     "pin_system": "summary_pin_system",
+    "summary_instructions": "summary_instructions",
+    "clear_tool_results_trigger_tokens": "clear_tool_results_trigger_tokens",
+    "clear_tool_results_keep": "clear_tool_results_keep",
+    "clear_tool_results_at_least_tokens": "clear_tool_results_at_least_tokens",
+    "clear_tool_results_exclude_tools": "clear_tool_results_exclude_tools",
+    "clear_tool_inputs": "clear_tool_inputs",
+    "clear_file_parts_keep": "clear_file_parts_keep",
 }
 """Each per-session key (`SummaryOverrides`) and the server setting it overrides."""
 
@@ -180,6 +248,23 @@ class Settings(BaseSettings):
     summary_temperature: Temperature = 0.3
     summary_pin_system: bool = True
     """Leading system/developer messages are never summarized and head every context."""
+
+    summary_instructions: SummaryInstructions | None = None
+    """What every summary must keep, unless a session says otherwise (none by default)."""
+    summary_outage_backlog_factor: Annotated[float, Field(ge=1, le=100)] = 2.0
+    """While the summarizer model is unavailable, a background summary is put off (nothing
+    stored, retried with backoff) until the backlog reaches this many times the proactive
+    trigger (messages or tokens); only then is a fallback summary stored. 1: at once."""
+
+    clear_tool_results_trigger_tokens: NonNegativeInt = 0
+    """Unsummarized tokens past which old tool results load as placeholders (0: off)."""
+    clear_tool_results_keep: NonNegativeInt = 3
+    clear_tool_results_at_least_tokens: NonNegativeInt = 0
+    clear_tool_results_exclude_tools: Annotated[
+        list[str], NoDecode, BeforeValidator(_comma_list)
+    ] = []
+    clear_tool_inputs: bool = False
+    clear_file_parts_keep: NonNegativeInt | None = None
 
     summary_llm_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
     """Timeout of one summarizer LLM call."""

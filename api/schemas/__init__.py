@@ -59,6 +59,8 @@ from api.schemas.sessions import (
     SessionUpdate,
 )
 from api.schemas.summaries import (
+    Cleared,
+    ClearedKind,
     CompactRequest,
     CompactResponse,
     History,
@@ -81,6 +83,8 @@ __all__ = [
     "AppendResponse",
     "AssistantMessageIn",
     "ChatMessageIn",
+    "Cleared",
+    "ClearedKind",
     "ClientId",
     "CompactRequest",
     "CompactResponse",

@@ -110,6 +110,24 @@ class Omitted(Schema):
     refuse them, in stored order."""
 
 
+ClearedKind = Literal["tool_result", "tool_input", "file_part"]
+"""What a context-editing placeholder stands for (`Cleared.kind`)."""
+
+
+class Cleared(Schema):
+    """A part of a stored message that `context` shows as a placeholder (context editing:
+    docs/context-editing.md); the stored message is unchanged."""
+
+    id: int
+    """The message's id: `GET /v1/sessions/{id}/messages` holds it as appended."""
+    kind: ClearedKind = Field(
+        description="`tool_result`: a tool result's content; `tool_input`: the arguments of "
+        "the call whose result was cleared; `file_part`: an image or file content part."
+    )
+    tokens: int
+    """The tokens the placeholder saves (what the part counted, less the placeholder's)."""
+
+
 class History(Schema):
     session_id: str
     """The session's id."""
@@ -131,6 +149,9 @@ class History(Schema):
     omitted: Omitted
     """Everything `context` leaves out: messages and summaries (to fit `max_tokens`), and
     messages no context may hold."""
+    cleared: list[Cleared]
+    """Parts of messages in `context` shown as placeholders (context editing), in stored
+    order; empty when the session clears nothing."""
     summarization_pending: bool
     """Whether a summarization of the session is queued or running."""
 
