@@ -10,6 +10,7 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
+from api.context_edits import ClearedPart, ContextEdits, edit_context
 from api.errors import UnfaithfulView
 from api.items import (
     Unfaithful,
@@ -19,7 +20,7 @@ from api.items import (
     missing_output,
     parse_item,
 )
-from api.schemas import ClearedKind, MessageFormat, UnsendableReason
+from api.schemas import MessageFormat, UnsendableReason
 from api.store import LoadedRows, MessageRow, SessionRow
 from summarizer.cuts import JOINS_NEXT, legal_cuts
 from summarizer.tokens import count_message
@@ -42,6 +43,8 @@ class Entry:
     added: bool = False
     """Made by the assembly (a placeholder result, the truncation marker): never counted as
     a message left out."""
+    seq: int | None = None
+    """The stored message's seq (placeholders of context editing name it)."""
 
 
 @dataclass(frozen=True)
@@ -75,16 +78,6 @@ class Omitted:
             "summaries": self.summaries,
             "unsendable": [{"id": id_, "reason": why} for id_, why in self.unsendable],
         }
-
-
-@dataclass(frozen=True)
-class ClearedPart:
-    """A part of a stored message the context shows as a placeholder (`History.cleared`)."""
-
-    id: int
-    kind: ClearedKind
-    tokens: int
-    """What the placeholder saves."""
 
 
 @dataclass(frozen=True)
@@ -289,26 +282,36 @@ def _marker(responses: bool) -> Entry:
 
 
 def loaded_context(
-    rows: LoadedRows, max_tokens: int | None, message_format: MessageFormat = "openai"
+    rows: LoadedRows,
+    max_tokens: int | None,
+    message_format: MessageFormat = "openai",
+    edits: ContextEdits | None = None,
 ) -> AssembledContext:
     """The context a history load answers in `message_format`: the pinned prefix, the
-    summaries as messages and the loaded messages, under `max_tokens`.
+    summaries as messages and the loaded messages (as `edits` clears them, when given: `rows`
+    then hold the whole unsummarized tail), under `max_tokens`.
 
     Raises `UnfaithfulView` when a message has no faithful shape in `message_format` (a
     Responses `reasoning` item in the `openai` format, a named chat message in the `responses`
     format)."""
     responses = message_format == "responses"
+    messages = [_context_entry(message, message_format) for message in rows.messages]
+    cleared: list[ClearedPart] = []
+    if edits is not None and edits.active:
+        messages, cleared = edit_context(messages, edits, responses)
     assembled = assemble(
         [
             summary_message(s.first_seq, s.last_seq, s.summary_text, responses, s.id)
             for s in rows.summaries
         ],
-        [_context_entry(message, message_format) for message in rows.messages],
+        messages,
         max_tokens,
         not_loaded=rows.not_loaded,
         pinned=[_context_entry(message, message_format) for message in rows.pinned],
         responses=responses,
     )
+    if cleared:
+        assembled = replace(assembled, cleared=cleared)
     if not rows.not_loaded:
         return assembled
     # the unread lie between the newest loaded summary (or the prefix) and the oldest read
@@ -317,11 +320,19 @@ def loaded_context(
     return replace(assembled, omitted=replace(assembled.omitted, unread=unread))
 
 
+def edited_tokens(messages: Sequence[MessageRow], edits: ContextEdits) -> int:
+    """The tokens of `messages` (an unsummarized tail, oldest first) as a history load shows
+    them under `edits`: what the proactive trigger reads when the session clears parts."""
+    entries = [Entry(m.openai(), m.token_count, source_id=m.id, seq=m.seq) for m in messages]
+    edited, _ = edit_context(entries, edits, responses=False)
+    return sum(entry.tokens for entry in edited)
+
+
 def _context_entry(message: MessageRow, message_format: MessageFormat) -> Entry:
     """A stored message in the context: its chat reading for the rules (pairs, budget), shown
     in `message_format`: a Responses item as appended, or converted where that is exact."""
     if message.item is None and message_format == "openai":
-        return Entry(message.openai(), message.token_count, source_id=message.id)
+        return Entry(message.openai(), message.token_count, source_id=message.id, seq=message.seq)
     where = f"message seq {message.seq}"
     chat = message.openai()
     try:
@@ -337,7 +348,7 @@ def _context_entry(message: MessageRow, message_format: MessageFormat) -> Entry:
         raise UnfaithfulView(
             f"{exc}; load this session with format={_other(message_format)}"
         ) from exc
-    return Entry(chat, message.token_count, shown, message.id)
+    return Entry(chat, message.token_count, shown, message.id, seq=message.seq)
 
 
 def session_format(session: SessionRow) -> MessageFormat:

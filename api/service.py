@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.context import loaded_context, session_format
+from api.context_edits import ContextEdits, EditOverrides
 from api.db.faults import describe_fault
 from api.db.transactions import Database, connection_lost_or_commit_unknown, retrying
 from api.errors import (
@@ -210,13 +211,21 @@ async def read_history(
     summary_limit: int | None,
     max_tokens: int | None,
     message_format: MessageFormat | None = None,
+    edits: EditOverrides | None = None,
 ) -> History:
     """`history` on a read session of its own."""
     # Opened here, not by the ReadDb dependency: a dependency with a cleanup step costs
     # FastAPI an exit stack and a shielded scope per request.
     async with database.reading() as db:
         return await history(
-            db, summarization, tenant, external_id, summary_limit, max_tokens, message_format
+            db,
+            summarization,
+            tenant,
+            external_id,
+            summary_limit,
+            max_tokens,
+            message_format,
+            edits=edits,
         )
 
 
@@ -229,15 +238,17 @@ async def history(
     max_tokens: int | None,
     message_format: MessageFormat | None = None,
     start: store.HistoryStart | None = None,
+    edits: EditOverrides | None = None,
 ) -> History:
     """The history loader; over `max_tokens`, summarize inline once (if enabled), then truncate.
     `message_format`: the format of `context` (None: the session's own); `start`: the
-    session as `store.session_for_history` just read it in `db` (read here when None)."""
+    session as `store.session_for_history` just read it in `db` (read here when None);
+    `edits`: the request's overrides of the session's context editing."""
     if start is None:
         start = await store.session_for_history(db, tenant, external_id)
     policy = summarization.settings.policy(start.session.settings)
     limit = summary_limit or policy.summary_limit
-    loaded = await load_history(db, summarization, start, limit, max_tokens, message_format)
+    loaded = await load_history(db, summarization, start, limit, max_tokens, message_format, edits)
     if (
         max_tokens is not None
         and loaded.truncated_messages > 0
@@ -283,7 +294,7 @@ async def history(
                 # One summarization only: whatever it achieved, truncation does the rest.
                 start = await store.session_for_history(db, tenant, external_id)
                 loaded = await load_history(
-                    db, summarization, start, limit, max_tokens, message_format
+                    db, summarization, start, limit, max_tokens, message_format, edits
                 )
     return loaded
 
@@ -295,14 +306,21 @@ async def load_history(
     summary_limit: int,
     max_tokens: int | None,
     message_format: MessageFormat | None = None,
+    edit_overrides: EditOverrides | None = None,
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`, in
-    `message_format` (None: the session's own, chat messages until it holds any)."""
+    `message_format` (None: the session's own, chat messages until it holds any), with the
+    session's context editing (`edit_overrides` on top)."""
     session = start.session
+    policy = summarization.settings.policy(session.settings)
+    edits = ContextEdits.of(policy, edit_overrides)
+    # which parts are cleared depends on the whole unsummarized tail: then it is all read
+    read_budget = None if edits.active else max_tokens
     rows = await store.load_rows(
-        db, session, summary_limit, max_tokens, summarized=start.summarized
+        db, session, summary_limit, read_budget, summarized=start.summarized
     )
-    context = loaded_context(rows, max_tokens, message_format or session_format(session))
+    message_format = message_format or session_format(session)
+    context = loaded_context(rows, max_tokens, message_format, edits)
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],

@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import metrics, store
+from api.context import edited_tokens
+from api.context_edits import ContextEdits
 from api.db.transactions import Database
 from api.errors import SessionGone, SummarizationInProgress, SummaryRangeConflict
 from api.items import joins_next
@@ -356,7 +358,14 @@ async def due_reason(
         return None
     floor = pinned_floor(session, policy)
     backlog = await store.backlog(db, session.id, session.last_seq, floor, policy.message_limit)
-    return proactive_reason(policy, backlog)
+    reason = proactive_reason(policy, backlog)
+    edits = ContextEdits.of(policy)
+    if reason == "token_limit" and edits.active:
+        # the trigger reads the tail as a history load shows it, old tool results cleared
+        tail = await store.messages_in_range(db, session.id, backlog.after_seq)
+        shown = replace(backlog, token_count=edited_tokens(tail, edits))
+        reason = proactive_reason(policy, shown)
+    return reason
 
 
 async def schedule_summary_if_due(

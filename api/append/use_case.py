@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api import items, store
 from api.append import postgresql, sqlite
 from api.append.batch import Appended, AppendOutcome
+from api.context_edits import ContextEdits
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import (
     RETRY_PAUSE_SECONDS,
@@ -323,7 +324,9 @@ async def _schedule_summary_after_append(
     counted: ProactiveReason | None = None
     if backlog is not None:
         counted = proactive_reason(policy, backlog)
-        if counted is None or job_queued:
+        if counted == "token_limit" and ContextEdits.of(policy).active:
+            counted = None  # the tail's tokens as loaded, parts cleared: `due_reason` reads them
+        elif counted is None or job_queued:
             return counted
 
     async def record() -> ProactiveReason | None:

@@ -423,3 +423,42 @@ async def test_the_models_key_never_reaches_a_log(
     assert upstream.calls[-1].status == 401, "the failing call reached the model"
     assert caplog.records, "something was logged"
     assert UPSTREAM_KEY not in caplog.text
+
+
+async def test_a_conversation_that_clears_old_tool_outputs_sends_them_as_placeholders(
+    client: AsyncOpenAI, api_client: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    """Context editing reaches the model through the Responses API: old outputs go as
+    placeholders in their places, the newest as stored, every call with its output."""
+    outputs = [" ".join(f"out{turn}-fact-{n}" for n in range(150)) for turn in range(4)]
+    items: list[Any] = []
+    for turn, output in enumerate(outputs):
+        items += [
+            {"type": "function_call", "call_id": f"c{turn}", "name": "grep", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{turn}", "output": output},
+        ]
+    conversation = await client.conversations.create(items=items)
+    settings = {"clear_tool_results_trigger_tokens": 500, "clear_tool_results_keep": 1}
+    patched = await api_client.patch(f"/v1/sessions/{conversation.id}", json={"settings": settings})
+    assert patched.status_code == 200, patched.text
+    await client.responses.create(
+        model="openai/fake", input="what did grep find?", conversation=conversation.id
+    )
+    sent = turn_calls(upstream)[-1].request["input"]
+    sent_outputs = [item["output"] for item in sent if item.get("type") == "function_call_output"]
+    assert len(sent_outputs) == 4
+    assert all(text.startswith("[Result of grep cleared") for text in sent_outputs[:3])
+    assert sent_outputs[3] == outputs[3]
+    assert [item.get("call_id") for item in sent if item.get("call_id")] == [
+        "c0",
+        "c0",
+        "c1",
+        "c1",
+        "c2",
+        "c2",
+        "c3",
+        "c3",
+    ]
+    assert [
+        item["output"] for item in (await stored_items(api_client, conversation.id))[1:8:2]
+    ] == outputs
