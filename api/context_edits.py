@@ -151,6 +151,7 @@ def _results_to_clear(
         for index, entry in enumerate(entries)
         if entry.message.get("role") == "tool" and entry.source_id is not None
     ]
+    results = [index for index in results if _text_output(entries[index])]
     candidates = results[: max(len(results) - edits.tool_results_keep, 0)]
     chosen: list[int] = []
     step: list[int] = []
@@ -168,6 +169,19 @@ def _results_to_clear(
             chosen.extend(step)
             step, step_tokens = [], 0
     return chosen
+
+
+TEXT_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+"""Responses outputs a text may stand for; others (a computer call's screenshot, ...) have a
+shape of their own and are never cleared."""
+
+
+def _text_output(entry: EditableEntry) -> bool:
+    """Whether a tool result is shown as a chat tool message or as an output a text may
+    replace."""
+    return entry.shown is None or all(
+        item.get("role") == "tool" or item.get("type") in TEXT_OUTPUTS for item in entry.shown
+    )
 
 
 def _tool_names(entries: Sequence[EditableEntry]) -> dict[Any, str]:

@@ -300,3 +300,27 @@ async def test_bad_settings_are_422_and_store_nothing(
     assert answer.status_code == 422, answer.text
     assert next(iter(settings)) in answer.text
     assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+async def test_outputs_with_a_shape_of_their_own_are_never_cleared(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    """A computer call's output is a screenshot object: no text may stand for it."""
+    screenshot = {"type": "computer_screenshot", "image_url": "https://example.com/s.png"}
+    items: list[dict[str, Any]] = []
+    for turn in range(4):
+        items += [
+            {"type": "message", "role": "user", "content": result(f"c{turn}")["content"]},
+            {"type": "computer_call", "call_id": f"c{turn}", "action": {"type": "screenshot"}},
+            {"type": "computer_call_output", "call_id": f"c{turn}", "output": screenshot},
+        ]
+    settings = {"clear_tool_results_trigger_tokens": 100, "clear_tool_results_keep": 0}
+    created = await api.post(
+        "/v1/sessions", json={"id": sid, "settings": settings, "format": "responses"}
+    )
+    assert created.status_code == 201, created.text
+    await append_items(api, sid, *items)
+    loaded = await history(api, sid)
+    assert loaded["cleared"] == []
+    outputs = [i for i in loaded["context"] if i.get("type") == "computer_call_output"]
+    assert [o["output"] for o in outputs] == [screenshot] * 4
