@@ -178,7 +178,10 @@ def _chat_part(part: JSON) -> JSON:
     if kind == "refusal":
         return {"type": "text", "text": f"[refusal] {_as_text(part.get('refusal'))}"}
     if kind == "input_image" and isinstance(part.get("image_url"), str):
-        return {"type": "image_url", "image_url": {"url": part["image_url"]}}
+        image = {"url": part["image_url"]}
+        if part.get("detail") is not None:
+            image["detail"] = part["detail"]  # the token count reads it
+        return {"type": "image_url", "image_url": image}
     return {"type": "text", "text": _tagged(part)}
 
 

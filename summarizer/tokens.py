@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import math
 from collections.abc import Iterable, Mapping
-from functools import cache
+from fractions import Fraction
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import tiktoken
+
+from summarizer.images import data_url_size
 
 TOKENS_PER_MESSAGE = 3
 """Fixed framing cost of one chat message (role and separators), as OpenAI documents for cl100k."""
@@ -21,8 +25,30 @@ TOKENS_PER_NAME = 1
 TOKENS_PER_TOOL_CALL = 3
 """Framing cost of one tool call on top of its name and arguments."""
 
-IMAGE_PART_TOKENS = 1000
-"""Flat cost of an image content part: its real cost depends on the model and the detail level."""
+IMAGE_BASE_TOKENS = 85
+"""What every image costs (OpenAI's rule for GPT-4o-class models); a `low` detail one costs
+only this, whatever its size."""
+
+IMAGE_TILE_TOKENS = 170
+"""What each 512x512 tile of a `high` or `auto` detail image adds."""
+
+IMAGE_TILE_SIDE = 512
+"""The side of a tile, in pixels."""
+
+IMAGE_MAX_SIDE = 2048
+"""A larger image is first scaled down to fit a square of this side."""
+
+IMAGE_SHORT_SIDE = 768
+"""Then scaled down until its shortest side is at most this."""
+
+IMAGE_UNKNOWN_SIZE_TOKENS = IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * (
+    math.ceil(IMAGE_SHORT_SIDE / IMAGE_TILE_SIDE) * math.ceil(IMAGE_MAX_SIDE / IMAGE_TILE_SIDE)
+)
+"""The most a `high` detail image can cost (768x2048 after scaling: 8 tiles, 1,445 tokens):
+an image whose size is not read counts this, so a budget never undercounts it."""
+
+IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
+"""Content part types counted by the image rule instead of as text."""
 
 _CL100K_FILE = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
 _CL100K_PATTERN = (
@@ -84,11 +110,41 @@ def count_content(content: str | Iterable[Mapping[str, Any]] | None) -> int:
         kind = part.get("type")
         if kind == "text":
             total += count_text(str(part.get("text") or ""))
-        elif kind in ("image_url", "input_image", "image"):
-            total += IMAGE_PART_TOKENS
+        elif kind in IMAGE_PARTS:
+            total += count_image(part)
         else:
             total += count_text(json.dumps(part, ensure_ascii=False))
     return total
+
+
+def count_image(part: Mapping[str, Any]) -> int:
+    """Tokens of an image content part by OpenAI's rule for GPT-4o-class models (what cl100k
+    counting stands for): `low` detail costs 85; `high`, `auto` or none is scaled to fit
+    2048x2048, then until its shortest side is at most 768 (never up), and costs 170 per
+    512x512 tile plus 85. The size is read from the header of a base64 `data:` URL; a remote
+    URL, a `file_id` or an unreadable header counts the most a `high` image can cost.
+
+    Takes chat parts (`image_url` an object with `url` and `detail`, or a plain string) and
+    Responses `input_image` parts (`image_url` a string, `detail` beside it)."""
+    image = part.get("image_url")
+    if isinstance(image, Mapping):
+        url, detail = image.get("url"), image.get("detail")
+    else:
+        url, detail = image, part.get("detail")
+    if detail == "low":
+        return IMAGE_BASE_TOKENS
+    size = data_url_size(url) if isinstance(url, str) else None
+    return IMAGE_UNKNOWN_SIZE_TOKENS if size is None else _high_detail_tokens(*size)
+
+
+@lru_cache(maxsize=1024)
+def _high_detail_tokens(width: int, height: int) -> int:
+    # exact fractions: a float landing a hair over a tile's edge would add a row of tiles
+    scale = min(Fraction(1), Fraction(IMAGE_MAX_SIDE, max(width, height)))
+    scale *= min(Fraction(1), Fraction(IMAGE_SHORT_SIDE) / (min(width, height) * scale))
+    columns = math.ceil(width * scale / IMAGE_TILE_SIDE)
+    rows = math.ceil(height * scale / IMAGE_TILE_SIDE)
+    return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * columns * rows
 
 
 def count_tool_calls(tool_calls: Iterable[Mapping[str, Any]] | None) -> int:

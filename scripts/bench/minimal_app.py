@@ -174,6 +174,7 @@ async def history(running: Running, scope: Scope, tenant: str, external_id: str)
                 "token_estimate": context.token_estimate,
                 "truncated_messages": context.truncated_messages,
                 "omitted": context.omitted.as_json(),
+                "cleared": [],
                 # No summarization runs in this process, so none holds the session's lock.
                 "summarization_pending": start.job_pending,
             }

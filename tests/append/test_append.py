@@ -6,7 +6,10 @@ Tests share the module's app (`api`, `app_db` from conftest), each on its own se
 from __future__ import annotations
 
 import asyncio
+import base64
 import sqlite3
+import struct
+import zlib
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +24,7 @@ from api import store
 from api.append import AppendOutcome, new_messages, postgresql, sqlite, store_batch
 from api.db.models import Message, Session
 from summarizer.text import OFFLOAD_CHARS
-from summarizer.tokens import IMAGE_PART_TOKENS, count_message
+from summarizer.tokens import IMAGE_UNKNOWN_SIZE_TOKENS, count_message
 from tests.helpers import append, user
 
 CONCURRENT_TASKS = 8
@@ -269,17 +272,34 @@ async def test_token_count_equals_count_message_of_the_openai_message(
     assert stored["token_count"] == count_message(message)
 
 
-async def test_an_image_part_counts_1000_tokens(api: httpx.AsyncClient, sid: str) -> None:
+def png_header_url(width: int, height: int) -> str:
+    """A data URL of a PNG's signature and IHDR chunk: as much of it as a token count reads."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    crc = struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    header = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + crc
+    return "data:image/png;base64," + base64.b64encode(header).decode()
+
+
+IMAGES = {
+    "remote, size unknown": ({"url": "https://example.com/cat.png"}, IMAGE_UNKNOWN_SIZE_TOKENS),
+    "low detail": ({"url": "https://example.com/cat.png", "detail": "low"}, 85),
+    "1024x1024 data URL": ({"url": png_header_url(1024, 1024)}, 765),
+}
+
+
+@pytest.mark.parametrize(("image", "tokens"), IMAGES.values(), ids=IMAGES.keys())
+async def test_an_image_part_counts_by_the_tile_rule(
+    api: httpx.AsyncClient, sid: str, image: dict[str, Any], tokens: int
+) -> None:
     text_part = {"type": "text", "text": "what is this?"}
-    image_part = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    image_part = {"type": "image_url", "image_url": image}
     with_image, text_only = await append_messages(
         api,
         sid,
         {"role": "user", "content": [text_part, image_part]},
         {"role": "user", "content": [text_part]},
     )
-    assert IMAGE_PART_TOKENS == 1000
-    assert with_image["token_count"] - text_only["token_count"] == 1000
+    assert with_image["token_count"] - text_only["token_count"] == tokens
 
 
 async def test_token_count_is_stored_with_the_message(api: httpx.AsyncClient, sid: str) -> None:

@@ -220,7 +220,10 @@ def test_projection_of_non_text_parts_is_text_or_an_image_part() -> None:
         "role": "user",
         "content": [
             {"type": "text", "text": "Compare these:"},
-            {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+            {
+                "type": "image_url",
+                "image_url": {"url": "https://example.com/a.png", "detail": "low"},
+            },
             {"type": "text", "text": '[input_image] {"file_id":"file-img1","detail":"auto"}'},
             {"type": "text", "text": '[input_file] {"filename":"r.pdf"}'},
             {"type": "text", "text": "[refusal] I can't help with that."},
