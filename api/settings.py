@@ -299,6 +299,11 @@ class Settings(BaseSettings):
     """Longest `POST /compact` (waiting for a running summarization included); past it the
     answer is 504 `SummarizationTimeout` and nothing of the cut-short run is stored."""
 
+    session_idle_ttl_days: Annotated[float, Field(gt=0, le=36_500)] | None = None
+    """Days without an append or a change after which a session expires (None: never)."""
+    retention_sweep_interval_seconds: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    """How often the worker deletes expired sessions (in small batches)."""
+
     max_message_bytes: PositiveInt = 1_000_000
     """Largest accepted message (its JSON encoding); larger ones get 413."""
     max_request_bytes: Annotated[int, Field(ge=1)] = 32_000_000

@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -74,6 +74,10 @@ class Base(DeclarativeBase):
     }
 
 
+EXPIRING_SESSIONS = "expires_at IS NOT NULL"
+"""The predicate of the partial index the retention sweep reads."""
+
+
 class Session(Base):
     """One chat session of a tenant; `last_seq` is the seq of its newest message.
 
@@ -84,6 +88,12 @@ class Session(Base):
     __table_args__ = (
         UniqueConstraint("tenant", "external_id"),
         Index("ix_sessions_tenant_id", "tenant", "id"),
+        Index(
+            "ix_sessions_expires_at",
+            "expires_at",
+            postgresql_where=text(EXPIRING_SESSIONS),
+            sqlite_where=text(EXPIRING_SESSIONS),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -101,6 +111,13 @@ class Session(Base):
     creation or its first append (None until then)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    forked_from: Mapped[str | None] = mapped_column(String(128))
+    """A fork's parent: the session id it was forked from (the parent may be gone since)."""
+    fork_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """A fork's fork point: the parent's seq of the last message it copied."""
+    expires_at: Mapped[datetime | None]
+    """When the session expires (None: never, unless idle past SESSION_IDLE_TTL_DAYS): from
+    then on it answers 404, and the retention sweep deletes it."""
 
 
 HIDDEN_MESSAGES = "removed_at IS NOT NULL OR orphaned_at IS NOT NULL"

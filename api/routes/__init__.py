@@ -6,16 +6,20 @@ the errors the routes declare.
 
 from api.routes import (
     conversations,
+    forks,
     health,
     history,
     messages,
     responses,
     sessions,
     summaries,
+    transfer,
 )
 
 ROUTERS = (
     sessions.router,
+    forks.router,
+    transfer.router,
     messages.router,
     history.router,
     summaries.router,

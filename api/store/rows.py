@@ -48,6 +48,9 @@ class SessionRow(NamedTuple):
     updated_at: datetime
     removed_count: int
     format: str | None
+    forked_from: str | None
+    fork_seq: int | None
+    expires_at: datetime | None
 
 
 SESSION_COLUMNS = _columns(Session, SessionRow._fields)

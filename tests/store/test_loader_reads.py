@@ -104,7 +104,9 @@ def test_a_session_without_summaries_or_prefix_is_loaded_by_one_index_scan() -> 
 
     def sql(pinned_seq: int, summarized: bool) -> str:
         now = datetime.now(UTC)
-        session = store.SessionRow(1, TENANT, "s", {}, {}, 9, pinned_seq, now, now, 0, None)
+        session = store.SessionRow(
+            1, TENANT, "s", {}, {}, 9, pinned_seq, now, now, 0, None, None, None, None
+        )
         return DriverStatement.compile(load_statement(session, summarized), dialect).sql
 
     bare = sql(0, summarized=False)
