@@ -81,6 +81,13 @@ class SessionOut(Schema):
     """When it was created (UTC)."""
     updated_at: datetime
     """When it last changed (UTC)."""
+    forked_from: str | None
+    """A fork's parent: the id of the session it was forked from; null when not a fork."""
+    fork_seq: int | None
+    """A fork's fork point: the parent's seq of the last message it copied."""
+    expires_at: datetime | None
+    """When it expires (UTC): from then on it answers 404 and is deleted; null when it has no
+    expiry of its own (the server's idle expiry, SESSION_IDLE_TTL_DAYS, may still apply)."""
 
     @classmethod
     def from_row(
