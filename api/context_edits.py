@@ -149,9 +149,10 @@ def _results_to_clear(
     results = [
         index
         for index, entry in enumerate(entries)
-        if entry.message.get("role") == "tool" and entry.source_id is not None
+        if entry.message.get("role") == "tool"
+        and entry.source_id is not None
+        and _text_output(entry)
     ]
-    results = [index for index in results if _text_output(entries[index])]
     candidates = results[: max(len(results) - edits.tool_results_keep, 0)]
     chosen: list[int] = []
     step: list[int] = []
