@@ -95,6 +95,13 @@ class SummarizationTimeout(PrecisError):
     status_code = 504
 
 
+class SummarizationDeferred(PrecisError):
+    """A background summarization found the summarizer model unavailable and stored nothing;
+    its job runs again later (the worker's alone: no route answers it)."""
+
+    status_code = 503
+
+
 class PayloadTooLarge(PrecisError):
     status_code = 413
 

@@ -31,11 +31,20 @@ def check_metadata_size(metadata: Any, where: str, max_bytes: int) -> None:
         raise PayloadTooLarge(f"{where} is {size} bytes; the limit is {max_bytes}")
 
 
+IMPORT_PATH = "/v1/sessions/import"
+"""Where a session is imported (`api.routes.transfer`)."""
+
+STREAMED_BODY_PATHS = frozenset({IMPORT_PATH})
+"""Routes that read their body as a stream of lines, never whole (`api.transfer`): no limit
+on the body, each line held to the limit instead."""
+
+
 class BodySizeLimit:
     """Refuses a body larger than the limit, by Content-Length or while it streams in.
 
     The limit is `max_bytes` if given, else the app's `settings.max_request_bytes`, read per
-    request: the settings are only known once the lifespan has started.
+    request: the settings are only known once the lifespan has started. The routes of
+    `STREAMED_BODY_PATHS` hold each line of their body to it instead.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int | None = None) -> None:
@@ -43,7 +52,7 @@ class BodySizeLimit:
         self._max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in STREAMED_BODY_PATHS:
             await self.app(scope, receive, send)
             return
         max_bytes: int = self._max_bytes or scope["app"].state.settings.max_request_bytes

@@ -25,9 +25,11 @@ from api.limits import BodySizeLimit
 from api.locks import SessionLocks
 from api.openai_errors import OpenAIError, OpenAIGateErrors, openai_error, openai_shaped
 from api.openapi import document_with_server_rules
+from api.retention import Sweeper
 from api.routes import ROUTERS
 from api.schemas import PATTERN_WORDS, ROLES
 from api.settings import Settings, get_settings
+from api.store.retention import expire_idle_after
 from api.summarization import Summarization
 from api.worker import Worker
 from summarizer.llm import load_litellm
@@ -76,21 +78,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         background = create_engine(resolved.database_url, pool_size=2 * running, max_overflow=0)
         write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         database = create_database(engine, write_lock)
+        expire_idle_after(database, resolved.session_idle_ttl_days)
         # one unit of work for summarization, its lease and the worker, on their own pool
         summarizing = create_database(background, write_lock)
         locks = SessionLocks(summarizing, max_running=running)
         summarization = Summarization(resolved, summarizing, locks)
         worker = Worker(summarizing, summarization, resolved.summary_workers)
+        sweeper = Sweeper(summarizing, resolved)
         app.state.engine = engine
         app.state.sessionmaker = database.sessionmaker
         app.state.database = database
         app.state.summarization = summarization
         app.state.worker = worker
+        app.state.sweeper = sweeper
         if resolved.summary_workers:
             worker.start()
+            sweeper.start()  # the worker's process deletes expired sessions too
         try:
             yield
         finally:
+            await sweeper.stop()
             await worker.stop()
             await engine.dispose()
             await background.dispose()

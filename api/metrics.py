@@ -46,6 +46,12 @@ ERASED_SUMMARIES = Counter(
     "Summaries erased because a message they had reached was removed; their range is made "
     'again, counted in precis_summaries_total{reason="erasure"}',
 )
+DEFERRED_SUMMARIES = Counter(
+    "precis_summaries_deferred_total",
+    "Background summarizations that found the summarizer model unavailable and stored nothing, "
+    "their jobs put off with backoff (until the backlog reaches SUMMARY_OUTAGE_BACKLOG_FACTOR "
+    "times the proactive trigger)",
+)
 PENDING_JOBS = Gauge("precis_pending_summary_jobs", "Summarization jobs queued or running")
 JOB_FAILURES = Counter("precis_summary_job_failures_total", "Background jobs that failed")
 DATABASE_RETRIES = Counter(
@@ -62,4 +68,10 @@ RESPONSES = Counter(
     "turn stored; passed_through: no conversation; model_failed: the model failed or refused "
     "the context, nothing stored) and whether an overflow_retry summary was made first",
     ["outcome", "overflow_retry"],
+)
+EXPIRED_DELETED = Counter(
+    "precis_expired_deleted_total",
+    "What the retention sweep deleted with expired sessions, by kind (sessions, messages, "
+    "summaries)",
+    ["kind"],
 )

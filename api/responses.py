@@ -26,7 +26,7 @@ from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.openai_errors import OpenAIError, error_type
-from api.schemas import CompactRequest, SessionUpdate
+from api.schemas import CompactRequest, SessionUpdate, SummaryOut
 from api.schemas.responses import ResponseRequest
 from api.settings import Settings
 from api.store import NewMessage, session_for_history
@@ -279,7 +279,7 @@ class Responder:
                 turn.conversation_id,
                 CompactRequest(trigger="overflow_retry"),
             )
-        return compacted.summary.id if compacted.summary is not None else None
+        return compacted.summary.id if isinstance(compacted.summary, SummaryOut) else None
 
     async def _call(
         self,

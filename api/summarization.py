@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import datetime
+from functools import partial
+from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import metrics, store
 from api.context import edited_tokens
 from api.context_edits import ContextEdits
+from api.db.models import utcnow
 from api.db.transactions import Database
-from api.errors import SessionGone, SummarizationInProgress, SummaryRangeConflict
+from api.errors import (
+    SessionGone,
+    SummarizationDeferred,
+    SummarizationInProgress,
+    SummaryRangeConflict,
+)
 from api.items import joins_next
 from api.locks import SessionLocks
 from api.settings import Settings, SummaryPolicy
@@ -120,10 +129,125 @@ class BacklogCounting:
         return cls(policy.pin_system, policy.message_limit if reads_tokens else 0)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What one run summarizes, as read at its start: the messages after `after_seq` but the
+    newest `keep`, continuing the newest of `live`."""
+
+    session: store.SessionRow
+    policy: SummaryPolicy
+    live: list[store.SummaryRow]
+    """The live summaries before the range, oldest first (a repair: the one right before)."""
+    after_seq: int
+    """Where the range starts after: the newest live summary's end, or the pinned prefix's."""
+    messages: list[store.MessageRow]
+    keep: int
+    instructions: str | None
+    """What the summary must keep: the session's `summary_instructions`, then the caller's."""
+
+    @property
+    def backlog(self) -> store.Backlog:
+        """What follows the newest live summary, counted as the proactive trigger counts it
+        (`due_reason`: tokens as a history load shows them, with the session's context
+        editing)."""
+        edits = ContextEdits.of(self.policy)
+        tokens = (
+            edited_tokens(self.messages, edits)
+            if edits.active
+            else sum(message.token_count for message in self.messages)
+        )
+        return store.Backlog(self.after_seq, self.session.last_seq - self.after_seq, tokens)
+
+
+def joined_instructions(*given: str | None) -> str | None:
+    """Instructions from several places (the session's, then a request's) as one text."""
+    return "\n\n".join(text for text in given if text) or None
+
+
+def outage_defers(policy: SummaryPolicy, backlog: store.Backlog, factor: float) -> bool:
+    """Whether a background summary the model could not write is put off rather than stored
+    as a fallback: while the backlog stays under `factor` times the proactive trigger, the raw
+    messages keep every fact and still fit where the trigger is meant to keep them."""
+    if backlog.message_count >= factor * policy.message_limit:
+        return False
+    tokens = backlog.token_count
+    return tokens is None or tokens < factor * policy.max_context_tokens
+
+
+class _Span(NamedTuple):
+    """What a summary's row says of its sources: their first and last message, and count."""
+
+    first_id: int
+    last_id: int
+    first_at: datetime
+    last_at: datetime
+    messages: int
+    last_seq: int
+
+
+def _span(source: store.MessageRow | store.SummaryRow) -> _Span:
+    if isinstance(source, store.SummaryRow):
+        return _Span(
+            source.first_message_id,
+            source.last_message_id,
+            source.first_message_at,
+            source.last_message_at,
+            source.message_count,
+            source.last_seq,
+        )
+    return _Span(source.id, source.id, source.created_at, source.created_at, 1, source.seq)
+
+
+def unsaved_row(
+    draft: store.SummaryDraft,
+    session_key: int,
+    sources: Sequence[store.MessageRow | store.SummaryRow],
+) -> store.SummaryRow:
+    """The row `draft` would be once saved, kept in memory (id 0): what a preview answers and
+    assembles its context from. `sources`: the messages its range starts with, or the
+    summaries a roll-up absorbs, oldest first."""
+    spans = [span for span in map(_span, sources) if span.last_seq <= draft.last_seq]
+    return store.SummaryRow(
+        id=0,
+        session_id=session_key,
+        summary_text=draft.summary_text,
+        summary_prompt=draft.summary_prompt,
+        model=draft.model,
+        temperature=draft.temperature,
+        target_summary_tokens=draft.target_summary_tokens,
+        keep_last_n=draft.keep_last_n,
+        message_count=sum(span.messages for span in spans),
+        approx_tokens=draft.approx_tokens,
+        first_message_id=spans[0].first_id,
+        last_message_id=spans[-1].last_id,
+        first_seq=draft.first_seq,
+        last_seq=draft.last_seq,
+        first_message_at=spans[0].first_at,
+        last_message_at=spans[-1].last_at,
+        level=draft.level,
+        superseded_by=None,
+        metadata=draft.metadata,
+        created_at=utcnow(),
+        erased_at=None,
+    )
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a run would store, made and not stored: its summary, the roll-ups after it (oldest
+    first), and the live summaries then, as unsaved rows (`unsaved_row`) among stored ones."""
+
+    plan: Plan
+    summary: store.SummaryRow | None
+    rollups: list[store.SummaryRow]
+    live: list[store.SummaryRow]
+
+
 @dataclass
 class Summarization:
     """Makes and stores summaries for sessions (with `summarizer/`); shared by the worker and
-    the inline paths."""
+    the inline paths. A run and a preview decide what to summarize (`_plan`) and make their
+    drafts (`_draft`, `_rollup_draft`) alike; only a run stores them."""
 
     settings: Settings
     database: Database
@@ -138,42 +262,82 @@ class Summarization:
         keep_last_n: int | None = None,
         wait_seconds: float = 0.0,
         keep_pending_turn: bool = False,
+        instructions: str | None = None,
+        defer_outage: bool = False,
     ) -> store.SummaryRow | None:
         """Summarize what follows the newest live summary, then roll up if over the limit.
 
         With `keep_pending_turn` (an inline summarization before the backend's LLM call), a
         newest message from the user is the question being answered: it is never summarized.
+        `instructions` (a caller's) follow the session's `summary_instructions`. With
+        `defer_outage` (a background job), a summary the model was unavailable for is not
+        stored while `outage_defers` says so: `SummarizationDeferred`.
 
         Raises `SummarizationInProgress` when another summarization holds the session longer than
         `wait_seconds`. Returns the new summary, or None when nothing was left to summarize,
         the session included: a session deleted meanwhile is normal use, not a failure.
         """
+        held = partial(
+            self._run_held,
+            session_key,
+            trigger,
+            reason,
+            keep_last_n,
+            keep_pending_turn,
+            instructions,
+            defer_outage,
+        )
         try:
             async with self.locks.hold(session_key, wait_seconds):
                 try:
-                    return await self._run_held(
-                        session_key, trigger, reason, keep_last_n, keep_pending_turn
-                    )
+                    return await held()
                 except SummaryRangeConflict as exc:
                     # A message was removed while the model worked: what it read is stale, and
                     # the removal erased what it had reached. Read again and make it once more.
                     logger.info("summarizing session %s again: %s", session_key, exc.detail)
-                    return await self._run_held(
-                        session_key, trigger, reason, keep_last_n, keep_pending_turn
-                    )
+                    return await held()
         except SessionGone:  # deleted before its lease could be taken
             return None
 
-    async def _run_held(
+    async def preview(
         self,
         session_key: int,
         trigger: Trigger,
         reason: Reason,
+        keep_last_n: int | None = None,
+        keep_pending_turn: bool = False,
+        instructions: str | None = None,
+    ) -> Preview | None:
+        """What `run` would store now, made as `run` makes it and not stored (no summary, no
+        link, no job); None when the session is gone.
+
+        It takes no lock: it reads the stored state as it is, and a summarization running
+        meanwhile is neither waited for nor hindered.
+        """
+        plan = await self._plan(session_key, keep_last_n, keep_pending_turn, instructions)
+        if plan is None:
+            return None
+        draft = await self._draft(plan, trigger, reason)
+        live = list(plan.live)
+        summary = None
+        if draft is not None:
+            summary = unsaved_row(draft, session_key, plan.messages)
+            live.append(summary)
+        rollups: list[store.SummaryRow] = []
+        while (rollup := await self._rollup_draft(plan.policy, live, trigger)) is not None:
+            absorbed, live = live[: len(rollup.absorbs)], live[len(rollup.absorbs) :]
+            rollups.append(unsaved_row(rollup, session_key, absorbed))
+            live.insert(0, rollups[-1])
+        return Preview(plan, summary, rollups, live)
+
+    async def _plan(
+        self,
+        session_key: int,
         keep_last_n: int | None,
         keep_pending_turn: bool,
-    ) -> store.SummaryRow | None:
-        """One run under the session's summarization lock (see `run`)."""
-        started = time.perf_counter()
+        instructions: str | None,
+    ) -> Plan | None:
+        """What a run of the session summarizes now; None when the session is gone."""
         async with self.database.reading() as db:
             session = await store.get_session_by_key(db, session_key)
             if session is None:
@@ -186,13 +350,36 @@ class Summarization:
         keep = policy.keep_last_n if keep_last_n is None else keep_last_n
         if keep_pending_turn and messages and messages[-1].role == "user":
             keep = max(keep, 1)
+        guided = joined_instructions(policy.summary_instructions, instructions)
+        return Plan(session, policy, live, after_seq, messages, keep, guided)
+
+    async def _run_held(
+        self,
+        session_key: int,
+        trigger: Trigger,
+        reason: Reason,
+        keep_last_n: int | None,
+        keep_pending_turn: bool,
+        instructions: str | None,
+        defer_outage: bool,
+    ) -> store.SummaryRow | None:
+        """One run under the session's summarization lock (see `run`)."""
+        started = time.perf_counter()
+        plan = await self._plan(session_key, keep_last_n, keep_pending_turn, instructions)
+        if plan is None:
+            return None
+        summary = None
         try:
-            summary = await self._summarize(
-                session_key, policy, messages, live, trigger, reason, keep, after_seq
-            )
-            if summary is not None:
+            draft = await self._draft(plan, trigger, reason)
+            if draft is not None:
+                if defer_outage and self._deferred(plan, draft):
+                    raise SummarizationDeferred(
+                        "the summarizer model is unavailable "
+                        f"({draft.metadata.get('fallback_detail')}); nothing was stored"
+                    )
+                summary = await self._store(session_key, draft, trigger, reason)
                 metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-            rolled_up = await self._roll_up(session_key, policy, trigger)
+            rolled_up = await self._roll_up(session_key, plan.policy, trigger)
         except SessionGone:
             return None
         if summary is not None and rolled_up:
@@ -201,23 +388,27 @@ class Summarization:
                 summary = await store.get_summary_by_id(db, summary.id) or summary
         return summary
 
-    async def _summarize(
-        self,
-        session_key: int,
-        policy: SummaryPolicy,
-        messages: list[store.MessageRow],
-        live: list[store.SummaryRow],
-        trigger: Trigger,
-        reason: Reason,
-        keep: int,
-        after_seq: int,
-    ) -> store.SummaryRow | None:
-        """Summarize `messages` (those after `after_seq`, the newest live summary's end) but the
-        last `keep`."""
-        previous = live[-1].summary_text if live else None
+    def _deferred(self, plan: Plan, draft: store.SummaryDraft) -> bool:
+        """Whether a background run's draft is a fallback the outage bound puts off."""
+        if draft.metadata.get("fallback_reason") != "llm_unavailable":
+            return False
+        factor = self.settings.summary_outage_backlog_factor
+        return outage_defers(plan.policy, plan.backlog, factor)
+
+    async def _draft(
+        self, plan: Plan, trigger: Trigger, reason: Reason
+    ) -> store.SummaryDraft | None:
+        """The summary of `plan`'s messages but the last `plan.keep`, ready to store over the
+        seqs after `plan.after_seq`; None when nothing may be summarized."""
+        previous = plan.live[-1].summary_text if plan.live else None
         result = await summarize(
-            summarizer_input(messages),
-            replace(policy.summarizer, keep_last_n=keep, previous_summary=previous),
+            summarizer_input(plan.messages),
+            replace(
+                plan.policy.summarizer,
+                keep_last_n=plan.keep,
+                previous_summary=previous,
+                instructions=plan.instructions,
+            ),
             trigger=trigger,
             trigger_reason=reason,
         )
@@ -226,10 +417,7 @@ class Summarization:
         self._count_llm(result.metadata)
         if not result.summary_text.strip():
             return None
-        draft = summary_draft(result, policy, keep, after_seq + 1, messages)
-        summary = await self._save(session_key, draft)
-        metrics.SUMMARIES.labels(trigger, reason).inc()
-        return summary
+        return summary_draft(result, plan.policy, plan.keep, plan.after_seq + 1, plan.messages)
 
     async def _roll_up(self, session_key: int, policy: SummaryPolicy, trigger: Trigger) -> bool:
         """Merge the oldest live summaries into one of the next level while over the limit.
@@ -240,45 +428,56 @@ class Summarization:
         while True:
             async with self.database.reading() as db:
                 live = await store.live_summaries(db, session_key)
-            if len(live) <= policy.summary_limit:
+            draft = await self._rollup_draft(policy, live, trigger)
+            if draft is None:
                 return rolled_up
-            absorbed = live[: max(2, len(live) - policy.summary_limit + 1)]
-            merged = await merge_summaries(
-                [summary.summary_text for summary in absorbed],
-                policy.summarizer,
-                trigger=trigger,
-                trigger_reason="rollup",
-            )
-            if not merged.summary_text.strip():
-                logger.warning("roll-up of session %s gave an empty text; not stored", session_key)
-                return rolled_up
-            self._count_llm(merged.metadata)
-            model, metadata = inherit_fallback(absorbed, merged.model, merged.metadata)
-            draft = store.SummaryDraft(
-                first_seq=absorbed[0].first_seq,
-                last_seq=absorbed[-1].last_seq,
-                summary_text=merged.summary_text,
-                summary_prompt=merged.prompt,
-                model=model,
-                temperature=policy.summarizer.temperature,
-                target_summary_tokens=policy.summarizer.merge_target_tokens,
-                keep_last_n=0,
-                approx_tokens=merged.summary_tokens,
-                metadata=metadata,
-                level=max(summary.level for summary in absorbed) + 1,
-                absorbs=tuple(summary.id for summary in absorbed),
-            )
-            await self._save(session_key, draft)
-            metrics.SUMMARIES.labels(trigger, "rollup").inc()
+            await self._store(session_key, draft, trigger, "rollup")
             rolled_up = True
+
+    async def _rollup_draft(
+        self, policy: SummaryPolicy, live: list[store.SummaryRow], trigger: Trigger
+    ) -> store.SummaryDraft | None:
+        """The roll-up of the oldest of `live` (oldest first) that a session over its
+        `summary_limit` is owed, with the session's instructions; None when within it (or the
+        merge gave no text)."""
+        if len(live) <= policy.summary_limit:
+            return None
+        absorbed = live[: max(2, len(live) - policy.summary_limit + 1)]
+        merged = await merge_summaries(
+            [summary.summary_text for summary in absorbed],
+            replace(policy.summarizer, instructions=policy.summary_instructions),
+            trigger=trigger,
+            trigger_reason="rollup",
+        )
+        self._count_llm(merged.metadata)
+        if not merged.summary_text.strip():
+            session_key = absorbed[0].session_id
+            logger.warning("roll-up of session %s gave an empty text; not stored", session_key)
+            return None
+        model, metadata = inherit_fallback(absorbed, merged.model, merged.metadata)
+        return store.SummaryDraft(
+            first_seq=absorbed[0].first_seq,
+            last_seq=absorbed[-1].last_seq,
+            summary_text=merged.summary_text,
+            summary_prompt=merged.prompt,
+            model=model,
+            temperature=policy.summarizer.temperature,
+            target_summary_tokens=policy.summarizer.merge_target_tokens,
+            keep_last_n=0,
+            approx_tokens=merged.summary_tokens,
+            metadata=metadata,
+            level=max(summary.level for summary in absorbed) + 1,
+            absorbs=tuple(summary.id for summary in absorbed),
+        )
 
     async def repair(self, fallback_id: int) -> store.SummaryRow | None:
         """Re-make a live fallback summary from its source messages with the model.
 
         The repair covers the same seqs and supersedes the fallback one level above it (so
-        the superseded chain stays upward), with `metadata.repair_of` naming it. Returns None,
-        storing nothing, when the model still fails, the session is busy, or the fallback is
-        gone (superseded meanwhile, or its session deleted).
+        the superseded chain stays upward), with `metadata.repair_of` naming it; it follows
+        the instructions the fallback recorded, else the session's. Returns None, storing
+        nothing, when the model still fails, the session is busy, or the fallback is gone
+        (superseded meanwhile, or its session deleted).
         """
         async with self.database.reading() as db:
             fallback = await store.get_summary_by_id(db, fallback_id)
@@ -296,28 +495,30 @@ class Summarization:
                         db, session_key, fallback.first_seq - 1, fallback.last_seq
                     )
                 policy = self.settings.policy(session.settings)
-                result = await summarize(
-                    summarizer_input(messages),
-                    replace(
-                        policy.summarizer,
-                        keep_last_n=0,
-                        previous_summary=before.summary_text if before else None,
-                    ),
-                    trigger=fallback.metadata.get("trigger", "proactive"),
-                    trigger_reason=fallback.metadata.get("trigger_reason", "manual"),
+                asked = fallback.metadata.get("instructions") or policy.summary_instructions
+                plan = Plan(
+                    session,
+                    policy,
+                    [before] if before else [],
+                    fallback.first_seq - 1,
+                    messages,
+                    0,
+                    asked,
                 )
-                if result is not None:
-                    self._count_llm(result.metadata)
+                draft = await self._draft(
+                    plan,
+                    fallback.metadata.get("trigger", "proactive"),
+                    fallback.metadata.get("trigger_reason", "manual"),
+                )
                 if (
-                    result is None
-                    or result.metadata["fallback"]
-                    or result.last_seq != fallback.last_seq
-                    or not result.summary_text.strip()
+                    draft is None
+                    or draft.metadata["fallback"]
+                    or draft.last_seq != fallback.last_seq
                 ):
                     return None
                 draft = replace(
-                    summary_draft(result, policy, 0, fallback.first_seq, messages),
-                    metadata={**result.metadata, "repair_of": fallback.id},
+                    draft,
+                    metadata={**draft.metadata, "repair_of": fallback.id},
                     level=fallback.level + 1,
                     absorbs=(fallback.id,),
                 )
@@ -327,6 +528,16 @@ class Summarization:
         metrics.REPAIRED_SUMMARIES.inc()
         logger.info("fallback summary %s repaired as summary %s", fallback.id, repaired.id)
         return repaired
+
+    async def _store(
+        self, session_key: int, draft: store.SummaryDraft, trigger: Trigger, reason: Reason
+    ) -> store.SummaryRow:
+        """Save `draft` and count it."""
+        summary = await self._save(session_key, draft)
+        metrics.SUMMARIES.labels(trigger, reason).inc()
+        if draft.metadata.get("fallback_reason"):
+            metrics.FALLBACK_SUMMARIES.labels(draft.metadata["fallback_reason"]).inc()
+        return summary
 
     async def _save(self, session_key: int, draft: store.SummaryDraft) -> store.SummaryRow:
         """Store `draft` while this summarizer still holds the session's lease (`LeaseLost`
@@ -339,8 +550,6 @@ class Summarization:
         metrics.LLM_CALLS.inc(int(metadata.get("llm_calls", 0)))
         for reason, count in metadata.get("failed_llm_calls_by_reason", {}).items():
             metrics.LLM_FAILURES.labels(reason).inc(count)
-        if metadata.get("fallback_reason"):
-            metrics.FALLBACK_SUMMARIES.labels(metadata["fallback_reason"]).inc()
 
 
 async def schedule_summary(db: AsyncSession, session_key: int, reason: Reason) -> None:

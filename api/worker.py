@@ -7,7 +7,10 @@ retry budget of its own (DATABASE_RETRY_SECONDS), and a job that lost its connec
 to pending without counting as failed. A running
 job's lease is renewed while it runs (a heartbeat), so the lease can be short: a killed
 worker's job is taken over within a minute, a slow one's never. Its claims, bookkeeping and
-reads are units of work of the `Database` it is given, the one summarization runs in.
+reads are units of work of the `Database` it is given, the one summarization runs in. A job
+that finds the summarizer model unavailable stores nothing and goes back to pending with the
+same backoff, until the session's backlog passes the outage bound
+(`api.summarization.outage_defers`); then it stores a fallback summary.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from api.db.transactions import (
     retry_budget,
     retrying,
 )
-from api.errors import SummarizationInProgress
+from api.errors import SummarizationDeferred, SummarizationInProgress
 from api.summarization import Summarization, schedule_summary, schedule_summary_if_due
 from summarizer.retry import describe
 
@@ -181,12 +184,30 @@ class Worker:
                 before = await store.get_session_by_key(db, job.session_id)
             seen = (before.last_seq, before.removed_count) if before is not None else None
             async with self._leased(job):
-                summary = await self._summarization.run(job.session_id, job.trigger, job.reason)
+                summary = await self._summarization.run(
+                    job.session_id, job.trigger, job.reason, defer_outage=True
+                )
         except asyncio.CancelledError:
             await self._release(job, 0.0, "worker stopped")
             raise
         except SummarizationInProgress:
             await self._release(job, BUSY_RETRY_SECONDS, None)
+            return
+        except SummarizationDeferred as exc:
+            # No fallback replaces raw messages nobody needs gone yet: try again later.
+            metrics.DEFERRED_SUMMARIES.inc()
+            # at most one repair interval: once the model is back, the session is summarized
+            # as soon as its fallbacks would be repaired
+            repair_interval = self._summarization.settings.summary_repair_interval_seconds
+            delay = min(backoff(job.attempts), repair_interval)
+            logger.warning(
+                "summarization job %s of session %s deferred for %.1f s: %s",
+                job.id,
+                job.session_id,
+                delay,
+                exc.detail,
+            )
+            await self._release(job, delay, f"deferred: {exc.detail}"[:2000])
             return
         except Exception as exc:
             if connection_lost_or_commit_unknown(exc):

@@ -95,20 +95,22 @@ async def merge_pair(run: RunState, first: str, second: str) -> str:
         run.no_room()
     assert run.fallback_reason is not None
     limit_tokens = min(run.merge_target, source_tokens)
-    return fallback_merge([first, second], limit_tokens, run.fallback_reason)
+    return fallback_merge(
+        [first, second], limit_tokens, run.fallback_reason, run.settings.instructions
+    )
 
 
 def _merge_overhead(run: RunState) -> int:
     """Prompt tokens of a merge request around two empty summaries."""
-    return count_messages(merge_request("", "", run.merge_target))
+    return count_messages(merge_request("", "", run.merge_target, run.settings.instructions))
 
 
 def _merge_call(run: RunState, first: str, second: str) -> CompletionRequest:
     return CompletionRequest(
-        messages=merge_request(first, second, run.merge_target),
+        messages=merge_request(first, second, run.merge_target, run.settings.instructions),
         max_tokens=run.merge_cap,
         target_tokens=run.merge_target,
-        task=MergeTask((first, second)),
+        task=MergeTask((first, second), run.settings.instructions),
     )
 
 
@@ -165,7 +167,7 @@ class BisectRun(RunState):
         """Prompt tokens of a summary request around an empty transcript."""
         key = f"{self.leaf_target}:{previous or ''}"
         if key not in self.overheads:
-            request = summary_request("", self.leaf_target, previous)
+            request = summary_request("", self.leaf_target, previous, self.settings.instructions)
             self.overheads[key] = count_messages(request)
         return self.overheads[key]
 
@@ -180,11 +182,12 @@ class BisectRun(RunState):
         self, transcript: str, entries: Sequence[TranscriptEntry], previous: str | None
     ) -> CompletionRequest:
         """The request to summarize `transcript`, whose entries (as shown) are `entries`."""
+        instructions = self.settings.instructions
         return CompletionRequest(
-            messages=summary_request(transcript, self.leaf_target, previous),
+            messages=summary_request(transcript, self.leaf_target, previous, instructions),
             max_tokens=self.summary_cap,
             target_tokens=self.leaf_target,
-            task=SummaryTask(tuple(entries), previous),
+            task=SummaryTask(tuple(entries), previous, instructions),
         )
 
     def leaf_estimate(self, start: int, end: int, previous: str | None) -> int:
@@ -325,7 +328,13 @@ class BisectRun(RunState):
         self.leaves.append((start, end))
         source_tokens = self.source_tokens(start, end)
         limit = min(self.leaf_target, source_tokens)
-        text = fallback_summary(self.entries[start:end], limit, self.fallback_reason, previous)
+        text = fallback_summary(
+            self.entries[start:end],
+            limit,
+            self.fallback_reason,
+            previous,
+            self.settings.instructions,
+        )
         return self.finish(text, source_tokens, self.summary_cap)
 
 

@@ -19,18 +19,24 @@ class Completion:
 
 @dataclass(frozen=True)
 class SummaryTask:
-    """Summarize the messages of `transcript`, continuing `previous_summary` when given."""
+    """Summarize the messages of `transcript`, continuing `previous_summary` when given, as
+    `instructions` ask when given."""
 
     transcript: tuple[TranscriptEntry, ...]
     """The entries as the prompt shows them (cut ones as cut)."""
     previous_summary: str | None = None
+    instructions: str | None = None
+    """What the summary must keep (`SummarizerSettings.instructions`)."""
 
 
 @dataclass(frozen=True)
 class MergeTask:
-    """Merge summaries of consecutive parts of one chat, oldest first, into one."""
+    """Merge summaries of consecutive parts of one chat, oldest first, into one, as
+    `instructions` ask when given."""
 
     summaries: tuple[str, ...]
+    instructions: str | None = None
+    """What the summary must keep (`SummarizerSettings.instructions`)."""
 
 
 @dataclass(frozen=True)

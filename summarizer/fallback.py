@@ -42,14 +42,23 @@ def _noted(write: Callable[[int], str], max_tokens: int, reason: str) -> str:
 
 
 def fallback_summary(
-    entries: Sequence[TranscriptEntry], max_tokens: int, reason: str, previous: str | None = None
+    entries: Sequence[TranscriptEntry],
+    max_tokens: int,
+    reason: str,
+    previous: str | None = None,
+    instructions: str | None = None,
 ) -> str:
-    """A summary of transcript entries written without the model."""
+    """A summary of transcript entries written without the model (as `instructions` ask,
+    the way the local model follows them)."""
     return _noted(
-        lambda budget: summarize_transcript(entries, budget, previous), max_tokens, reason
+        lambda budget: summarize_transcript(entries, budget, previous, instructions),
+        max_tokens,
+        reason,
     )
 
 
-def fallback_merge(texts: Sequence[str], max_tokens: int, reason: str) -> str:
+def fallback_merge(
+    texts: Sequence[str], max_tokens: int, reason: str, instructions: str | None = None
+) -> str:
     """Consecutive summaries merged without the model."""
-    return _noted(lambda budget: merge_texts(texts, budget), max_tokens, reason)
+    return _noted(lambda budget: merge_texts(texts, budget, instructions), max_tokens, reason)

@@ -1,12 +1,14 @@
 """The offline `local` model: a deterministic extractive summarizer behind `LLMClient`.
 
 It reads a request's task, never its prompt text: the transcript's entries and the
-previous summary, or the summaries to merge, and the token target. It answers with the
-sentences that matter most, grouped and in order: user requests first, then decisions,
-then facts carrying numbers, names, paths, commands or identifiers, then the tools
-used, then the rest while the target allows. No network, no randomness:
-the same input always gives the same summary. It is the quality level without an API
-key; any litellm model string replaces it.
+previous summary, or the summaries to merge, the instructions and the token target. It
+answers with the sentences that matter most, grouped and in order: user requests first, then
+decisions, then facts carrying numbers, names, paths, commands or identifiers, then the tools
+used, then the rest while the target allows. Instructions steer the choice by their keywords
+(`instruction_keywords`): sentences naming one are kept first, tool results and later
+sentences of a reply included, within `GUIDED_SHARE` of the target. No network, no
+randomness: the same input always gives the same summary. It is the quality level without
+an API key; any litellm model string replaces it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from summarizer.client import Completion, CompletionRequest, MergeTask
@@ -47,6 +49,26 @@ TOOLS_MAX_TOKENS = 60
 
 TOOLS_MAX_SHARE = 0.2
 """Under a tight target the tools line is dropped when it would take more than this share."""
+
+GUIDED_SHARE = 0.5
+"""Share of the target that sentences naming an instruction's keyword take first: the rest
+goes to the usual sections, so the user's requests keep room however much the keywords match."""
+
+MIN_KEYWORD_CHARS = 3
+"""Shorter words of an instruction are never keywords (articles, prepositions, "of", "to")."""
+
+_HOW_WORDS = """
+    about above after all also always and any are around as at be before below both but by
+    can copy copied could did does each either every exact exactly for from give given has
+    have how include includes including into its just keep keeps kept list make mention
+    mentioned mentions more most must not note only other our please preserve record retain
+    same say says should state summaries summarize summary sure than that the their them then
+    there these they this those too use very verbatim was what when where which while who
+    why will with word words would you your
+"""
+INSTRUCTION_WORDS = frozenset(_HOW_WORDS.split())
+"""Words of an instruction that say how to summarize, not what to keep: never keywords. The
+offline model reads no negation: "drop greetings" makes greetings a keyword."""
 
 
 class Kind(IntEnum):
@@ -101,6 +123,8 @@ class _Unit:
     seq: int | None
     who: str
     text: str
+    guided: bool = False
+    """It names a keyword of the instructions: kept first."""
 
 
 @dataclass
@@ -121,6 +145,34 @@ class _Counts:
 
 def _score(text: str) -> int:
     return min(SCORE_CAP, sum(len(feature.findall(text)) for feature in _FEATURES))
+
+
+def instruction_keywords(instructions: str | None) -> frozenset[str]:
+    """What instructions name: their words of at least `MIN_KEYWORD_CHARS` characters,
+    casefolded, a plural's final "s" dropped, but those of `INSTRUCTION_WORDS`."""
+    keywords: set[str] = set()
+    for word in re.findall(r"\w+", (instructions or "").casefold()):
+        if len(word) < MIN_KEYWORD_CHARS or word in INSTRUCTION_WORDS or word.isdigit():
+            continue
+        stem = word[:-1] if len(word) > MIN_KEYWORD_CHARS and word.endswith("s") else word
+        keywords.add(stem)
+    return frozenset(keywords)
+
+
+Guide = re.Pattern[str] | None
+"""Finds a word beginning with a keyword of the instructions (None: no instructions)."""
+
+
+def _guide(instructions: str | None) -> Guide:
+    keywords = instruction_keywords(instructions)
+    if not keywords:
+        return None
+    alternatives = "|".join(re.escape(keyword) for keyword in sorted(keywords))
+    return re.compile(rf"\b(?:{alternatives})", re.IGNORECASE)
+
+
+def _named(guide: Guide, text: str) -> bool:
+    return guide is not None and guide.search(text) is not None
 
 
 def _sentences(text: str) -> Iterable[str]:
@@ -149,29 +201,34 @@ def _classify(text: str, *, is_request: bool) -> tuple[Kind, int]:
     return (Kind.FACT if score else Kind.OTHER), score
 
 
-def _entry_units(entries: Sequence[TranscriptEntry]) -> list[_Unit]:
+def _entry_units(entries: Sequence[TranscriptEntry], guide: Guide = None) -> list[_Unit]:
     units: list[_Unit] = []
     for entry in entries:
         sentences = list(_sentences(entry.text))
         if entry.role == "tool":
             # a result counts through what the assistant made of it, unless it states a fact
-            opening = sentences[0] if sentences else ""
-            if _score(opening):
-                units.append(
-                    _Unit(Kind.FACT, _score(opening), len(units), entry.seq, entry.label, opening)
-                )
+            # or names what the instructions ask for
+            for position, sentence in enumerate(sentences):
+                guided = _named(guide, sentence)
+                if guided or (position == 0 and _score(sentence)):
+                    unit = _Unit(
+                        Kind.FACT, _score(sentence), len(units), entry.seq, entry.label, sentence
+                    )
+                    units.append(replace(unit, guided=guided))
             continue
         who = entry.label if entry.role == "user" else ""
         if entry.role == "user" and sentences:
             opening = " ".join(sentences[:REQUEST_SENTENCES])
-            units.append(_Unit(Kind.REQUEST, _score(opening), len(units), entry.seq, who, opening))
+            unit = _Unit(Kind.REQUEST, _score(opening), len(units), entry.seq, who, opening)
+            units.append(replace(unit, guided=_named(guide, opening)))
             sentences = sentences[REQUEST_SENTENCES:]
         for position, sentence in enumerate(sentences):
             is_question = entry.role == "user" and sentence.endswith(("?", "？"))
             kind, score = _classify(sentence, is_request=is_question)
-            if entry.role != "user" and position > 0 and kind is Kind.OTHER:
+            guided = _named(guide, sentence)
+            if entry.role != "user" and position > 0 and kind is Kind.OTHER and not guided:
                 continue  # only a reply's opening sentence is kept without a reason to
-            units.append(_Unit(kind, score, len(units), entry.seq, who, sentence))
+            units.append(_Unit(kind, score, len(units), entry.seq, who, sentence, guided))
     return units
 
 
@@ -221,9 +278,10 @@ def _compose(
 ) -> tuple[str, bool]:
     """The summary text and whether every unit made it in.
 
-    The text holds the highest-priority units that fit, grouped and in order. A first
-    pass gives each section its share of the budget (unused share moves on to the next
-    section); a second pass fills what is left in priority order.
+    The text holds the highest-priority units that fit, grouped and in order. Units the
+    instructions name go first, within `GUIDED_SHARE` of the budget; then a pass gives each
+    section its share of what is left (unused share moves on to the next section); a last
+    pass fills what remains in priority order.
     """
     header = counts.render() if counts else ""
     budget = target_tokens - (count_text(header + "\n") if header else 0)
@@ -254,6 +312,12 @@ def _compose(
         chosen[unit.kind].append(unit)
         return cost
 
+    allowance = math.floor(budget * GUIDED_SHARE)
+    for unit in ranked:
+        if unit.guided and allowance >= MIN_BULLET_TOKENS:
+            spent = take(unit, allowance)
+            allowance -= spent
+            budget -= spent
     total, carry = budget, 0
     for kind in Kind:
         allowance = math.floor(total * KIND_SHARES[kind]) + carry
@@ -296,16 +360,19 @@ def _verbatim(entries: Sequence[TranscriptEntry]) -> str:
 
 
 def summarize_transcript(
-    entries: Sequence[TranscriptEntry], target_tokens: int, previous: str | None = None
+    entries: Sequence[TranscriptEntry],
+    target_tokens: int,
+    previous: str | None = None,
+    instructions: str | None = None,
 ) -> str:
-    """An extractive summary of transcript entries in at most `target_tokens` tokens.
+    """An extractive summary of transcript entries in at most `target_tokens` tokens, what
+    `instructions` name kept first.
 
     When the whole exchange, written compactly, is no longer than the extract, the
     compact form is the answer: nothing is lost and nothing grows.
     """
-    extract, _ = _compose(
-        _entry_units(entries), _counts(entries), _tool_counts(entries), target_tokens, previous
-    )
+    units = _entry_units(entries, _guide(instructions))
+    extract, _ = _compose(units, _counts(entries), _tool_counts(entries), target_tokens, previous)
     compact = _verbatim(entries)
     if len(compact) <= MAX_CHARS_PER_TOKEN * target_tokens and count_text(compact) <= min(
         count_text(extract), target_tokens
@@ -314,7 +381,9 @@ def summarize_transcript(
     return extract
 
 
-def _parse_summary(text: str, offset: int) -> tuple[list[_Unit], _Counts | None, Counter[str]]:
+def _parse_summary(
+    text: str, offset: int, guide: Guide = None
+) -> tuple[list[_Unit], _Counts | None, Counter[str]]:
     """The units, message counts and tool counts of a summary to merge.
 
     Summaries reach a merge as text (a stored one has no other form): this reads back the
@@ -337,13 +406,15 @@ def _parse_summary(text: str, offset: int) -> tuple[list[_Unit], _Counts | None,
         elif kind is not None and (bullet := _KEPT_BULLET.match(line)):
             seq = int(bullet.group(1)) if bullet.group(1) is not None else None
             text = bullet.group(3)
-            units.append(
-                _Unit(kind, _score(text), offset + len(units), seq, bullet.group(2) or "", text)
-            )
+            who = bullet.group(2) or ""
+            order = offset + len(units)
+            units.append(_Unit(kind, _score(text), order, seq, who, text, _named(guide, text)))
         else:
             for sentence in _sentences(line):
                 found, score = _classify(sentence, is_request=False)
-                units.append(_Unit(found, score, offset + len(units), None, "", sentence))
+                order = offset + len(units)
+                guided = _named(guide, sentence)
+                units.append(_Unit(found, score, order, None, "", sentence, guided))
     return units, counts, tools
 
 
@@ -360,14 +431,16 @@ def _merge_counts(first: _Counts | None, second: _Counts | None) -> _Counts | No
     )
 
 
-def merge_texts(texts: Sequence[str], target_tokens: int) -> str:
-    """One extractive summary of consecutive summaries, at most `target_tokens` tokens."""
+def merge_texts(texts: Sequence[str], target_tokens: int, instructions: str | None = None) -> str:
+    """One extractive summary of consecutive summaries, at most `target_tokens` tokens, what
+    `instructions` name kept first."""
+    guide = _guide(instructions)
     units: list[_Unit] = []
     counts: _Counts | None = None
     tools: Counter[str] = Counter()
     every_counted = True
     for position, text in enumerate(texts):
-        parsed, found, used = _parse_summary(text, len(units))
+        parsed, found, used = _parse_summary(text, len(units), guide)
         units.extend(parsed)
         every_counted = every_counted and found is not None
         counts = found if position == 0 else _merge_counts(counts, found)
@@ -399,7 +472,9 @@ class LocalSummarizer:
         target = min(request.max_tokens, request.target_tokens)
         task = request.task
         if isinstance(task, MergeTask):
-            text = merge_texts(task.summaries, target)
+            text = merge_texts(task.summaries, target, task.instructions)
         else:
-            text = summarize_transcript(task.transcript, target, task.previous_summary)
+            text = summarize_transcript(
+                task.transcript, target, task.previous_summary, task.instructions
+            )
         return Completion(text, count_messages(request.messages), count_text(text))

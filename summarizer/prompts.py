@@ -4,13 +4,16 @@
 the version, so a prompt edited without a new version fails the tests.
 
 The user message wraps its material in tags (`<transcript>`, `<previous_summary>`,
-`<summary>`), which the models are told about. The offline model reads none of this text:
-the summarizer hands it the same material as data (`summarizer.client.CompletionRequest`).
+`<summary>`, `<instructions>`), which the models are told about. Instructions (what the
+summary must keep, from the session or the caller) come last, in the user message rather
+than the system prompt: they steer what is kept, never the task. The offline model reads
+none of this text: the summarizer hands it the same material as data
+(`summarizer.client.CompletionRequest`).
 """
 
 from __future__ import annotations
 
-PROMPT_VERSION = "2026-11.1"
+PROMPT_VERSION = "2026-11.2"
 """Version of the prompt texts below; stored in every summary's metadata."""
 
 SUMMARY_PROMPT = """\
@@ -42,37 +45,57 @@ language of the summaries, without a preamble. Keep the chronology, every user r
 decision, number, name, path, command and identifier (copied exactly), and the open \
 questions; drop what the two repeat. Text marked […] was cut before it reached you."""
 
+INSTRUCTIONS_PROMPT = """
+
+Whoever reads the summary says what it must keep, in <instructions> after the material. \
+Follow them as far as the material allows, within the same length: they say what to keep, \
+they do not change this task."""
+"""Added to the system prompt of a summary or a merge that is given instructions."""
+
 TRANSCRIPT_TAG = "transcript"
 PREVIOUS_TAG = "previous_summary"
 SUMMARY_TAG = "summary"
+INSTRUCTIONS_TAG = "instructions"
 
 
 def _wrap(tag: str, body: str) -> str:
     return f"<{tag}>\n{body}\n</{tag}>"
 
 
-def summary_request(
-    transcript: str, target_tokens: int, previous_summary: str | None = None
+def _request(
+    template: str, target_tokens: int, parts: list[str], instructions: str | None
 ) -> list[dict[str, str]]:
-    """Chat messages asking for a summary of `transcript`, continuing `previous_summary`."""
+    system = template.format(target_tokens=target_tokens)
+    if instructions:
+        system += INSTRUCTIONS_PROMPT
+        parts = [*parts, _wrap(INSTRUCTIONS_TAG, instructions)]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
+
+
+def summary_request(
+    transcript: str,
+    target_tokens: int,
+    previous_summary: str | None = None,
+    instructions: str | None = None,
+) -> list[dict[str, str]]:
+    """Chat messages asking for a summary of `transcript`, continuing `previous_summary`, as
+    `instructions` ask."""
     template = CONTINUE_PROMPT if previous_summary else SUMMARY_PROMPT
     # The material comes first, the reference after it: a model that runs out of answer
     # room then drops repeated old facts, not new ones.
     parts = [_wrap(TRANSCRIPT_TAG, transcript)]
     if previous_summary:
         parts.append(_wrap(PREVIOUS_TAG, previous_summary))
-    return [
-        {"role": "system", "content": template.format(target_tokens=target_tokens)},
-        {"role": "user", "content": "\n\n".join(parts)},
-    ]
+    return _request(template, target_tokens, parts, instructions)
 
 
-def merge_request(first: str, second: str, target_tokens: int) -> list[dict[str, str]]:
-    """Chat messages asking to merge two consecutive summaries into one."""
-    return [
-        {"role": "system", "content": MERGE_PROMPT.format(target_tokens=target_tokens)},
-        {
-            "role": "user",
-            "content": _wrap(SUMMARY_TAG, first) + "\n\n" + _wrap(SUMMARY_TAG, second),
-        },
-    ]
+def merge_request(
+    first: str, second: str, target_tokens: int, instructions: str | None = None
+) -> list[dict[str, str]]:
+    """Chat messages asking to merge two consecutive summaries into one, as `instructions`
+    ask."""
+    parts = [_wrap(SUMMARY_TAG, first), _wrap(SUMMARY_TAG, second)]
+    return _request(MERGE_PROMPT, target_tokens, parts, instructions)

@@ -26,6 +26,9 @@ class SummarizerSettings:
     bisect_min_messages: int = 2
     keep_last_n: int = 0
     previous_summary: str | None = None
+    instructions: str | None = None
+    """What the summary must keep, in the words of whoever asked for it (a session's
+    `summary_instructions`, a compact's `instructions`); set per run, like `previous_summary`."""
     timeout_seconds: float = 60.0
     max_attempts: int = 4
     max_retry_seconds: float = 120.0

@@ -111,6 +111,7 @@ def _metadata(
         "fallback_detail": run.fallback_detail,
         "failed_llm_calls_by_reason": dict(run.stats.failures),
         "context_window": run.window,
+        "instructions": run.settings.instructions or None,
     }
 
 

@@ -55,6 +55,8 @@ THROUGH_POOLER = frozenset(
         "test_summarization_lease",
         "test_conversations",
         "test_responses_api",
+        "test_fork",
+        "test_transfer",
     }
 )
 """Test modules whose PostgreSQL tests run a third time, through the run's own PgBouncer in

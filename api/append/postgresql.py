@@ -36,7 +36,8 @@ from api.db.faults import connection_lost
 from api.db.models import utcnow
 from api.db.pooler import transaction_pooled
 from api.db.transactions import driver_connection
-from api.errors import Conflict
+from api.errors import Conflict, SessionNotFound
+from api.store.retention import NEVER_IDLE, unexpired_sql
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.summaries import Backlog
 from api.summarization import BacklogCounting
@@ -106,6 +107,7 @@ updated AS (
         format = coalesce(s.format, $17)
     FROM counts AS c
     WHERE s.tenant = $1 AND s.external_id = $2 AND (s.format IS NULL OR s.format = $17)
+      AND {unexpired_sql("s", "$12", "$18")}
     RETURNING {", ".join(f"s.{column}" for column in _SESSION_RETURNING.split(", "))}
 ),
 created AS (
@@ -157,7 +159,9 @@ APPEND = _append(_CLIENT_IDS)
 $13 the append id, $14-$15 the `BacklogCounting` to count the backlog with (whether it starts
 after the pinned prefix; below how many messages its tokens are counted), $16 the batch's
 Responses items (JSON text, or NULLs), $17 its format: a session holding the other format is
-left alone, and the statement answers no row. A batch repeating a stored `client_id` with
+left alone, and the statement answers no row; so is an expired session ($18 the idle cutoff,
+`api.store.retention.unexpired`), which the INSERT leaves in place too (its id is taken), so
+nothing is stored. A batch repeating a stored `client_id` with
 another message stores nothing and answers that message (`conflict`).
 
 The counting is the server policy's: the session's own settings are known only once the
@@ -193,7 +197,12 @@ connection."""
 
 _SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
 
-_FORMAT = "SELECT format FROM sessions WHERE tenant = $1 AND external_id = $2"
+_FORMAT_AND_EXPIRY = f"""
+SELECT format, NOT ({unexpired_sql("sessions", "$3", "$4")}) AS expired
+FROM sessions WHERE tenant = $1 AND external_id = $2
+"""
+"""Why an append stored nothing and answered no row: the session's format, and whether it has
+expired (a row absent: a concurrent request created the session, or deleted it)."""
 
 
 _RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')"
@@ -221,8 +230,10 @@ def arguments(
     now: datetime,
     append_id: int,
     counting: BacklogCounting,
+    idle_cutoff: datetime = NEVER_IDLE,
 ) -> list[Any]:
-    """`APPEND`'s parameters, in order."""
+    """`APPEND`'s parameters, in order (`idle_cutoff`: a session updated at or before it has
+    expired; by default none has)."""
     return [
         tenant,
         external_id,
@@ -241,6 +252,7 @@ def arguments(
         counting.tokens_below,
         [message.item for message in batch],
         batch_format(batch),
+        idle_cutoff,
     ]
 
 
@@ -257,14 +269,17 @@ async def append(
     batch: Sequence[NewMessage],
     append_id: int,
     counting: BacklogCounting,
+    idle_cutoff: datetime = NEVER_IDLE,
 ) -> Appended | None:
     """Append `batch` in one statement; None when a concurrent request created the session
     at the same moment (run it again: the row is there now).
 
-    Raises `AppendConnectionLost` when the connection died before the answer arrived.
+    Raises `SessionNotFound` when the session has expired (`idle_cutoff`: a session updated at
+    or before it has), `AppendConnectionLost` when the connection died before the answer
+    arrived.
     """
     now = utcnow()
-    values = arguments(tenant, external_id, batch, now, append_id, counting)
+    values = arguments(tenant, external_id, batch, now, append_id, counting, idle_cutoff)
     server_pid: int | None = None
     try:
         # The named exception to "the unit of work commits": the statement commits itself.
@@ -272,8 +287,12 @@ async def append(
             server_pid = await _server_pid(engine, connection)
             row = await connection.fetchrow(statement(batch), *values)
             if row is None:
-                held = await connection.fetchval(_FORMAT, tenant, external_id)
-                check_format(external_id, held, batch)
+                held = await connection.fetchrow(
+                    _FORMAT_AND_EXPIRY, tenant, external_id, now, idle_cutoff
+                )
+                if held is not None and held["expired"]:
+                    raise SessionNotFound(external_id)
+                check_format(external_id, None if held is None else held["format"], batch)
                 return None
             if row["conflict"] is not None:
                 message_id, seq = row["conflict"]

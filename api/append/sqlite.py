@@ -37,6 +37,8 @@ from api.append.batch import (
 from api.db import driver
 from api.db.models import Message, Session, utcnow
 from api.db.transactions import Database
+from api.errors import SessionNotFound
+from api.store.retention import NEVER_IDLE, unexpired_sql
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.summaries import Backlog
 from api.summarization import BacklogCounting
@@ -58,18 +60,25 @@ ROWS_PER_INSERT = 500
 
 STORED = f"""
 SELECT {_MESSAGE_NAMES} FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
-WHERE s.tenant = ? AND s.external_id = ? AND m.client_id IN (SELECT value FROM json_each(?))
+WHERE s.tenant = ?1 AND s.external_id = ?2 AND m.client_id IN (SELECT value FROM json_each(?3))
+  AND {unexpired_sql("s", "?4", "?5")}
 """
+"""The stored messages a batch's client ids name (?3, a JSON list), of an unexpired session
+(?4 the time, ?5 the idle cutoff)."""
 
 UPDATE_SESSION = f"""
 UPDATE sessions SET
-    updated_at = ?,
-    last_seq = last_seq + ?,
-    pinned_seq = CASE WHEN pinned_seq = last_seq THEN last_seq + ? ELSE pinned_seq END,
-    format = coalesce(format, ?)
-WHERE tenant = ? AND external_id = ? AND (format IS NULL OR format = ?)
+    updated_at = ?1,
+    last_seq = last_seq + ?2,
+    pinned_seq = CASE WHEN pinned_seq = last_seq THEN last_seq + ?3 ELSE pinned_seq END,
+    format = coalesce(format, ?4)
+WHERE tenant = ?5 AND external_id = ?6 AND (format IS NULL OR format = ?7)
+  AND {unexpired_sql("sessions", "?1", "?8")}
 RETURNING {_SESSION_NAMES}
 """
+"""?1 the time, ?2 the messages to add, ?3 the leading pinned ones, ?4 the batch's format,
+?5 tenant, ?6 external id, ?7 the format again, ?8 the idle cutoff: a session holding the
+other format, or expired (`api.store.retention.unexpired`), is left alone."""
 
 CREATE_SESSION = f"""
 INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
@@ -110,7 +119,11 @@ SELECT (SELECT coalesce(max(last_seq), 0) FROM session_summaries
        EXISTS (SELECT 1 FROM summary_jobs WHERE session_id = ?)
 """
 
-FORMAT = "SELECT format FROM sessions WHERE tenant = ? AND external_id = ?"
+FORMAT_AND_EXPIRY = f"""
+SELECT format, NOT ({unexpired_sql("sessions", "?3", "?4")})
+FROM sessions WHERE tenant = ?1 AND external_id = ?2
+"""
+"""Why the UPDATE left the session alone: its format, and whether it has expired."""
 
 TOKENS_AFTER = "SELECT coalesce(sum(token_count), 0) FROM messages WHERE session_id = ? AND seq > ?"
 
@@ -125,11 +138,18 @@ async def append(
     external_id: str,
     batch: Sequence[NewMessage],
     counting_of: CountingOf,
+    idle_cutoff: datetime = NEVER_IDLE,
 ) -> Appended:
-    """Append `batch` in one transaction, in one call to the driver's thread."""
+    """Append `batch` in one transaction, in one call to the driver's thread; an expired
+    session (`idle_cutoff`: one updated at or before it has) is `SessionNotFound`."""
     return await database.driver_transaction(
         partial(
-            _append, tenant=tenant, external_id=external_id, batch=batch, counting_of=counting_of
+            _append,
+            tenant=tenant,
+            external_id=external_id,
+            batch=batch,
+            counting_of=counting_of,
+            idle_cutoff=idle_cutoff,
         )
     )
 
@@ -141,20 +161,23 @@ def _append(
     external_id: str,
     batch: Sequence[NewMessage],
     counting_of: CountingOf,
+    idle_cutoff: datetime,
 ) -> Appended:
-    stored = _stored(connection, tenant, external_id, batch)
+    now = utcnow()
+    at, cutoff = encode_time(now), encode_time(idle_cutoff)
+    stored = _stored(connection, tenant, external_id, batch, (at, cutoff))
     check_repeats(batch, stored)
     fresh = _fresh(batch, stored)
-    now = utcnow()
-    at = encode_time(now)
     reserve, leading, given = len(fresh), leading_pinned(fresh), batch_format(batch)
     row = connection.execute(
-        UPDATE_SESSION, (at, reserve, leading, given, tenant, external_id, given)
+        UPDATE_SESSION, (at, reserve, leading, given, tenant, external_id, given, cutoff)
     ).fetchone()
     if row is None:
-        # no such session, or one holding the other format (left alone by the UPDATE)
-        held = connection.execute(FORMAT, (tenant, external_id)).fetchone()
+        # no such session, or one holding the other format or expired (left alone by the UPDATE)
+        held = connection.execute(FORMAT_AND_EXPIRY, (tenant, external_id, at, cutoff)).fetchone()
         if held is not None:
+            if held[1]:
+                raise SessionNotFound(external_id)
             check_format(external_id, held[0], batch)
         row = connection.execute(
             CREATE_SESSION, (tenant, external_id, reserve, leading, at, at, given)
@@ -171,13 +194,19 @@ def _append(
 
 
 def _stored(
-    connection: sqlite3.Connection, tenant: str, external_id: str, batch: Sequence[NewMessage]
+    connection: sqlite3.Connection,
+    tenant: str,
+    external_id: str,
+    batch: Sequence[NewMessage],
+    expiry: tuple[Any, Any],
 ) -> dict[str, MessageRow]:
-    """The session's stored messages that the batch's client ids name."""
+    """The session's stored messages that the batch's client ids name (none of an expired
+    session: `expiry`, the time and the idle cutoff as SQLite stores them)."""
     client_ids = sorted({message.client_id for message in batch if message.client_id is not None})
     if not client_ids:
         return {}
-    rows = connection.execute(STORED, (tenant, external_id, json.dumps(client_ids))).fetchall()
+    values = (tenant, external_id, json.dumps(client_ids), *expiry)
+    rows = connection.execute(STORED, values).fetchall()
     messages = [MessageRow._make(row) for row in driver.decode(rows, _MESSAGE_DECODERS)]
     return {message.client_id: message for message in messages if message.client_id is not None}
 

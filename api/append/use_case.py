@@ -8,6 +8,7 @@ import logging
 import secrets
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -18,6 +19,7 @@ from api.append import postgresql, sqlite
 from api.append.batch import Appended, AppendOutcome
 from api.context_edits import ContextEdits
 from api.db.faults import connection_lost, describe_fault
+from api.db.models import utcnow
 from api.db.transactions import (
     RETRY_PAUSE_SECONDS,
     CommitConnectionLost,
@@ -36,6 +38,7 @@ from api.schemas import (
     SummarizationStatus,
 )
 from api.settings import Settings, SummaryPolicy
+from api.store.retention import Expiry
 from api.summarization import (
     BacklogCounting,
     due_reason,
@@ -161,7 +164,8 @@ async def store_batch(
     batch: Sequence[store.NewMessage],
 ) -> tuple[AppendOutcome, ProactiveReason | None]:
     """Append `batch` exactly once, even when the connection dies; record a summarization job
-    when the backlog reaches a limit."""
+    when the backlog reaches a limit. An expired session is `SessionNotFound`, and nothing is
+    stored (its id stays taken until the retention sweep deletes it)."""
     if database.engine.dialect.name == "postgresql":
         return await _store_in_one_statement(database, settings, tenant, external_id, batch)
     return await _store_in_one_call(database, settings, tenant, external_id, batch)
@@ -178,11 +182,17 @@ async def _store_in_one_call(
     in the unit of work's driver transaction; it counts the backlog as the session's own
     policy reads it (resolved in the driver's thread, from the row the transaction holds)."""
     counting_of = partial(_counting_of, settings)
-    appended = await sqlite.append(database, tenant, external_id, batch, counting_of)
+    cutoff = _idle_cutoff(settings)
+    appended = await sqlite.append(database, tenant, external_id, batch, counting_of, cutoff)
     outcome = appended.outcome
     return outcome, await _schedule_summary_after_append(
         database, settings, outcome.session, appended
     )
+
+
+def _idle_cutoff(settings: Settings) -> datetime:
+    """A session updated at or before this moment has expired (SESSION_IDLE_TTL_DAYS)."""
+    return Expiry.at(utcnow(), settings.session_idle_ttl_days).idle_cutoff
 
 
 def _counting_of(settings: Settings, overrides: dict[str, Any] | None) -> BacklogCounting:
@@ -211,7 +221,13 @@ async def _store_in_one_statement(
     while True:
         try:
             appended = await postgresql.append(
-                engine, tenant, external_id, batch, append_id, _counting_of(settings, None)
+                engine,
+                tenant,
+                external_id,
+                batch,
+                append_id,
+                _counting_of(settings, None),
+                _idle_cutoff(settings),
             )
         except postgresql.AppendConnectionLost as exc:
             outcome = await _landed(

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from api.json_values import check_json_value
 from api.schemas.common import (
@@ -20,6 +27,36 @@ if TYPE_CHECKING:
     from api.store.rows import SessionRow
 
 
+def _a_date_time_string(value: Any) -> Any:
+    """Only a string is a moment: in lax parsing a number would pass as Unix seconds."""
+    if not isinstance(value, str):
+        raise ValueError(
+            "must be an RFC 3339 date-time with a time zone, e.g. 2030-01-01T00:00:00Z"
+        )
+    return value
+
+
+def _ahead(value: datetime) -> datetime:
+    """A session is given an expiry ahead of now: one already past would only delete it, which
+    `DELETE /v1/sessions/{id}` does."""
+    if value <= datetime.now(UTC):
+        raise ValueError(
+            "must be in the future (a session past its expires_at is deleted; to delete one "
+            "now, DELETE it)"
+        )
+    return value
+
+
+ExpiresAt = Annotated[
+    AwareDatetime,
+    Field(strict=False),
+    BeforeValidator(_a_date_time_string),
+    AfterValidator(_ahead),
+]
+"""When a session expires: an RFC 3339 date-time with a time zone (a naive one is refused),
+in the future. From then on the session answers 404, and the retention sweep deletes it."""
+
+
 class SessionCreate(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
     id: SessionId | None = None
@@ -32,6 +69,10 @@ class SessionCreate(Schema):
         default=None,
         description="The session's message format; when absent, its first append fixes it.",
     )
+    expires_at: ExpiresAt | None = None
+    """When the session expires (RFC 3339 with a time zone, in the future): from then on it
+    answers 404 and the retention sweep deletes it; absent or null: only the server's idle
+    expiry (SESSION_IDLE_TTL_DAYS) applies."""
 
     @model_validator(mode="after")
     def _storable(self) -> SessionCreate:
@@ -40,15 +81,19 @@ class SessionCreate(Schema):
 
 
 class SessionUpdate(Schema):
-    """A JSON Merge Patch (RFC 7396) of `metadata` and `settings`: a key given replaces its
-    value (objects in `metadata` merge recursively), a key given as null is removed, absent
-    keys stay; `"metadata": null` or `"settings": null` clears the whole object."""
+    """A JSON Merge Patch (RFC 7396) of `metadata`, `settings` and `expires_at`: a key given
+    replaces its value (objects in `metadata` merge recursively), a key given as null is
+    removed, absent keys stay; `"metadata": null` or `"settings": null` clears the whole
+    object, `"expires_at": null` the session's expiry."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     metadata: StoredObject | None = None
     """A merge patch of the session's metadata (null: clear it)."""
     settings: SummaryOverrides | None = None
     """A merge patch of the session's settings (null: clear them)."""
+    expires_at: ExpiresAt | None = None
+    """A new expiry (RFC 3339 with a time zone, in the future); null: none. An expired session
+    cannot be patched (404)."""
 
     @model_validator(mode="after")
     def _storable(self) -> SessionUpdate:

@@ -13,7 +13,7 @@ from api.schemas.common import (
 from api.schemas.messages import (
     MessageOut,
 )
-from api.settings import JSON_INTEGER
+from api.settings import JSON_INTEGER, SummaryInstructions
 from summarizer.triggers import CompactTrigger
 
 if TYPE_CHECKING:
@@ -165,13 +165,24 @@ class CompactRequest(Schema):
     pending user question."""
     keep_last_n: Annotated[int, Field(ge=0, le=1_000_000), *JSON_INTEGER] | None = None
     """Newest messages to leave out (default: the session's setting)."""
+    instructions: SummaryInstructions | None = None
+    """What this summary must keep (for example "every file path and error message"): given
+    to the summarizer after the session's `summary_instructions`, recorded in the summary's
+    `metadata.instructions`. Roll-ups and repairs follow the session's."""
+    dry_run: bool = False
+    """Make the summary (and any roll-up) as a real call would, answer it with the context
+    that would result, and store nothing: no summary, no link, no job."""
 
 
 NothingStored = Literal["nothing_to_summarize", "already_summarized"]
 """Why `compact` stored no summary."""
 
 
-class CompactResponse(Schema):
+class CompactResult(Schema):
+    """What `compact` stored (without `dry_run`)."""
+
+    dry_run: Literal[False] = False
+    """False: the summary is stored."""
     summary: SummaryOut | None
     """The summary made, or null when nothing was left to summarize (`reason` says why)."""
     reason: NothingStored | None = Field(
@@ -183,3 +194,56 @@ class CompactResponse(Schema):
     )
     history: History
     """The history after it."""
+
+
+class SummaryDraftOut(Schema):
+    """A summary a dry run made and did not store: what it would hold, without an id or a
+    time (those come with storing)."""
+
+    level: int
+    """0: made from messages; 1 and up: a roll-up of summaries."""
+    first_seq: int
+    """The first seq it would cover."""
+    last_seq: int
+    """The last seq it would cover."""
+    message_count: int
+    """How many messages it would cover."""
+    approx_tokens: int
+    """Its text's tokens (cl100k)."""
+    summary_text: str
+    """The summary."""
+    model: str
+    """The model that wrote it; `fallback` when written without one."""
+    metadata: dict[str, Any]
+    """How it was made, as a stored summary's metadata says."""
+
+    @classmethod
+    def from_row(cls, row: SummaryRow) -> Self:
+        return cls.model_validate(row._asdict())
+
+
+class CompactPreview(Schema):
+    """What `compact` with `dry_run: true` answers: what a real call would store now, and
+    the context that would result; nothing is stored."""
+
+    dry_run: Literal[True] = True
+    """True: nothing is stored."""
+    summary: SummaryDraftOut | None
+    """The summary a real call would store, or null when it would store none (`reason`)."""
+    reason: NothingStored | None
+    """Why `summary` is null (`nothing_to_summarize`, as a real call says it); null when a
+    summary was made. A dry run waits for no running summarization, so never
+    `already_summarized`."""
+    rollups: list[SummaryDraftOut]
+    """The roll-ups a real call would store after it (the session over its `summary_limit`),
+    in the order it would store them; the last may absorb `summary`."""
+    context: list[dict[str, Any]]
+    """The context a history load without `max_tokens` would then answer (as a real call's
+    `history.context`), with the summary (and roll-ups) in place of what they cover."""
+    token_estimate: int
+    """The tokens of `context`."""
+
+
+CompactResponse = CompactResult | CompactPreview
+"""What `compact` answers: `CompactResult`, or `CompactPreview` for a dry run (`dry_run`
+tells them apart)."""

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 
 from api.db.engine import SQLITE_BUSY_TIMEOUT_MS, create_engine
 from api.db.models import Message, Session, Summary, SummaryMessage
+from api.db.pooler import split_pooler
 from api.errors import SessionNotFound
 from api.store.rows import (
     MESSAGE_COLUMNS,
@@ -38,16 +39,20 @@ def read_only_engine(database_url: str) -> AsyncEngine:
 
     The tools run against live servers: without a snapshot, a message appended between two
     queries of a check would look like a violation. PostgreSQL gets REPEATABLE READ, read-only
-    transactions and `default_transaction_read_only` for anything outside them. SQLite opens the
-    file read-only (`mode=ro`), so the tools cannot write it, not even the switch to WAL that the
-    server's engine makes on connect; its driver would not start a transaction before a SELECT,
-    so an explicit BEGIN is emitted (the recipe of SQLAlchemy's aiosqlite documentation).
+    transactions and `default_transaction_read_only` for anything outside them (behind a
+    transaction pooler, which refuses that startup parameter, nothing is outside them). SQLite
+    opens the file read-only (`mode=ro`), so the tools cannot write it, not even the switch to
+    WAL that the server's engine makes on connect; its driver would not start a transaction
+    before a SELECT, so an explicit BEGIN is emitted (the recipe of SQLAlchemy's aiosqlite
+    documentation).
     Raises FileNotFoundError for an SQLite file that does not exist.
     """
     url = make_url(database_url)
     if url.get_backend_name() == "postgresql":
         connect_args: dict[str, Any] = {}
-        if url.get_driver_name() == "asyncpg":
+        # a transaction pooler refuses startup parameters it does not know; behind one every
+        # statement runs in a (read-only) transaction anyway
+        if url.get_driver_name() == "asyncpg" and not split_pooler(url)[1]:
             connect_args["server_settings"] = {"default_transaction_read_only": "on"}
         return create_engine(
             database_url,

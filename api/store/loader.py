@@ -33,6 +33,7 @@ from api.db.models import Message, Session, Summary, SummaryJob
 from api.db.transactions import ReadSession
 from api.errors import SessionNotFound
 from api.items import joins_next
+from api.store.retention import loader_expiry_params, unexpired
 from api.store.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -59,7 +60,9 @@ _SESSION_WITH_JOB = select(
     exists().where(_jobs.session_id == _sessions.id).label("job_pending"),
     exists().where(_summaries.session_id == _sessions.id, live(_summaries)).label("summarized"),
 ).where(
-    _sessions.tenant == bindparam("p_tenant"), _sessions.external_id == bindparam("p_external_id")
+    _sessions.tenant == bindparam("p_tenant"),
+    _sessions.external_id == bindparam("p_external_id"),
+    unexpired(_sessions),
 )
 
 
@@ -87,9 +90,10 @@ async def _rows(
 
 
 async def session_for_history(db: AsyncSession, tenant: str, external_id: str) -> HistoryStart:
-    """The session, whether a summarization job of it is pending and whether it has a live
-    summary."""
-    found = await _rows(db, _SESSION_WITH_JOB, {"p_tenant": tenant, "p_external_id": external_id})
+    """The session (unless it has expired), whether a summarization job of it is pending and
+    whether it has a live summary."""
+    params = {"p_tenant": tenant, "p_external_id": external_id, **loader_expiry_params(db)}
+    found = await _rows(db, _SESSION_WITH_JOB, params)
     if not found:
         raise SessionNotFound(external_id)
     *values, job_pending, summarized = found[0]

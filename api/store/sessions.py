@@ -6,6 +6,7 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import Session, utcnow
 from api.errors import SessionExists, SessionNotFound
+from api.store.retention import Expiry, unexpired
 from api.store.rows import SESSION_COLUMNS, SessionRow
 
 _SESSION_TABLE = cast(Table, Session.__table__)
@@ -33,8 +35,10 @@ async def _insert_session(
     metadata: dict[str, Any],
     settings: dict[str, Any],
     message_format: str | None,
+    expires_at: datetime | None,
 ) -> SessionRow | None:
-    """INSERT a new, empty session; None if the id is taken (a concurrent request's included)."""
+    """INSERT a new, empty session; None if the id is taken (a concurrent request's included,
+    and an expired session's, until the retention sweep deletes it)."""
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     now = utcnow()
     result = await db.execute(
@@ -47,6 +51,7 @@ async def _insert_session(
             last_seq=0,
             pinned_seq=0,
             format=message_format,
+            expires_at=expires_at,
             created_at=now,
             updated_at=now,
         )
@@ -64,16 +69,24 @@ async def create_session(
     metadata: dict[str, Any],
     settings: dict[str, Any],
     message_format: str | None = None,
+    expires_at: datetime | None = None,
 ) -> SessionRow:
-    """A new, empty session; `message_format` None leaves the format to its first append."""
-    session = await _insert_session(db, tenant, external_id, metadata, settings, message_format)
+    """A new, empty session; `message_format` None leaves the format to its first append.
+
+    An expired session keeps its id until the retention sweep deletes it: a create of that id
+    meanwhile is `SessionExists`, as an append to it is `SessionNotFound`."""
+    session = await _insert_session(
+        db, tenant, external_id, metadata, settings, message_format, expires_at
+    )
     if session is None:
         raise SessionExists(external_id)
     return session
 
 
 _SESSION_BY_EXTERNAL_ID = select(*SESSION_COLUMNS).where(
-    _sessions.tenant == bindparam("p_tenant"), _sessions.external_id == bindparam("p_external_id")
+    _sessions.tenant == bindparam("p_tenant"),
+    _sessions.external_id == bindparam("p_external_id"),
+    unexpired(_sessions),
 )
 _SESSION_BY_KEY = select(*SESSION_COLUMNS).where(_sessions.id == bindparam("p_session_id"))
 
@@ -81,10 +94,11 @@ _SESSION_BY_KEY = select(*SESSION_COLUMNS).where(_sessions.id == bindparam("p_se
 async def get_session(
     db: AsyncSession, tenant: str, external_id: str, for_update: bool = False
 ) -> SessionRow:
-    """The session; `for_update`: its row locked until the transaction ends (PostgreSQL; on
-    SQLite the writers take turns anyway)."""
+    """The session, unless it has expired; `for_update`: its row locked until the transaction
+    ends (PostgreSQL; on SQLite the writers take turns anyway)."""
     query = _SESSION_BY_EXTERNAL_ID.with_for_update() if for_update else _SESSION_BY_EXTERNAL_ID
-    result = await db.execute(query, {"p_tenant": tenant, "p_external_id": external_id})
+    params = {"p_tenant": tenant, "p_external_id": external_id, **Expiry.of(db).params()}
+    result = await db.execute(query, params)
     row = result.first()
     if row is None:
         raise SessionNotFound(external_id)
@@ -92,6 +106,8 @@ async def get_session(
 
 
 async def get_session_by_key(db: AsyncSession, session_key: int) -> SessionRow | None:
+    """The session, expired or not: summarization, its lease and the worker find it by key,
+    on no client's behalf."""
     row = (await db.execute(_SESSION_BY_KEY, {"p_session_id": session_key})).first()
     return None if row is None else SessionRow._make(row)
 
@@ -99,24 +115,32 @@ async def get_session_by_key(db: AsyncSession, session_key: int) -> SessionRow |
 async def list_sessions(
     db: AsyncSession, tenant: str, limit: int, before_id: int | None
 ) -> list[SessionRow]:
-    """Newest first (by session key, which grows with creation), keyset-paginated."""
-    query = select(*SESSION_COLUMNS).where(_sessions.tenant == tenant)
+    """Newest first (by session key, which grows with creation), keyset-paginated; expired
+    sessions left out."""
+    query = select(*SESSION_COLUMNS).where(_sessions.tenant == tenant, unexpired(_sessions))
     if before_id is not None:
         query = query.where(_sessions.id < before_id)
-    result = await db.execute(query.order_by(_sessions.id.desc()).limit(limit))
+    ordered = query.order_by(_sessions.id.desc()).limit(limit)
+    result = await db.execute(ordered, Expiry.of(db).params())
     return [SessionRow._make(row) for row in result]
 
 
 async def update_session(
     db: AsyncSession, tenant: str, external_id: str, changes: dict[str, Any]
 ) -> SessionRow:
-    """Set `metadata` and/or `settings` in one UPDATE (a concurrent DELETE makes it 404)."""
-    values = {key: changes[key] for key in ("metadata", "settings") if key in changes}
+    """Set `metadata`, `settings` and/or `expires_at` in one UPDATE (a concurrent DELETE, or
+    the session expiring, makes it 404)."""
+    values = {key: changes[key] for key in ("metadata", "settings", "expires_at") if key in changes}
     result = await db.execute(
         update(_SESSION_TABLE)
-        .where(_sessions.tenant == tenant, _sessions.external_id == external_id)
+        .where(
+            _sessions.tenant == tenant,
+            _sessions.external_id == external_id,
+            unexpired(_sessions),
+        )
         .values(updated_at=utcnow(), **values)
-        .returning(*SESSION_COLUMNS)
+        .returning(*SESSION_COLUMNS),
+        Expiry.of(db).params(),
     )
     row = result.first()
     if row is None:
@@ -125,11 +149,17 @@ async def update_session(
 
 
 async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> None:
-    """Delete a session; its messages, summaries and links go with it (ON DELETE CASCADE)."""
+    """Delete a session; its messages, summaries and links go with it (ON DELETE CASCADE). An
+    expired one is `SessionNotFound`: it is the retention sweep's to delete."""
     result = await db.execute(
         delete(_SESSION_TABLE)
-        .where(_sessions.tenant == tenant, _sessions.external_id == external_id)
-        .returning(_sessions.id)
+        .where(
+            _sessions.tenant == tenant,
+            _sessions.external_id == external_id,
+            unexpired(_sessions),
+        )
+        .returning(_sessions.id),
+        Expiry.of(db).params(),
     )
     if result.first() is None:
         raise SessionNotFound(external_id)

@@ -27,6 +27,7 @@ from api.errors import (
     SummaryNotFound,
     SummaryRangeConflict,
 )
+from api.store.retention import Expiry, unexpired
 from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow, live, shown
 from summarizer.summarize import FALLBACK_MODEL
 
@@ -91,12 +92,14 @@ async def list_summaries(
 
 
 async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> tuple[SummaryRow, str]:
-    """A tenant's summary, with its session's session id (the client's)."""
+    """A tenant's summary, with its session's session id (the client's); none of an expired
+    session."""
     row = (
         await db.execute(
             select(*SUMMARY_COLUMNS, Session.external_id)
             .join(Session, Session.id == _summaries.session_id)
-            .where(_summaries.id == summary_id, Session.tenant == tenant)
+            .where(_summaries.id == summary_id, Session.tenant == tenant, unexpired(Session)),
+            Expiry.of(db).params(),
         )
     ).first()
     if row is None:

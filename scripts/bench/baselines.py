@@ -36,6 +36,7 @@ from api.append.sqlite import (
 from api.db.driver import DriverStatement
 from api.db.models import utcnow
 from api.store.loader import HistoryStart, load_parameters, load_statement
+from api.store.retention import NEVER_IDLE
 from api.store.rows import MessageRow, NewMessage
 from api.summarization import BacklogCounting
 from scripts.bench.lib import TENANT, RoundFn, concurrent, sequential
@@ -321,7 +322,8 @@ class RawAiosqlite:
             at = encode_time(now)
             await conn.execute("BEGIN IMMEDIATE")
             [row] = await conn.execute_fetchall(
-                UPDATE_SESSION, (at, 1, 0, "openai", TENANT, external_id, "openai")
+                UPDATE_SESSION,
+                (at, 1, 0, "openai", TENANT, external_id, "openai", encode_time(NEVER_IDLE)),
             )
             session_id, last_seq = row[0], row[5]
             message = MessageRow(0, session_id, last_seq, *news[i % len(news)], now, None, None)

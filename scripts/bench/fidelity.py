@@ -7,12 +7,14 @@ pointed at the loopback fake LLM of `tests/support/fake_llm.py` in `marker_echo`
 repeats every `MARKER-...` token of its prompt, so a summary loses a fact only when the
 service drops it (or the model's `max_tokens` clips it). Every message carries a unique
 marker; the session is replayed one message at a time and, after every user message (once
-background summarization has settled), the share of the markers appended so far that
+background summarization has settled, or its job has made no call for a second: a job deferred
+during an outage waits out a backoff), the share of the markers appended so far that
 appear in the loaded `context` is measured.
 
 Scenarios, at summarizer windows of 1.5k, 3k, 8k and 128k tokens (`--quick`: 1.5k and 128k
 only), each with and without an outage (the model answers 503 for the middle third of the
-turns, then comes back):
+turns, then comes back; the outage is replayed once more with summarization off, the floor its
+lowest share during the outage must not go below):
 
 - `sharegpt`: three conversations of `tests/fixtures/sharegpt_multilang.jsonl`, one session
   each, every message clipped to 600 characters;
@@ -23,9 +25,11 @@ model is back and background work has settled, the LLM calls made against a lowe
 (per stored summary, superseded ones included: one call per leaf chunk and one per merge;
 none for a fallback) and their ratio. A last `hang` row times
 `GET /history?max_tokens=1500` at window 8k while the model hangs, against the inline
-deadline (2 s) plus one second. Then `responses` rows (`scripts/bench/fidelity_responses.py`):
-a 200-turn conversation driven through `POST /v1/responses` at model windows of 4k and 16k
-(`--quick`: 4k), every fact checked in every request the model receives. Targets are printed
+deadline (2 s) plus one second. Then `tool-heavy` rows (`scripts/bench/fidelity_tools.py`:
+an agent session with tool-result clearing off and on), then `responses` rows
+(`scripts/bench/fidelity_responses.py`): a 200-turn conversation driven through
+`POST /v1/responses` at model windows of 4k and 16k (`--quick`: 4k), every fact checked in
+every request the model receives. Targets are printed
 beside the figures, with `MISSED` where one is missed; the exit status is 0 unless the run
 itself fails. The results are also written as JSON to `bench_fidelity.json` (or `--output`).
 """
@@ -54,7 +58,7 @@ from alembic import command
 
 from api.main import create_app
 from api.settings import Settings
-from scripts.bench import fidelity_responses
+from scripts.bench import fidelity_responses, fidelity_tools
 from tests.support import scratch_db
 from tests.support.fake_llm import FakeLLM, running_fake_llm
 
@@ -68,6 +72,9 @@ TOOL_MESSAGES = 60
 POLL_SECONDS = 0.05
 SETTLE_SECONDS = 30.0
 """Longest wait for `summarization_pending` to clear before a measurement."""
+QUIET_SECONDS = 1.0
+"""A pending summarization that has not called the model for this long is waiting out a
+backoff (deferred while the model is down): the measurement does not wait for it."""
 
 HANG_WINDOW = 8_000
 HANG_DEADLINE_SECONDS = 2.0
@@ -119,9 +126,20 @@ class Row:
     ratio: float | None
     unsettled_waits: int
     seconds: float
+    outage_share: float | None = None
+    """The lowest fact share measured while the model was down (None without an outage)."""
+    off_outage_share: float | None = None
+    """The same with summarization off (`dynamic_summary_enabled: false`): what doing nothing
+    keeps, the floor an outage must not go below."""
 
     def missed(self) -> list[str]:
         misses = []
+        if (
+            self.outage_share is not None
+            and self.off_outage_share is not None
+            and self.outage_share < self.off_outage_share
+        ):
+            misses.append("outage below off")
         if self.min_share < TARGET_SHARE:
             misses.append("min share")
         if self.final_share < TARGET_SHARE:
@@ -234,14 +252,21 @@ async def history(http: httpx.AsyncClient, session: str) -> dict[str, Any]:
     return body
 
 
-async def settled_history(http: httpx.AsyncClient, session: str) -> tuple[dict[str, Any], bool]:
-    """The history once `summarization_pending` is false (or the wait ran out): (body, settled)."""
-    deadline = time.monotonic() + SETTLE_SECONDS
+async def settled_history(
+    http: httpx.AsyncClient, session: str, fake: FakeLLM
+) -> tuple[dict[str, Any], bool]:
+    """The history once `summarization_pending` is false, or the pending job has made no model
+    call for `QUIET_SECONDS` (or the wait ran out): (body, settled)."""
+    started = time.monotonic()
+    calls, quiet_since = len(fake.calls), started
     while True:
         body = await history(http, session)
         if not body["summarization_pending"]:
             return body, True
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if len(fake.calls) != calls:
+            calls, quiet_since = len(fake.calls), now
+        if now - quiet_since >= QUIET_SECONDS or now - started >= SETTLE_SECONDS:
             return body, False
         await asyncio.sleep(POLL_SECONDS)
 
@@ -294,15 +319,30 @@ def share(context: list[Any], markers: list[str]) -> float:
 
 
 async def replay(
-    scenario: str, sessions: list[Session], window: int, outage: bool, template: Path, folder: Path
+    scenario: str,
+    sessions: list[Session],
+    window: int,
+    outage: bool,
+    template: Path,
+    folder: Path,
+    summarize: bool = True,
 ) -> Row:
+    """Replay `sessions` message by message, measuring the fact share after every user turn;
+    with `summarize` false, on a server with summarization off."""
     started = time.perf_counter()
     users = sum(m["role"] == "user" for s in sessions for m in s.messages)
     outage_turns = range(users // 3, 2 * users // 3) if outage else range(0)
     shares: list[float] = []
+    during_outage: list[float] = []
     unsettled = 0
     with running_fake_llm(mode="marker_echo", context_window=window) as fake:
-        async with running_app(template, folder, fake, summary_model_context_tokens=window) as http:
+        async with running_app(
+            template,
+            folder,
+            fake,
+            summary_model_context_tokens=window,
+            dynamic_summary_enabled=summarize,
+        ) as http:
             turn = 0
             for session in sessions:
                 seen: list[str] = []
@@ -317,16 +357,18 @@ async def replay(
                     if marker is not None:
                         seen.append(marker)
                     if message["role"] == "user":
-                        turn += 1
-                        body, settled = await settled_history(http, session.id)
+                        body, settled = await settled_history(http, session.id, fake)
                         unsettled += not settled
                         shares.append(share(body["context"], seen))
+                        if turn in outage_turns:
+                            during_outage.append(shares[-1])
+                        turn += 1
             fake.fail_always(None)
             final_found = final_total = fallbacks = stored = 0
             for session in sessions:
                 live = await repaired(http, session.id)
                 fallbacks += sum(s["model"] == "fallback" for s in live)
-                body, settled = await settled_history(http, session.id)
+                body, settled = await settled_history(http, session.id, fake)
                 unsettled += not settled
                 markers = [m for m in session.markers if m is not None]
                 final_found += round(share(body["context"], markers) * len(markers))
@@ -348,6 +390,7 @@ async def replay(
         ratio=calls / stored if stored else None,
         unsettled_waits=unsettled,
         seconds=time.perf_counter() - started,
+        outage_share=min(during_outage) if during_outage else None,
     )
 
 
@@ -401,22 +444,27 @@ def percent(value: float) -> str:
 def render(rows: list[Row], hang_row: HangRow) -> str:
     lines = [
         "| scenario | window | outage | min fact share | final fact share | fallbacks live "
-        "| llm calls | lower bound | ratio | unsettled waits | s | missed |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| llm calls | lower bound | ratio | outage min: on / off | unsettled waits | s | missed |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for row in rows:
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else "—"
+        versus = (
+            f"{percent(row.outage_share)} / {percent(row.off_outage_share)}"
+            if row.outage_share is not None and row.off_outage_share is not None
+            else ""
+        )
         missed = ", ".join(row.missed())
         lines.append(
             f"| {row.scenario} | {row.window:,} | {'yes' if row.outage else 'no'} "
             f"| {percent(row.min_share)} | {percent(row.final_share)} | {row.fallbacks_live} "
             f"| {row.llm_calls} ({row.failed_calls} failed) | {row.lower_bound} | {ratio} "
-            f"| {row.unsettled_waits} "
+            f"| {versus} | {row.unsettled_waits} "
             f"| {row.seconds:.1f} | {'MISSED: ' + missed if missed else ''} |"
         )
     lines.append(
         f"| targets | | | {percent(TARGET_SHARE)} | {percent(TARGET_SHARE)} | {TARGET_FALLBACKS} "
-        f"| | | <= {TARGET_RATIO} | | | |"
+        f"| | | <= {TARGET_RATIO} | on >= off | | | |"
     )
     lines += [
         "",
@@ -438,9 +486,15 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
         scenarios = [("sharegpt", sharegpt_sessions()), ("tools", [tools_session()])]
         rows: list[Row] = []
         for name, sessions in scenarios:
+            # Without summarization no model is called: the window changes nothing, one run
+            # gives the floor of every outage row of the scenario.
+            off = await replay(name, sessions, windows[0], True, template, folder, summarize=False)
+            print(f"{name} summarization off: outage min {percent(off.outage_share or 0)}")
             for window in windows:
                 for outage in (False, True):
                     row = await replay(name, sessions, window, outage, template, folder)
+                    if outage:
+                        row.off_outage_share = off.outage_share
                     print(
                         f"{name} window={window} outage={outage}: min {percent(row.min_share)}, "
                         f"final {percent(row.final_share)}, {row.seconds:.1f} s",
@@ -448,12 +502,19 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
                     )
                     rows.append(row)
         hang_row = await hang(template, folder)
+    quick = windows == QUICK_WINDOWS
+    tools_rows = await fidelity_tools.run(
+        fidelity_tools.QUICK_WINDOWS if quick else fidelity_tools.WINDOWS,
+        fidelity_tools.QUICK_FORMATS if quick else fidelity_tools.FORMATS,
+    )
     responses_rows = await fidelity_responses.run(
-        QUICK_RESPONSES_WINDOWS if windows == QUICK_WINDOWS else fidelity_responses.WINDOWS,
+        QUICK_RESPONSES_WINDOWS if quick else fidelity_responses.WINDOWS,
         fidelity_responses.TURNS,
     )
     print()
     print(render(rows, hang_row))
+    print()
+    print(fidelity_tools.render(tools_rows))
     print()
     print(fidelity_responses.render(responses_rows))
     report: dict[str, Any] = {
@@ -462,11 +523,13 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
             "fallbacks_live": TARGET_FALLBACKS,
             "calls_ratio_max": TARGET_RATIO,
             "hang_load_seconds_max": hang_row.target_seconds,
+            "tool_heavy_saving_min": fidelity_tools.TARGET_SAVING,
         },
         "rows": [{**asdict(row), "missed": row.missed()} for row in rows],
         "hang": {**asdict(hang_row), "target_seconds": hang_row.target_seconds},
     }
     report["hang"]["missed"] = hang_row.missed()
+    report["tool_heavy"] = fidelity_tools.report(tools_rows)
     report["responses"] = [{**asdict(row), "missed": row.missed()} for row in responses_rows]
     return report
 

@@ -5,7 +5,8 @@ mode), against the libraries users would pick instead (OpenAI Agents SDK SQLAlch
 langchain-postgres) and, through HTTP, against a minimal ASGI app doing the same SQL and
 answering the same bytes (`scripts/bench/minimal_app.py`), in one run, on loopback only; and
 what `POST /v1/responses` with a conversation adds to a model call
-(`scripts/bench/responses_overhead.py`).
+(`scripts/bench/responses_overhead.py`); and the export and import of a 100,000-message session
+in constant memory (`scripts/bench/transfer.py`).
 Every comparison is a ratio between two numbers of the same run; fixed times mean nothing
 across machines.
 
@@ -33,7 +34,7 @@ import httpx
 from sqlalchemy import text
 
 from api.db.engine import create_engine
-from scripts.bench import responses_overhead
+from scripts.bench import responses_overhead, transfer
 from scripts.bench.append_rows import appends
 from scripts.bench.baselines import (
     AgentsPeer,
@@ -147,6 +148,9 @@ async def main_async(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="precis-bench-") as folder:
             url = f"sqlite+aiosqlite:///{Path(folder) / 'bench.db'}"
             await run_backend("SQLite", url, bench, with_peers, args.throughput_only)
+    if not args.throughput_only:
+        # the largest session size of the plan: the 100,000 in a full run
+        await transfer.run(results, tuple(backends), args.postgres_admin_url, max(plan.sizes))
     overhead: list[responses_overhead.OverheadRow] = []
     if not args.throughput_only:
         overhead = await responses_overhead.run(

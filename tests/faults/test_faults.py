@@ -47,7 +47,8 @@ def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dic
 
 @pytest.mark.parametrize(
     "settings_overrides",
-    [{"summary_message_limit": 6, "summary_workers": 1}],
+    # a factor of 1: the backlog is past the outage bound at once, so no defer
+    [{"summary_message_limit": 6, "summary_workers": 1, "summary_outage_backlog_factor": 1}],
     indirect=True,
 )
 async def test_proactive_summary_with_the_llm_down_stores_a_truncated_fallback(

@@ -25,6 +25,8 @@ def settings_overrides(fake_llm: FakeLLM) -> dict[str, Any]:
         "summary_workers": 1,
         "summary_repair_interval_seconds": 0.2,
         "summary_target_tokens": 60,
+        # a background summary stores its fallback at once instead of waiting out the outage
+        "summary_outage_backlog_factor": 1,
     }
 
 

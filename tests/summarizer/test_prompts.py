@@ -7,7 +7,7 @@ import json
 
 from summarizer.prompts import PROMPT_VERSION, merge_request, summary_request
 
-PINNED = ("2026-11.1", "d9bf0491232519145130274477ce9e4236cffaff4efa7e7c14ea4fdb5f2076a4")
+PINNED = ("2026-11.2", "8780763f61ea2fc7eba24b6f3940085d0b285333fec58e07a6639d911ba9d3ff")
 """(PROMPT_VERSION, sha256 of every request the prompts module builds) when last reviewed."""
 
 
@@ -17,6 +17,9 @@ def prompts_digest() -> str:
         summary_request("{transcript}", 800),
         summary_request("{transcript}", 800, "{previous_summary}"),
         merge_request("{first}", "{second}", 1200),
+        summary_request("{transcript}", 800, None, "{instructions}"),
+        summary_request("{transcript}", 800, "{previous_summary}", "{instructions}"),
+        merge_request("{first}", "{second}", 1200, "{instructions}"),
     ]
     return hashlib.sha256(json.dumps(requests, sort_keys=True).encode()).hexdigest()
 

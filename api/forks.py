@@ -1,0 +1,95 @@
+"""Use case: fork a session at one of its messages (`POST /v1/sessions/{id}/fork`).
+
+A fork is a new session holding copies of the parent's messages up to the fork point (same
+seqs, same shapes, tombstones and orphans as they are) and of its live summaries lying wholly
+at or below it, linked to the copies: its context loads as the parent's did when it ended
+there, and no LLM is called. A live summary crossing the fork point is not carried; the
+messages it covered load raw in the fork until the fork is summarized in its turn. Everything
+is written in one transaction (`api.store.forks`): a fork that fails or loses its connection
+leaves nothing of itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import store
+from api.conversations import CONVERSATION_ID_PREFIX, new_conversation_id
+from api.db.transactions import Database
+from api.errors import MessageNotFound, SessionExists, ValidationFailed
+from api.schemas.forks import ForkRequest
+from api.schemas.sessions import SessionOut
+from api.settings import Settings
+from api.store import forks as fork_store
+from api.store.rows import SessionRow
+
+
+class BadForkPoint(ValidationFailed):
+    """The fork point names no message a fork can end at: a seq past the session's newest,
+    or a removed message. It depends on what the session holds, not on the request's shape."""
+
+
+def new_fork_id(parent_id: str) -> str:
+    """A generated id of the fork: a conversation's fork is a conversation too (`conv_...`),
+    any other session's a session (`ses_...`, as `POST /v1/sessions` generates)."""
+    if parent_id.startswith(CONVERSATION_ID_PREFIX):
+        return new_conversation_id()
+    return f"ses_{uuid.uuid4().hex}"
+
+
+async def fork_session(
+    database: Database, settings: Settings, tenant: str, external_id: str, body: ForkRequest
+) -> SessionOut:
+    """Fork the session at `body`'s fork point into a new session, in one transaction."""
+    # not repeatable: a fork that landed would answer 409, or make a second fork
+    return await database.write(lambda db: _fork(db, settings, tenant, external_id, body))
+
+
+async def _fork(
+    db: AsyncSession, settings: Settings, tenant: str, external_id: str, body: ForkRequest
+) -> SessionOut:
+    await fork_store.read_one_snapshot(db)
+    parent = await store.get_session(db, tenant, external_id)
+    fork_seq = await _fork_seq(db, parent, body)
+    fork_id = body.id or new_fork_id(parent.external_id)
+    fork = await fork_store.insert_fork(db, parent, fork_id, fork_seq)
+    if fork is None:
+        raise SessionExists(fork_id)
+    await fork_store.copy_messages(db, parent.id, fork.id, fork_seq)
+    carried = await fork_store.carry_summaries(db, parent.id, fork.id, fork_seq)
+    if carried:
+        await fork_store.link_carried(db, parent.id, fork.id)
+    return SessionOut.from_row(fork, carried, settings.effective(fork.settings))
+
+
+async def _fork_seq(db: AsyncSession, parent: SessionRow, body: ForkRequest) -> int:
+    """The seq of the message `body` names in `parent`, checked: the session holds it, and it
+    was not removed (a fork never ends on a tombstone)."""
+    if body.message_id is not None:
+        message = await store.message_by_id(db, parent.id, body.message_id)
+        if message is None:
+            raise MessageNotFound(
+                f"message {body.message_id} not found in session {parent.external_id!r}"
+            )
+        if message.removed_at is not None:
+            raise BadForkPoint(
+                f"message_id: message {body.message_id} was removed; fork at a message the "
+                "session still holds"
+            )
+        return message.seq
+    seq = body.seq
+    assert seq is not None, "ForkRequest gives one of message_id and seq"
+    if seq > parent.last_seq:
+        raise BadForkPoint(
+            f"seq: {seq} is past the newest message of session {parent.external_id!r} "
+            f"(last_seq {parent.last_seq})"
+        )
+    message = await fork_store.message_at(db, parent.id, seq)
+    assert message is not None, "seqs 1..last_seq are contiguous"
+    if message.removed_at is not None:
+        raise BadForkPoint(
+            f"seq: the message at seq {seq} was removed; fork at a message the session still holds"
+        )
+    return seq

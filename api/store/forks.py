@@ -1,0 +1,197 @@
+"""Forks: a new session holding copies of another's messages up to a seq, and of the live
+summaries lying wholly at or below it, with their links re-pointed to the copies.
+
+Every copy is one set-based statement (`INSERT ... SELECT` by seq range; links and a
+summary's end messages found by joining on seq), so a fork holds no row in memory whatever the
+session's size. The caller runs them in one transaction, after `read_one_snapshot`: on
+PostgreSQL the statements then read the parent as it was when the first of them ran, and a
+removal, a summary or an append committing meanwhile shows in none of them (on SQLite the
+process's writers take turns, `api.db.transactions.transaction`).
+
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sqlalchemy import (
+    BigInteger,
+    Table,
+    and_,
+    func,
+    insert,
+    literal,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, SessionRow, live
+
+_SESSION_TABLE = cast(Table, Session.__table__)
+_MESSAGE_TABLE = cast(Table, Message.__table__)
+_SUMMARY_TABLE = cast(Table, Summary.__table__)
+_LINK_TABLE = cast(Table, SummaryMessage.__table__)
+_messages = _MESSAGE_TABLE.c
+
+SERIALIZATION_FAILURE = "40001"
+"""PostgreSQL's SQLSTATE when a snapshot's write meets a row committed after the snapshot."""
+
+COPIED_MESSAGE_COLUMNS = tuple(
+    column.name
+    for column in _MESSAGE_TABLE.columns
+    if column.name not in ("id", "session_id", "append_id")
+)
+"""What a message's copy keeps: everything but its id, its session and the append that stored
+it (internal, and the copy's was not appended)."""
+
+COPIED_SUMMARY_COLUMNS = tuple(
+    column.name
+    for column in _SUMMARY_TABLE.columns
+    if column.name
+    not in ("id", "session_id", "first_message_id", "last_message_id", "superseded_by", "erased_at")
+)
+"""What a carried summary keeps as it is; its end messages are the copies at its end seqs, and
+it is live (only live summaries are carried)."""
+
+
+async def read_one_snapshot(db: AsyncSession) -> None:
+    """Make the transaction of `db`, not begun yet, read one snapshot (PostgreSQL's REPEATABLE
+    READ, set when it begins: behind a transaction pooler too, since nothing outlives it)."""
+    if db.get_bind().dialect.name == "postgresql":
+        await db.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
+
+async def message_at(db: AsyncSession, session_key: int, seq: int) -> MessageRow | None:
+    """The session's message at `seq`, whatever its state (a tombstone included)."""
+    row = (
+        await db.execute(
+            select(*MESSAGE_COLUMNS).where(
+                _messages.session_id == session_key, _messages.seq == seq
+            )
+        )
+    ).first()
+    return None if row is None else MessageRow._make(row)
+
+
+async def insert_fork(
+    db: AsyncSession, parent: SessionRow, external_id: str, fork_seq: int
+) -> SessionRow | None:
+    """INSERT the fork's session row: the parent's metadata, settings and format, ending at
+    `fork_seq` with the tombstones up to it; None if `external_id` is taken."""
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    tombstones = (
+        select(func.count())
+        .select_from(_MESSAGE_TABLE)
+        .where(
+            _messages.session_id == parent.id,
+            _messages.seq <= fork_seq,
+            _messages.removed_at.is_not(None),
+        )
+        .scalar_subquery()
+    )
+    now = utcnow()
+    statement = (
+        dialect.insert(_SESSION_TABLE)
+        .values(
+            tenant=parent.tenant,
+            external_id=external_id,
+            metadata=parent.metadata,
+            settings=parent.settings,
+            last_seq=fork_seq,
+            pinned_seq=min(parent.pinned_seq, fork_seq),
+            removed_count=tombstones,
+            format=parent.format,
+            created_at=now,
+            updated_at=now,
+            forked_from=parent.external_id,
+            fork_seq=fork_seq,
+        )
+        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
+        .returning(*SESSION_COLUMNS)
+    )
+    try:
+        row = (await db.execute(statement)).first()
+    except DBAPIError as exc:
+        # In one snapshot, an id taken by a session committed after the snapshot began is
+        # refused this way, not skipped by ON CONFLICT DO NOTHING.
+        if getattr(exc.orig, "sqlstate", None) != SERIALIZATION_FAILURE:
+            raise
+        return None
+    return None if row is None else SessionRow._make(row)
+
+
+async def copy_messages(db: AsyncSession, parent_key: int, fork_key: int, fork_seq: int) -> None:
+    """Copy the parent's messages with seq <= `fork_seq` into the fork, same seqs, tombstones
+    and orphans as they are, in seq order (so the copies' ids grow with their seqs, as an
+    append's do): one statement, an index range scan on `(session_id, seq)`."""
+    source = select(
+        literal(fork_key, BigInteger), *(_messages[name] for name in COPIED_MESSAGE_COLUMNS)
+    ).where(_messages.session_id == parent_key, _messages.seq <= fork_seq)
+    await db.execute(
+        insert(_MESSAGE_TABLE).from_select(
+            ["session_id", *COPIED_MESSAGE_COLUMNS], source.order_by(_messages.seq)
+        )
+    )
+
+
+async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork_seq: int) -> int:
+    """Copy the parent's live summaries ending at or below `fork_seq` into the fork (live
+    summaries are contiguous: a prefix of them), each naming the fork's copies of its end
+    messages; how many. Copies its messages first (`copy_messages`)."""
+    parent = _SUMMARY_TABLE.alias("parent")
+    parent_first, fork_first = aliased(Message), aliased(Message)
+    parent_last, fork_last = aliased(Message), aliased(Message)
+    source = (
+        select(
+            literal(fork_key, BigInteger),
+            fork_first.id,
+            fork_last.id,
+            *(parent.c[name] for name in COPIED_SUMMARY_COLUMNS),
+        )
+        .join(parent_first, parent_first.id == parent.c.first_message_id)
+        .join(
+            fork_first,
+            and_(fork_first.session_id == fork_key, fork_first.seq == parent_first.seq),
+        )
+        .join(parent_last, parent_last.id == parent.c.last_message_id)
+        .join(fork_last, and_(fork_last.session_id == fork_key, fork_last.seq == parent_last.seq))
+        .where(parent.c.session_id == parent_key, live(parent.c), parent.c.last_seq <= fork_seq)
+        .order_by(parent.c.last_seq)
+    )
+    result = await db.execute(
+        insert(_SUMMARY_TABLE).from_select(
+            ["session_id", "first_message_id", "last_message_id", *COPIED_SUMMARY_COLUMNS],
+            source,
+        )
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def link_carried(db: AsyncSession, parent_key: int, fork_key: int) -> None:
+    """Link each carried summary to the fork's copies of the messages its parent summary
+    links: the parent's live summary ending at the same seq (live summaries never overlap, so
+    it is the one), its links joined on seq to the copies. One statement."""
+    carried, parent = _SUMMARY_TABLE.alias("carried"), _SUMMARY_TABLE.alias("parent")
+    links = _LINK_TABLE.alias("links")
+    linked, copy = aliased(Message), aliased(Message)
+    source = (
+        select(carried.c.id, copy.id)
+        .join(
+            parent,
+            and_(
+                parent.c.session_id == parent_key,
+                parent.c.last_seq == carried.c.last_seq,
+                live(parent.c),
+            ),
+        )
+        .join(links, links.c.summary_id == parent.c.id)
+        .join(linked, linked.id == links.c.message_id)
+        .join(copy, and_(copy.session_id == fork_key, copy.seq == linked.seq))
+        .where(carried.c.session_id == fork_key)
+    )
+    await db.execute(insert(_LINK_TABLE).from_select(["summary_id", "message_id"], source))
