@@ -7,6 +7,7 @@ exist. The `Tenant` dependency then reads the tenant the gate found.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -30,6 +31,12 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 TENANT_SCOPE_KEY = "precis.tenant"
 """Where `KeyGate` leaves the authenticated tenant in the ASGI scope."""
+
+CONSOLE_PATH = "/console"
+"""The operator console's pages (`api.console`): authenticated by a cookie, not a header."""
+
+CONSOLE_COOKIE = "precis_console"
+"""The console's cookie: the token (`console_token`) of the key given on its login form."""
 
 BEARER = HTTPBearer(
     auto_error=False,
@@ -83,8 +90,39 @@ def authenticate(
     return tenant
 
 
+def console_token(key: str) -> str:
+    """What the console's cookie holds for an API key: a digest, so the browser never keeps the
+    key itself (a stolen cookie opens the read-only console, not the API)."""
+    return hashlib.sha256(b"precis-console:" + key.encode()).hexdigest()
+
+
+def console_tenant(
+    keys: Mapping[str, str], host: str | None, cookie: str | None, origin: str | None = None
+) -> str | None:
+    """The tenant of a console request, or None when a key must be asked for.
+
+    Development mode follows the API's loopback rule (raises Forbidden as `authenticate`
+    does); with keys, the tenant whose key's token the cookie holds, compared in constant time.
+    """
+    if not keys:
+        return authenticate(keys, host, "", origin)
+    presented = (cookie or "").encode()
+    tenant: str | None = None
+    for key, key_tenant in keys.items():  # no early exit, as in `authenticate`
+        if hmac.compare_digest(console_token(key).encode(), presented):
+            tenant = key_tenant
+    return tenant
+
+
+def is_console_path(path: str) -> bool:
+    return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
+
+
 class KeyGate:
-    """Pure ASGI middleware: refuses (401/403) any request but the probes without a valid key."""
+    """Pure ASGI middleware: refuses (401/403) any request but the probes without a valid key.
+
+    The console's paths carry the key in a cookie instead (`console_tenant`); without a valid
+    one they reach the console with no tenant, and it answers its login form."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -94,14 +132,16 @@ class KeyGate:
             await self.app(scope, receive, send)
             return
         client = scope.get("client")
+        host = client[0] if client else None
         try:
             headers = Headers(scope=scope)
-            scope[TENANT_SCOPE_KEY] = authenticate(
-                scope["app"].state.tenant_keys,
-                client[0] if client else None,
-                _one_authorization(headers),
-                headers.get("origin"),
-            )
+            keys = scope["app"].state.tenant_keys
+            origin = headers.get("origin")
+            if is_console_path(_route_path(scope)):
+                # the console asks for a key on its own form when the cookie names no tenant
+                tenant = console_tenant(keys, host, _cookie(headers, CONSOLE_COOKIE), origin)
+            else:
+                tenant = authenticate(keys, host, _one_authorization(headers), origin)
         except PrecisError as exc:
             challenge = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
             response = JSONResponse(
@@ -111,6 +151,8 @@ class KeyGate:
             )
             await response(scope, receive, send)
             return
+        if tenant is not None:
+            scope[TENANT_SCOPE_KEY] = tenant
         await self.app(scope, receive, send)
 
 
@@ -120,6 +162,16 @@ def _one_authorization(headers: Headers) -> str:
     if len(values) > 1:
         raise Unauthorized("more than one Authorization header")
     return values[0] if values else ""
+
+
+def _cookie(headers: Headers, name: str) -> str | None:
+    """One cookie of the request; a cookie header that cannot be parsed names none."""
+    for header in headers.getlist("cookie"):
+        for pair in header.split(";"):
+            key, sep, value = pair.strip().partition("=")
+            if sep and key == name:
+                return value
+    return None
 
 
 def _route_path(scope: Scope) -> str:

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import KeyGate
+from api.console import routes as console
 from api.db.engine import create_database, create_engine
 from api.db.transactions import RetryPolicy, retry_budget
 from api.errors import PrecisError, ValidationFailed
@@ -114,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(console.router)  # HTML pages, left out of the OpenAPI document
     app.openapi = partial(document_with_server_rules, app, app.openapi, settings)  # type: ignore[method-assign]
     # On the OpenAI-compatible routes each handler's answer is re-rendered in OpenAI's shape.
     app.add_exception_handler(PrecisError, openai_shaped(_precis_error))

@@ -6,7 +6,8 @@ langchain-postgres) and, through HTTP, against a minimal ASGI app doing the same
 answering the same bytes (`scripts/bench/minimal_app.py`), in one run, on loopback only; and
 what `POST /v1/responses` with a conversation adds to a model call
 (`scripts/bench/responses_overhead.py`); and the export and import of a 100,000-message session
-in constant memory (`scripts/bench/transfer.py`).
+in constant memory (`scripts/bench/transfer.py`); and the operator console's pages on a
+100,000-message session (`scripts/bench/console.py`).
 Every comparison is a ratio between two numbers of the same run; fixed times mean nothing
 across machines.
 
@@ -34,7 +35,7 @@ import httpx
 from sqlalchemy import text
 
 from api.db.engine import create_engine
-from scripts.bench import responses_overhead, transfer
+from scripts.bench import console, responses_overhead, transfer
 from scripts.bench.append_rows import appends
 from scripts.bench.baselines import (
     AgentsPeer,
@@ -151,6 +152,7 @@ async def main_async(args: argparse.Namespace) -> int:
     if not args.throughput_only:
         # the largest session size of the plan: the 100,000 in a full run
         await transfer.run(results, tuple(backends), args.postgres_admin_url, max(plan.sizes))
+        await console.run(results, tuple(backends), args.postgres_admin_url, max(plan.sizes))
     overhead: list[responses_overhead.OverheadRow] = []
     if not args.throughput_only:
         overhead = await responses_overhead.run(

@@ -1,0 +1,275 @@
+"""The console's routes: GET pages, and the login form's POST (the only other method).
+
+`KeyGate` authenticates a console request by its cookie (`api.auth.console_tenant`) and
+leaves the tenant in the scope; without one a page answers the login form (401). Every page
+reads in one read session, through the store functions the API uses and the bounded reads of
+`api.store.console`; none writes, and none summarizes: the context preview is the history
+load `GET /history` makes before it would summarize inline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from prometheus_client import Counter
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import metrics, service, store
+from api.auth import (
+    CONSOLE_COOKIE,
+    CONSOLE_PATH,
+    TENANT_SCOPE_KEY,
+    authenticate,
+    console_token,
+)
+from api.console import pages
+from api.console.assets import CSS, JS
+from api.errors import NotFound, PrecisError
+from api.routes.checks import MAX_ID
+from api.routes.history import MAX_HISTORY_TOKENS
+from api.schemas import History
+from api.settings import Settings
+from api.store import audit
+from api.store import console as reads
+
+PAGE_SEQS = 200
+"""Seqs one page of a session's timeline shows: a page reads at most this many messages."""
+
+SESSIONS_PER_PAGE = 50
+"""Sessions one page of the list shows (as `GET /v1/sessions` by default)."""
+
+SUMMARIES_DRAWN = 500
+"""Most summaries drawn over one timeline page: more would not be readable as bars."""
+
+HEALTH_ROWS = 100
+"""Most jobs and most fallback summaries the health page lists."""
+
+DEFAULT_MAX_TOKENS = 4000
+"""The context preview's budget until the form asks for another."""
+
+MAX_KEY_BYTES = 4096
+"""Largest login form body read: a key is far shorter."""
+
+router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False)
+
+
+def _keyed(request: Request) -> bool:
+    return bool(request.app.state.tenant_keys)
+
+
+def _html(request: Request, title: str, body: str, status: int = 200) -> HTMLResponse:
+    signed_in = isinstance(request.scope.get(TENANT_SCOPE_KEY), str)
+    page = pages.layout(title, body, signed_in=signed_in, keyed=_keyed(request))
+    headers = {
+        "Content-Security-Policy": pages.CONTENT_SECURITY_POLICY,
+        "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+    }
+    return HTMLResponse(page, status_code=status, headers=headers)
+
+
+def _login_form(request: Request, problem: str | None = None) -> HTMLResponse:
+    return _html(request, "Log in", pages.login(problem), status=401)
+
+
+def _tenant(request: Request) -> str | None:
+    tenant = request.scope.get(TENANT_SCOPE_KEY)
+    return tenant if isinstance(tenant, str) else None
+
+
+async def _page(
+    request: Request, render: Callable[[AsyncSession, str], Awaitable[Response]]
+) -> Response:
+    """Run a page's `render(db, tenant)` in one read session; no tenant: the login form; a
+    session or summary of another tenant (or none): 404, as the API answers."""
+    tenant = _tenant(request)
+    if tenant is None:
+        return _login_form(request)
+    try:
+        async with request.app.state.database.reading() as db:
+            return await render(db, tenant)
+    except NotFound as exc:
+        return _html(request, "Not found", pages.not_found(exc.detail), status=404)
+
+
+# --- assets, login, logout ------------------------------------------------------------------
+
+
+@router.get("/static/console.css")
+async def stylesheet() -> Response:
+    return Response(CSS, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+
+@router.get("/static/console.js")
+async def script() -> Response:
+    return Response(JS, media_type="text/javascript", headers={"Cache-Control": "max-age=3600"})
+
+
+@router.get("/login")
+async def login_form(request: Request) -> Response:
+    if _tenant(request) is not None:
+        return RedirectResponse(CONSOLE_PATH, status_code=303)
+    return _html(request, "Log in", pages.login(None))
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    """Check the key of the form; a valid one is kept as its token in an HttpOnly, SameSite
+    Strict cookie scoped to the console, and the browser goes to the sessions."""
+    keys: dict[str, str] = request.app.state.tenant_keys
+    if not keys:
+        return RedirectResponse(CONSOLE_PATH, status_code=303)  # development mode: no key
+    if request.headers.get("sec-fetch-site") not in (None, "same-origin", "none"):
+        # a form posted from another site would log this browser in under that site's key
+        # (the pages send no referrer, so a browser's Origin here is `null`: Fetch Metadata
+        # tells the sites apart)
+        return _login_form(request, "a login posted from another site is refused")
+    body = await request.body()
+    if len(body) > MAX_KEY_BYTES:
+        return _login_form(request, "the form is too large to hold a key")
+    form = parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
+    key = (form.get("key") or [""])[0].strip()
+    client = request.client
+    try:
+        authenticate(keys, client.host if client else None, f"Bearer {key}")
+    except PrecisError as exc:
+        return _login_form(request, exc.detail)
+    answer = RedirectResponse(CONSOLE_PATH, status_code=303)
+    answer.set_cookie(
+        CONSOLE_COOKIE,
+        console_token(key),
+        path=CONSOLE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return answer
+
+
+@router.get("/logout")
+async def logout(request: Request) -> Response:
+    answer = RedirectResponse(f"{CONSOLE_PATH}/login", status_code=303)
+    answer.delete_cookie(
+        CONSOLE_COOKIE,
+        path=CONSOLE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return answer
+
+
+# --- pages ----------------------------------------------------------------------------------
+
+
+@router.get("")
+async def sessions(
+    request: Request,
+    q: Annotated[str, Query(max_length=128)] = "",
+    cursor: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    """The tenant's sessions, newest first; `q` keeps those whose session id starts with it."""
+    before = service.decode_cursor(cursor)
+
+    async def render(db: AsyncSession, tenant: str) -> Response:
+        rows = await reads.sessions_page(db, tenant, q, SESSIONS_PER_PAGE + 1, before)
+        page = rows[:SESSIONS_PER_PAGE]
+        keys = [row.id for row in page]
+        live = await store.live_summary_counts(db, keys)
+        fallbacks = await reads.live_fallback_counts(db, keys)
+        following = str(page[-1].id) if len(rows) > SESSIONS_PER_PAGE else None
+        return _html(request, "Sessions", pages.sessions(page, live, fallbacks, q, following))
+
+    return await _page(request, render)
+
+
+@router.get("/sessions/{session_id}")
+async def session(
+    request: Request,
+    session_id: Annotated[str, Path(max_length=128)],
+    page: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    max_tokens: Annotated[int, Query(ge=1, le=MAX_HISTORY_TOKENS)] = DEFAULT_MAX_TOKENS,
+) -> Response:
+    """A session: one page of its timeline (the newest by default), the summaries over it,
+    and the context `GET /history?max_tokens=` answers."""
+
+    async def render(db: AsyncSession, tenant: str) -> Response:
+        found = await store.get_session(db, tenant, session_id)
+        window = _window(found.last_seq, page)
+        messages = await reads.timeline(db, found.id, window.first - 1, window.last)
+        drawn = await reads.summaries_over(db, found.id, window.first, window.last, SUMMARIES_DRAWN)
+        history = await _history(request, db, tenant, session_id, max_tokens)
+        body = pages.session_page(found, window, messages, drawn, history, max_tokens)
+        return _html(request, f"Session {session_id}", body)
+
+    return await _page(request, render)
+
+
+def _window(last_seq: int, page: int | None) -> pages.Window:
+    pages_count = max(1, -(-last_seq // PAGE_SEQS))
+    shown = min(page or pages_count, pages_count)
+    first = (shown - 1) * PAGE_SEQS + 1
+    return pages.Window(shown, pages_count, first, max(first, min(last_seq, shown * PAGE_SEQS)))
+
+
+async def _history(
+    request: Request, db: AsyncSession, tenant: str, session_id: str, max_tokens: int
+) -> History:
+    """What `GET /history?max_tokens=` answers, short of the inline summarization it may make
+    when over budget (the console changes nothing): the same `service.load_history`."""
+    summarization = request.app.state.summarization
+    settings: Settings = request.app.state.settings
+    start = await store.session_for_history(db, tenant, session_id)
+    limit = settings.policy(start.session.settings).summary_limit
+    return await service.load_history(db, summarization, start, limit, max_tokens)
+
+
+@router.get("/summaries/{summary_id}")
+async def summary(request: Request, summary_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
+    """A summary, its metadata, and what it was made from: what `trace_summary` shows."""
+
+    async def render(db: AsyncSession, tenant: str) -> Response:
+        found, session_id = await store.get_summary(db, tenant, summary_id)
+        absorbed = await audit.absorbed_summaries(db, found.id)
+        sources = [] if absorbed else await audit.linked_messages(db, found.id)
+        body = pages.summary_page(found, session_id, absorbed, sources)
+        return _html(request, f"Summary {summary_id}", body)
+
+    return await _page(request, render)
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    """Jobs queued, running and failing, fallbacks waiting for repair, the LLM's failures."""
+
+    async def render(db: AsyncSession, tenant: str) -> Response:
+        counts = await reads.job_counts(db, tenant)
+        jobs = await reads.jobs(db, tenant, HEALTH_ROWS)
+        waiting = await reads.fallbacks_waiting(db, tenant, HEALTH_ROWS)
+        body = pages.health(
+            counts,
+            jobs,
+            waiting,
+            _by_label(metrics.LLM_FAILURES, "reason"),
+            _by_label(metrics.FALLBACK_SUMMARIES, "reason"),
+            sum(_by_label(metrics.REPAIRED_SUMMARIES, "").values()),
+        )
+        return _html(request, "Health", body)
+
+    return await _page(request, render)
+
+
+def _by_label(counter: Counter, label: str) -> dict[str, float]:
+    """A counter's totals in this process, by the value of `label` ("" when it has none)."""
+    totals: dict[str, float] = {}
+    for family in counter.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = sample.labels.get(label, "")
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals

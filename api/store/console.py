@@ -1,0 +1,150 @@
+"""The console's own reads, each bounded: a page never reads a whole session.
+
+What the API already reads (a session, its live summary counts, the history, a summary, the
+summaries a roll-up absorbed and the messages a summary links) the console reads through the
+same store functions; these are the reads only the console makes. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, cast
+
+from sqlalchemy import Table, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import Message, Session, Summary, SummaryJob
+from api.store.retention import Expiry, unexpired
+from api.store.rows import (
+    JOB_COLUMNS,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    SUMMARY_COLUMNS,
+    JobRow,
+    MessageRow,
+    SessionRow,
+    SummaryRow,
+    live,
+)
+from summarizer.summarize import FALLBACK_MODEL
+
+_sessions = cast(Table, Session.__table__).c
+_messages = cast(Table, Message.__table__).c
+_summaries = cast(Table, Summary.__table__).c
+_jobs = cast(Table, SummaryJob.__table__).c
+
+
+async def sessions_page(
+    db: AsyncSession, tenant: str, prefix: str, limit: int, before_key: int | None
+) -> list[SessionRow]:
+    """The tenant's unexpired sessions whose session id starts with `prefix`, newest first
+    (by session key, as `GET /v1/sessions`), keyset-paginated."""
+    query = select(*SESSION_COLUMNS).where(_sessions.tenant == tenant, unexpired(_sessions))
+    if prefix:
+        query = query.where(_sessions.external_id.startswith(prefix, autoescape=True))
+    if before_key is not None:
+        query = query.where(_sessions.id < before_key)
+    ordered = query.order_by(_sessions.id.desc()).limit(limit)
+    result = await db.execute(ordered, Expiry.of(db).params())
+    return [SessionRow._make(row) for row in result]
+
+
+async def live_fallback_counts(db: AsyncSession, session_keys: list[int]) -> dict[int, int]:
+    """Live summaries written without the model, per session (the page's sessions only)."""
+    if not session_keys:
+        return {}
+    rows = await db.execute(
+        select(_summaries.session_id, func.count())
+        .where(
+            _summaries.session_id.in_(session_keys),
+            _summaries.model == FALLBACK_MODEL,
+            live(_summaries),
+        )
+        .group_by(_summaries.session_id)
+    )
+    return {session_key: count for session_key, count in rows}
+
+
+async def timeline(
+    db: AsyncSession, session_key: int, after_seq: int, last_seq: int
+) -> list[MessageRow]:
+    """Every message of seqs `after_seq + 1..last_seq`, removed and orphaned ones included:
+    an index range scan on `(session_id, seq)` of at most `last_seq - after_seq` rows."""
+    result = await db.execute(
+        select(*MESSAGE_COLUMNS)
+        .where(
+            _messages.session_id == session_key,
+            _messages.seq > after_seq,
+            _messages.seq <= last_seq,
+        )
+        .order_by(_messages.seq)
+    )
+    return [MessageRow._make(row) for row in result]
+
+
+async def summaries_over(
+    db: AsyncSession, session_key: int, first_seq: int, last_seq: int, limit: int
+) -> list[SummaryRow]:
+    """The summaries (live, superseded and erased) reaching into seqs `first_seq..last_seq`,
+    at most `limit`, read on the index `(session_id, last_seq)`."""
+    result = await db.execute(
+        select(*SUMMARY_COLUMNS)
+        .where(
+            _summaries.session_id == session_key,
+            _summaries.last_seq >= first_seq,
+            _summaries.first_seq <= last_seq,
+        )
+        .order_by(_summaries.last_seq, _summaries.level, _summaries.id)
+        .limit(limit)
+    )
+    return [SummaryRow._make(row) for row in result]
+
+
+class TenantJob(NamedTuple):
+    job: JobRow
+    session_id: str
+
+
+async def job_counts(db: AsyncSession, tenant: str) -> dict[str, int]:
+    """The tenant's summarization jobs by status (`pending`, `running`), and `failing`: those
+    whose last attempt failed (`last_error` set), whatever their status."""
+    rows = await db.execute(
+        select(_jobs.status, func.count(), func.count(_jobs.last_error))
+        .join(Session, Session.id == _jobs.session_id)
+        .where(Session.tenant == tenant)
+        .group_by(_jobs.status)
+    )
+    counts: dict[str, int] = {"pending": 0, "running": 0, "failing": 0}
+    for status, count, failing in rows:
+        counts[status] = counts.get(status, 0) + count
+        counts["failing"] += failing
+    return counts
+
+
+async def jobs(db: AsyncSession, tenant: str, limit: int) -> list[TenantJob]:
+    """The tenant's jobs, running first, then the failing ones, oldest first, at most `limit`."""
+    result = await db.execute(
+        select(*JOB_COLUMNS, Session.external_id)
+        .join(Session, Session.id == _jobs.session_id)
+        .where(Session.tenant == tenant)
+        .order_by((_jobs.status == "running").desc(), _jobs.last_error.is_(None), _jobs.created_at)
+        .limit(limit)
+    )
+    return [TenantJob(JobRow._make(values), external_id) for *values, external_id in result]
+
+
+class TenantSummary(NamedTuple):
+    summary: SummaryRow
+    session_id: str
+
+
+async def fallbacks_waiting(db: AsyncSession, tenant: str, limit: int) -> list[TenantSummary]:
+    """The tenant's live fallback summaries (written without the model, waiting for their
+    repair), oldest first, at most `limit`."""
+    result = await db.execute(
+        select(*SUMMARY_COLUMNS, Session.external_id)
+        .join(Session, Session.id == _summaries.session_id)
+        .where(Session.tenant == tenant, _summaries.model == FALLBACK_MODEL, live(_summaries))
+        .order_by(_summaries.id)
+        .limit(limit)
+    )
+    return [TenantSummary(SummaryRow._make(values), external_id) for *values, external_id in result]

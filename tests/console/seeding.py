@@ -1,0 +1,72 @@
+"""The session the console's tests look at, seeded through the API and the store.
+
+Tenant A's session holds twelve messages (seq 11 a `<script>`, seq 12 removed), two summaries
+rolled up into a third, a fallback summary, and a job whose last attempt failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api import store
+from api.db.models import utcnow
+from summarizer.summarize import FALLBACK_MODEL
+from tests.helpers import summary_draft, user
+
+KEYS = "tenant_a:key_a,tenant_b:key_b"
+A = {"Authorization": "Bearer key_a"}
+SCRIPT = "<script>window.owned = 1</script><img src=x onerror='window.owned = 1'>"
+MESSAGES = 12
+SCRIPT_SEQ = 11
+REMOVED_SEQ = 12
+JOB_ERROR = "summarizer model unavailable: <timeout>"
+
+
+@dataclass(frozen=True)
+class Seeded:
+    session_id: str
+    leaves: tuple[int, int]
+    rollup: int
+    fallback: int
+
+
+async def seed(http: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSession]) -> Seeded:
+    """Seed tenant A's session: messages and the removal through `http` (the API), summaries
+    and the job through the store on `sessionmaker`."""
+    sid = f"console-{uuid.uuid4().hex[:8]}"
+    contents = [f"message {seq}" for seq in range(1, MESSAGES + 1)]
+    contents[SCRIPT_SEQ - 1] = SCRIPT
+    answer = await http.post(
+        f"/v1/sessions/{sid}/messages", json={"messages": [user(c) for c in contents]}, headers=A
+    )
+    assert answer.status_code == 201, answer.text
+    removed_id = answer.json()["messages"][REMOVED_SEQ - 1]["id"]
+    removed = await http.delete(f"/v1/sessions/{sid}/messages/{removed_id}", headers=A)
+    assert removed.status_code == 204
+    fallback = dataclasses.replace(
+        summary_draft(9, 10),
+        model=FALLBACK_MODEL,
+        summary_text="written without the model",
+        metadata={"trigger": "proactive", "fallback_reason": "llm_unavailable"},
+    )
+    async with sessionmaker() as db:
+        session = await store.get_session(db, "tenant_a", sid)
+        first = await store.save_summary(db, session.id, summary_draft(1, 4))
+        second = await store.save_summary(db, session.id, summary_draft(5, 8))
+        rollup = await store.save_summary(
+            db, session.id, summary_draft(1, 8, absorbs=(first.id, second.id))
+        )
+        made = await store.save_summary(db, session.id, fallback)
+        await store.enqueue_job(db, session.id, "proactive", "message_limit")
+        await db.commit()
+        job = await store.claim_job(db, timedelta(minutes=5))
+        assert job is not None
+        await store.release_job(db, job.id, utcnow(), JOB_ERROR, attempt=job.attempts)
+        await db.commit()
+    return Seeded(sid, (first.id, second.id), rollup.id, made.id)
