@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.helpers import append, fake_llm_app, user
 from tests.history.test_context_edits import call, result
@@ -29,7 +30,11 @@ async def exchanges(api: httpx.AsyncClient, sid: str, first: int, last: int) -> 
     return answers
 
 
-async def test_clearing_delays_the_token_trigger(fake_llm: FakeLLM, database_url: str) -> None:
+async def test_clearing_delays_the_token_trigger(
+    fake_llm: FakeLLM, database_url: str, engine: AsyncEngine
+) -> None:
+    """(`engine` empties the tables afterwards, here as in the test below: the jobs these tests
+    leave pending must not reach another test's worker.)"""
     async with fake_llm_app(fake_llm, database_url, **TRIGGER) as api:
         plain = await api.post("/v1/sessions", json={"id": "plain"})
         clearing = await api.post("/v1/sessions", json={"id": "clearing", "settings": CLEARING})
@@ -48,7 +53,7 @@ async def test_clearing_delays_the_token_trigger(fake_llm: FakeLLM, database_url
 
 
 async def test_a_summary_of_a_clearing_session_reads_the_results_in_full(
-    fake_llm: FakeLLM, database_url: str
+    fake_llm: FakeLLM, database_url: str, engine: AsyncEngine
 ) -> None:
     async with fake_llm_app(fake_llm, database_url, **TRIGGER) as api:
         created = await api.post("/v1/sessions", json={"id": "s", "settings": CLEARING})

@@ -46,12 +46,6 @@ def asked(call: Call) -> str | None:
     return found[1] if found else None
 
 
-def of_this_test(fake_llm: FakeLLM) -> list[Call]:
-    """The summarizer calls reading this module's turns: a worker of the test's app may also
-    claim a job another module's app left in the shared database."""
-    return [call for call in fake_llm.calls if "/srv/app/" in str(call.messages)]
-
-
 def merges(fake_llm: FakeLLM) -> list[Call]:
     return [call for call in fake_llm.calls if "<summary>" in str(call.messages[-1]["content"])]
 
@@ -78,7 +72,7 @@ async def test_a_compact_s_instructions_reach_the_prompt_and_the_metadata(
     await append(client, sid, *turns(3))
     answer = await compact(client, sid, instructions=REQUEST_ASKS)
     assert answer["summary"]["metadata"]["instructions"] == REQUEST_ASKS
-    assert [asked(call) for call in of_this_test(fake_llm)] == [REQUEST_ASKS]
+    assert [asked(call) for call in fake_llm.calls] == [REQUEST_ASKS]
     stored = (await client.get(f"/v1/summaries/{answer['summary']['id']}")).json()
     assert stored["metadata"]["instructions"] == REQUEST_ASKS
 
@@ -89,7 +83,7 @@ async def test_a_summary_without_instructions_records_null(
     await append(client, sid, *turns(3))
     answer = await compact(client, sid)
     assert answer["summary"]["metadata"]["instructions"] is None
-    assert [asked(call) for call in of_this_test(fake_llm)] == [None]
+    assert [asked(call) for call in fake_llm.calls] == [None]
 
 
 async def test_the_session_s_instructions_come_first_then_the_compact_s(
@@ -100,7 +94,7 @@ async def test_the_session_s_instructions_come_first_then_the_compact_s(
     answer = await compact(client, sid, instructions=REQUEST_ASKS)
     both = f"{SESSION_ASKS}\n\n{REQUEST_ASKS}"
     assert answer["summary"]["metadata"]["instructions"] == both
-    assert [asked(call) for call in of_this_test(fake_llm)] == [both]
+    assert [asked(call) for call in fake_llm.calls] == [both]
 
 
 async def test_the_session_s_instructions_reach_a_proactive_summary_of_the_worker(
@@ -112,7 +106,7 @@ async def test_the_session_s_instructions_reach_a_proactive_summary_of_the_worke
     [summary] = (await wait_for_summary(client, sid))["summaries"]
     assert summary["metadata"]["trigger"] == "proactive"
     assert summary["metadata"]["instructions"] == SESSION_ASKS
-    assert [asked(call) for call in of_this_test(fake_llm)] == [SESSION_ASKS]
+    assert [asked(call) for call in fake_llm.calls] == [SESSION_ASKS]
 
 
 async def test_a_roll_up_follows_the_session_s_instructions_not_the_compact_s(
