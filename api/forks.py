@@ -58,10 +58,12 @@ async def _fork(
     if fork is None:
         raise SessionExists(fork_id)
     await fork_store.copy_messages(db, parent.id, fork.id, fork_seq)
-    carried = await fork_store.carry_summaries(db, parent.id, fork.id, fork_seq)
-    if carried:
-        await fork_store.link_carried(db, parent.id, fork.id)
-    return SessionOut.from_row(fork, carried, settings.effective(fork.settings))
+    live = 0
+    if await fork_store.carry_summaries(db, parent.id, fork.id, fork_seq):
+        await fork_store.repoint_superseded(db, parent.id, fork.id, fork_seq)
+        await fork_store.link_carried(db, parent.id, fork.id, fork_seq)
+        live = await fork_store.live_count(db, fork.id)
+    return SessionOut.from_row(fork, live, settings.effective(fork.settings))
 
 
 async def _fork_seq(db: AsyncSession, parent: SessionRow, body: ForkRequest) -> int:

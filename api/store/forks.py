@@ -1,5 +1,5 @@
-"""Forks: a new session holding copies of another's messages up to a seq, and of the live
-summaries lying wholly at or below it, with their links re-pointed to the copies.
+"""Forks: a new session holding copies of another's messages up to a seq, and of the summaries
+ending at or below it (`carried_at`), with their links and roll-ups re-pointed to the copies.
 
 Every copy is one set-based statement (`INSERT ... SELECT` by seq range; links and a
 summary's end messages found by joining on seq), so a fork holds no row in memory whatever the
@@ -17,20 +17,23 @@ from typing import cast
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Table,
     and_,
     func,
     insert,
     literal,
     select,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql.selectable import NamedFromClause
 
 from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
-from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, SessionRow, live
+from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, SessionRow
 
 _SESSION_TABLE = cast(Table, Session.__table__)
 _MESSAGE_TABLE = cast(Table, Message.__table__)
@@ -56,7 +59,7 @@ COPIED_SUMMARY_COLUMNS = tuple(
     not in ("id", "session_id", "first_message_id", "last_message_id", "superseded_by", "erased_at")
 )
 """What a carried summary keeps as it is; its end messages are the copies at its end seqs, and
-it is live (only live summaries are carried)."""
+its roll-up the copy of its roll-up, if the fork carries that (`repoint_superseded`)."""
 
 
 async def read_one_snapshot(db: AsyncSession) -> None:
@@ -139,10 +142,27 @@ async def copy_messages(db: AsyncSession, parent_key: int, fork_key: int, fork_s
     )
 
 
+def carried_at(summaries: NamedFromClause, fork_seq: int) -> ColumnElement[bool]:
+    """The parent's summaries a fork at `fork_seq` carries: every one not erased that ends at
+    or below it. Those absorbed by a roll-up reaching past it were live when the parent ended
+    there and are live in the fork; the others keep their roll-ups (`repoint_superseded`)."""
+    return and_(summaries.c.erased_at.is_(None), summaries.c.last_seq <= fork_seq)
+
+
+def _same_summary(one: NamedFromClause, other: NamedFromClause) -> ColumnElement[bool]:
+    """A summary and its copy: the same range at the same level (among the summaries a fork
+    carries, that names one)."""
+    return and_(
+        one.c.first_seq == other.c.first_seq,
+        one.c.last_seq == other.c.last_seq,
+        one.c.level == other.c.level,
+    )
+
+
 async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork_seq: int) -> int:
-    """Copy the parent's live summaries ending at or below `fork_seq` into the fork (live
-    summaries are contiguous: a prefix of them), each naming the fork's copies of its end
-    messages; how many. Copies its messages first (`copy_messages`)."""
+    """Copy the parent's summaries a fork at `fork_seq` carries (`carried_at`) into the fork,
+    live, each naming the fork's copies of its end messages; how many. Copies its messages
+    first (`copy_messages`)."""
     parent = _SUMMARY_TABLE.alias("parent")
     parent_first, fork_first = aliased(Message), aliased(Message)
     parent_last, fork_last = aliased(Message), aliased(Message)
@@ -153,6 +173,7 @@ async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork
             fork_last.id,
             *(parent.c[name] for name in COPIED_SUMMARY_COLUMNS),
         )
+        .select_from(parent)
         .join(parent_first, parent_first.id == parent.c.first_message_id)
         .join(
             fork_first,
@@ -160,7 +181,7 @@ async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork
         )
         .join(parent_last, parent_last.id == parent.c.last_message_id)
         .join(fork_last, and_(fork_last.session_id == fork_key, fork_last.seq == parent_last.seq))
-        .where(parent.c.session_id == parent_key, live(parent.c), parent.c.last_seq <= fork_seq)
+        .where(parent.c.session_id == parent_key, carried_at(parent, fork_seq))
         .order_by(parent.c.last_seq)
     )
     result = await db.execute(
@@ -172,21 +193,61 @@ async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork
     return int(getattr(result, "rowcount", 0) or 0)
 
 
-async def link_carried(db: AsyncSession, parent_key: int, fork_key: int) -> None:
+async def repoint_superseded(
+    db: AsyncSession, parent_key: int, fork_key: int, fork_seq: int
+) -> None:
+    """Each carried summary a roll-up (or repair) absorbed that the fork carries too is
+    superseded by that roll-up's copy; one absorbed by a roll-up reaching past `fork_seq`
+    stays live. One statement."""
+    carried, parent = _SUMMARY_TABLE, _SUMMARY_TABLE.alias("parent")
+    absorbing, absorbing_copy = _SUMMARY_TABLE.alias("absorbing"), _SUMMARY_TABLE.alias("copy")
+    copy_of_absorbing = (
+        select(absorbing_copy.c.id)
+        .select_from(parent)
+        .join(absorbing, absorbing.c.id == parent.c.superseded_by)
+        .join(
+            absorbing_copy,
+            and_(absorbing_copy.c.session_id == fork_key, _same_summary(absorbing_copy, absorbing)),
+        )
+        .where(
+            parent.c.session_id == parent_key,
+            _same_summary(parent, carried),
+            carried_at(parent, fork_seq),
+            carried_at(absorbing, fork_seq),
+        )
+        .scalar_subquery()
+    )
+    await db.execute(
+        update(carried)
+        .where(carried.c.session_id == fork_key)
+        .values(superseded_by=copy_of_absorbing)
+    )
+
+
+async def live_count(db: AsyncSession, fork_key: int) -> int:
+    """The fork's live summaries."""
+    count = select(func.count()).where(
+        _SUMMARY_TABLE.c.session_id == fork_key, _SUMMARY_TABLE.c.superseded_by.is_(None)
+    )
+    return int((await db.execute(count)).scalar_one())
+
+
+async def link_carried(db: AsyncSession, parent_key: int, fork_key: int, fork_seq: int) -> None:
     """Link each carried summary to the fork's copies of the messages its parent summary
-    links: the parent's live summary ending at the same seq (live summaries never overlap, so
-    it is the one), its links joined on seq to the copies. One statement."""
+    links (a roll-up links every message of what it absorbed): the parent's carried summary of
+    the same range and level, its links joined on seq to the copies. One statement."""
     carried, parent = _SUMMARY_TABLE.alias("carried"), _SUMMARY_TABLE.alias("parent")
     links = _LINK_TABLE.alias("links")
     linked, copy = aliased(Message), aliased(Message)
     source = (
         select(carried.c.id, copy.id)
+        .select_from(carried)
         .join(
             parent,
             and_(
                 parent.c.session_id == parent_key,
-                parent.c.last_seq == carried.c.last_seq,
-                live(parent.c),
+                _same_summary(parent, carried),
+                carried_at(parent, fork_seq),
             ),
         )
         .join(links, links.c.summary_id == parent.c.id)

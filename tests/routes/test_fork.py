@@ -313,7 +313,7 @@ async def test_a_fork_of_a_fork_names_its_own_parent_and_carries_the_summaries(
 
 
 async def test_a_roll_up_is_carried_and_a_summary_crossing_the_fork_point_is_not(
-    api: httpx.AsyncClient, app_db: AsyncSession, sid: str
+    api: httpx.AsyncClient, app_db: AsyncSession, database_url: str, sid: str
 ) -> None:
     await chat(api, sid, 1, 6)  # seqs 1..12
     first, second = await save_summaries(app_db, sid, summary_draft(1, 3), summary_draft(4, 6))
@@ -330,7 +330,39 @@ async def test_a_roll_up_is_carried_and_a_summary_crossing_the_fork_point_is_not
     listed = await api.get(
         f"/v1/sessions/{forked['id']}/summaries", params={"include_superseded": "true"}
     )
-    assert len(listed.json()["summaries"]) == 1  # superseded summaries stay the parent's
+    carried = [
+        (s["first_seq"], s["last_seq"], s["superseded_by"]) for s in listed.json()["summaries"]
+    ]
+    roll_up = fork_history["summaries"][0]["id"]
+    # the roll-up and the two it absorbed, superseded by the roll-up's copy (trace follows them)
+    assert sorted(carried) == [(1, 3, roll_up), (1, 6, None), (4, 6, roll_up)]
+    code, out, err = await run_verify(database_url, "--session", forked["id"])
+    assert (code, err) == (0, ""), out
+
+
+async def test_summaries_a_later_roll_up_absorbed_are_carried_as_they_were_live(
+    api: httpx.AsyncClient, app_db: AsyncSession, database_url: str, sid: str
+) -> None:
+    """The parent rolled 1-3, 4-6 and 7-10 up into 1-10 after it had passed seq 8: ended at 8,
+    it loaded 1-3 and 4-6 then 7 and 8 raw, and so does a fork at 8."""
+    await chat(api, sid, 1, 6)  # seqs 1..12
+    parts = await save_summaries(
+        app_db, sid, summary_draft(1, 3), summary_draft(4, 6), summary_draft(7, 10)
+    )
+    await save_summaries(app_db, sid, summary_draft(1, 10, absorbs=tuple(parts)))
+    parent_at_8 = await fork(api, sid, seq=8)
+
+    fork_history = await history(api, parent_at_8["id"])
+    assert [(s["first_seq"], s["last_seq"], s["level"]) for s in fork_history["summaries"]] == [
+        (1, 3, 0),
+        (4, 6, 0),
+    ]
+    assert [m["seq"] for m in fork_history["messages"]] == [7, 8]
+    assert parent_at_8["summary_count"] == 2
+    code, out, err = await run_verify(database_url, "--session", parent_at_8["id"])
+    assert (code, err) == (0, ""), out
+    at_10 = await history(api, (await fork(api, sid, seq=10))["id"])
+    assert [(s["first_seq"], s["last_seq"]) for s in at_10["summaries"]] == [(1, 10)]
 
 
 async def test_a_carried_summary_traces_to_the_forks_own_messages(
