@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from scripts.bench.lib import Payloads, Stats
+from scripts.bench.lib import POSTGRES_ADMIN_URL, Payloads, Stats
 from scripts.bench.results import Results, RowOut, ms, table
 from scripts.bench.transfer import import_file, write_file
 from tests.support.live_server import served
@@ -117,9 +117,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=MESSAGES)
     parser.add_argument(
         "--postgres-admin-url",
-        default=os.environ.get(
-            "PRECIS_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-        ),
+        default=POSTGRES_ADMIN_URL,
     )
     args = parser.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -45,14 +45,12 @@ from api.db.engine import create_engine, create_read_sessionmaker, create_sessio
 from api.db.transactions import Database
 from api.main import create_app
 from api.settings import Settings
-from scripts.bench.lib import REPO_ROOT, cpu_seconds
+from scripts.bench.lib import POSTGRES_ADMIN_URL, REPO_ROOT, cpu_seconds
 from scripts.bench.throughput import BACKENDS, NO_SUMMARIES, chat_turns, session_ids
 from tests.support.live_server import free_port
 from tests.support.scratch_db import create_postgres_database, drop_postgres_database, migrate
 
-ADMIN_URL = os.environ.get(
-    "PRECIS_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-)
+ADMIN_URL = POSTGRES_ADMIN_URL
 TENANT = "default"
 TEXT = "The shipment left Lyon on Monday and reached the depot two days later. " * 10
 

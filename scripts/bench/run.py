@@ -46,7 +46,14 @@ from scripts.bench.baselines import (
     RawSqlite,
 )
 from scripts.bench.http_rows import proactive, throughput
-from scripts.bench.lib import REPO_ROOT, Payloads, asyncpg_dsn, machine, sqlite_path
+from scripts.bench.lib import (
+    POSTGRES_ADMIN_URL,
+    REPO_ROOT,
+    Payloads,
+    asyncpg_dsn,
+    machine,
+    sqlite_path,
+)
 from scripts.bench.load_rows import loads
 from scripts.bench.minimal_app import served as served_minimal
 from scripts.bench.plan import CONCURRENT_SESSIONS, Bench, Http, Peers, Plan, Raw
@@ -55,9 +62,6 @@ from scripts.bench.results import Results, table
 from scripts.bench.token_rows import tokens
 from tests.support.live_server import served
 from tests.support.scratch_db import create_postgres_database, drop_postgres_database, migrate
-
-DEFAULT_POSTGRES_ADMIN_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-"""Where the scratch database is created unless PRECIS_BENCH_POSTGRES_URL says otherwise."""
 
 
 async def run_backend(
@@ -197,7 +201,7 @@ def main() -> None:
     parser.add_argument("--backends", default="postgresql,sqlite")
     parser.add_argument(
         "--postgres-admin-url",
-        default=os.environ.get("PRECIS_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_ADMIN_URL),
+        default=POSTGRES_ADMIN_URL,
     )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--sizes", help="comma-separated session sizes (default 1000,10000,100000)")

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from typing import Any
 from api.db.engine import create_database, create_engine
 from api.store.rows import UNBOUNDED
 from api.transfer import export_session, import_session
-from scripts.bench.lib import TENANT, Payloads
+from scripts.bench.lib import POSTGRES_ADMIN_URL, TENANT, Payloads
 from scripts.bench.results import Results, RowOut
 from scripts.bench.rss import reset_peak, status_kib
 from scripts.move_tenant import digest_of
@@ -295,9 +294,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=MESSAGES)
     parser.add_argument(
         "--postgres-admin-url",
-        default=os.environ.get(
-            "PRECIS_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-        ),
+        default=POSTGRES_ADMIN_URL,
     )
     args = parser.parse_args()
     if args.probe:
