@@ -35,7 +35,7 @@ IMPORT_PATH = "/v1/sessions/import"
 """Where a session is imported (`api.routes.transfer`)."""
 
 STREAMED_BODY_PATHS = frozenset({IMPORT_PATH})
-"""Routes that read their body as a stream of lines, never whole (`api.transfer`): no limit
+"""Routes that read their body as a stream of lines, never whole (`api.transfer.lines`): no limit
 on the body, each line held to the limit instead."""
 
 

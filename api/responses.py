@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
-from api import metrics, service
+from api import compact, metrics, service
 from api.append.use_case import prepared, store_batch
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
@@ -272,7 +272,7 @@ class Responder:
 
     async def _summarize_for_overflow(self, tenant: str, turn: Turn) -> int | None:
         async with self.database.reading() as db:
-            compacted = await service.compact(
+            compacted = await compact.compact(
                 db,
                 self.summarization,
                 tenant,

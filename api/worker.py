@@ -10,7 +10,7 @@ worker's job is taken over within a minute, a slow one's never. Its claims, book
 reads are units of work of the `Database` it is given, the one summarization runs in. A job
 that finds the summarizer model unavailable stores nothing and goes back to pending with the
 same backoff, until the session's backlog passes the outage bound
-(`api.summarization.outage_defers`); then it stores a fallback summary.
+(`api.summary_plans.outage_defers`); then it stores a fallback summary.
 """
 
 from __future__ import annotations

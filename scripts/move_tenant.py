@@ -2,12 +2,12 @@
 
     python -m scripts.move_tenant --tenant T --from SOURCE_URL --to TARGET_URL [--keep-source]
 
-Each session is exported from the source (`api.transfer.export_session`, one snapshot) and
-imported into the target (`api.transfer.import_session`, one transaction), the functions the
-export and import routes call; then it is exported again from the target and compared with
-what was sent, line by line with every object's keys sorted (PostgreSQL's JSONB keeps keys in
-an order of its own), and checked by `scripts.verify`; only then is it deleted from the source
-(unless `--keep-source`).
+Each session is exported from the source (`api.transfer.export.export_session`, one
+snapshot) and imported into the target (`api.transfer.importer.import_session`, one
+transaction), the functions the export and import routes call; then it is exported again from
+the target and compared with what was sent, line by line with every object's keys sorted
+(PostgreSQL's JSONB keeps keys in an order of its own), and checked by `scripts.verify`; only
+then is it deleted from the source (unless `--keep-source`).
 
 Safe to run again after a crash: an import stores all of a session or nothing, and a session
 already on the target is compared with the source's instead of copied; when they are the same,
@@ -43,7 +43,8 @@ from api.db.engine import create_database, create_engine
 from api.db.transactions import Database
 from api.errors import PrecisError, SessionExists, SessionNotFound
 from api.store.rows import UNBOUNDED
-from api.transfer import export_session, import_session
+from api.transfer.export import export_session
+from api.transfer.importer import import_session
 from scripts import verify
 from scripts.cli import run_command
 

@@ -1,7 +1,7 @@
 """The trigger vocabulary: why a summary was made, as stored in every summary's metadata.
 
 The one home of these names: the summarizer checks them, the service and its schemas type with
-them. When a proactive summary is due is decided in `api.summarization.proactive_reason`.
+them. When a proactive summary is due is decided in `api.summary_plans.proactive_reason`.
 """
 
 from __future__ import annotations

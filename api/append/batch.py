@@ -25,7 +25,7 @@ class Appended:
     outcome: AppendOutcome
     backlog: Backlog
     """What lies after the newest live summary (and the pinned prefix), as the statement
-    counted it with the `api.summarization.BacklogCounting` it was given."""
+    counted it with the `api.summary_plans.BacklogCounting` it was given."""
     summarized_seq: int
     """The newest live summary's last seq (0: none)."""
     job_queued: bool

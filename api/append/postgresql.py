@@ -40,7 +40,7 @@ from api.errors import Conflict, SessionNotFound
 from api.store.retention import NEVER_IDLE, unexpired_sql
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.summaries import Backlog
-from api.summarization import BacklogCounting
+from api.summary_plans import BacklogCounting
 
 CLIENT_ID_INDEX = "uq_messages_session_id_client_id"
 

@@ -41,7 +41,7 @@ from api.errors import SessionNotFound
 from api.store.retention import NEVER_IDLE, unexpired_sql
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.summaries import Backlog
-from api.summarization import BacklogCounting
+from api.summary_plans import BacklogCounting
 
 _DIALECT = sqlite.dialect()
 _SESSION_NAMES = ", ".join(column.name for column in SESSION_COLUMNS)

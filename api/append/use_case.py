@@ -39,13 +39,8 @@ from api.schemas import (
 )
 from api.settings import Settings, SummaryPolicy
 from api.store.retention import Expiry
-from api.summarization import (
-    BacklogCounting,
-    due_reason,
-    pinned_floor,
-    proactive_reason,
-    schedule_summary,
-)
+from api.summarization import due_reason, schedule_summary
+from api.summary_plans import BacklogCounting, pinned_floor, proactive_reason
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message
 from summarizer.triggers import ProactiveReason

@@ -26,7 +26,14 @@ from api.auth import (
     authenticate,
     console_token,
 )
-from api.console import pages
+from api.console import (
+    health_page,
+    html,
+    login_page,
+    session_page,
+    sessions_page,
+    summary_page,
+)
 from api.console.assets import CSS, JS
 from api.errors import NotFound, PrecisError
 from api.routes.checks import MAX_ID
@@ -63,9 +70,9 @@ def _keyed(request: Request) -> bool:
 
 def _html(request: Request, title: str, body: str, status: int = 200) -> HTMLResponse:
     signed_in = isinstance(request.scope.get(TENANT_SCOPE_KEY), str)
-    page = pages.layout(title, body, signed_in=signed_in, keyed=_keyed(request))
+    page = html.layout(title, body, signed_in=signed_in, keyed=_keyed(request))
     headers = {
-        "Content-Security-Policy": pages.CONTENT_SECURITY_POLICY,
+        "Content-Security-Policy": html.CONTENT_SECURITY_POLICY,
         "Cache-Control": "no-store",
         "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer",
@@ -74,7 +81,7 @@ def _html(request: Request, title: str, body: str, status: int = 200) -> HTMLRes
 
 
 def _login_form(request: Request, problem: str | None = None) -> HTMLResponse:
-    return _html(request, "Log in", pages.login(problem), status=401)
+    return _html(request, "Log in", login_page.body(problem), status=401)
 
 
 def _tenant(request: Request) -> str | None:
@@ -94,7 +101,7 @@ async def _page(
         async with request.app.state.database.reading() as db:
             return await render(db, tenant)
     except NotFound as exc:
-        return _html(request, "Not found", pages.not_found(exc.detail), status=404)
+        return _html(request, "Not found", html.not_found(exc.detail), status=404)
 
 
 # --- assets, login, logout ------------------------------------------------------------------
@@ -114,7 +121,7 @@ async def script() -> Response:
 async def login_form(request: Request) -> Response:
     if _tenant(request) is not None:
         return RedirectResponse(CONSOLE_PATH, status_code=303)
-    return _html(request, "Log in", pages.login(None))
+    return _html(request, "Log in", login_page.body(None))
 
 
 @router.post("/login")
@@ -183,7 +190,7 @@ async def sessions(
         live = await store.live_summary_counts(db, keys)
         fallbacks = await reads.live_fallback_counts(db, keys)
         following = str(page[-1].id) if len(rows) > SESSIONS_PER_PAGE else None
-        return _html(request, "Sessions", pages.sessions(page, live, fallbacks, q, following))
+        return _html(request, "Sessions", sessions_page.body(page, live, fallbacks, q, following))
 
     return await _page(request, render)
 
@@ -204,17 +211,19 @@ async def session(
         messages = await reads.timeline(db, found.id, window.first - 1, window.last)
         drawn = await reads.summaries_over(db, found.id, window.first, window.last, SUMMARIES_DRAWN)
         history = await _history(request, db, tenant, session_id, max_tokens)
-        body = pages.session_page(found, window, messages, drawn, history, max_tokens)
+        body = session_page.body(found, window, messages, drawn, history, max_tokens)
         return _html(request, f"Session {session_id}", body)
 
     return await _page(request, render)
 
 
-def _window(last_seq: int, page: int | None) -> pages.Window:
+def _window(last_seq: int, page: int | None) -> session_page.Window:
     pages_count = max(1, -(-last_seq // PAGE_SEQS))
     shown = min(page or pages_count, pages_count)
     first = (shown - 1) * PAGE_SEQS + 1
-    return pages.Window(shown, pages_count, first, max(first, min(last_seq, shown * PAGE_SEQS)))
+    return session_page.Window(
+        shown, pages_count, first, max(first, min(last_seq, shown * PAGE_SEQS))
+    )
 
 
 async def _history(
@@ -237,7 +246,7 @@ async def summary(request: Request, summary_id: Annotated[int, Path(ge=1, le=MAX
         found, session_id = await store.get_summary(db, tenant, summary_id)
         absorbed = await audit.absorbed_summaries(db, found.id)
         sources = [] if absorbed else await audit.linked_messages(db, found.id)
-        body = pages.summary_page(found, session_id, absorbed, sources)
+        body = summary_page.body(found, session_id, absorbed, sources)
         return _html(request, f"Summary {summary_id}", body)
 
     return await _page(request, render)
@@ -251,7 +260,7 @@ async def health(request: Request) -> Response:
         counts = await reads.job_counts(db, tenant)
         jobs = await reads.jobs(db, tenant, HEALTH_ROWS)
         waiting = await reads.fallbacks_waiting(db, tenant, HEALTH_ROWS)
-        body = pages.health(
+        body = health_page.body(
             counts,
             jobs,
             waiting,

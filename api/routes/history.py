@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Query, Response
 
+from api import compact as compact_use_case  # the route below is named `compact`
 from api import metrics, service
 from api.auth import Tenant
 from api.context_edits import EditOverrides
@@ -114,4 +115,6 @@ async def compact(
 ) -> CompactResponse:
     """Summarize now, inline, and answer the summary with the history after it; 409 while
     another summarization holds the session, 504 past its deadline."""
-    return await service.compact(db, summarization, tenant, session_id, body or CompactRequest())
+    return await compact_use_case.compact(
+        db, summarization, tenant, session_id, body or CompactRequest()
+    )

@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from api import transfer
 from api.auth import Tenant
 from api.deps import AppDatabase, AppSettings, database_faults_as_503
 from api.errors import (
@@ -23,8 +22,10 @@ from api.limits import IMPORT_PATH
 from api.routes.checks import COMMON, SessionPath, known_query_only, well_formed
 from api.schemas.common import SESSION_ID_PATTERN
 from api.schemas.transfer import ImportResult, TransferLine
+from api.transfer import export, importer
+from api.transfer.lines import NDJSON, spooled
 
-LINE_MEDIA_TYPES = frozenset({transfer.NDJSON, "application/jsonl"})
+LINE_MEDIA_TYPES = frozenset({NDJSON, "application/jsonl"})
 """What an import's body may be declared as (or nothing): JSON Lines under its two names."""
 
 router = APIRouter(prefix="/v1")
@@ -41,13 +42,13 @@ async def well_formed_lines(request: Request) -> None:
     media_type = declared.partition(";")[0].strip().lower()
     if media_type not in LINE_MEDIA_TYPES:
         raise UnsupportedMediaType(
-            f"Content-Type {media_type or declared!r}: an import is {transfer.NDJSON} "
+            f"Content-Type {media_type or declared!r}: an import is {NDJSON} "
             "(JSON Lines, as an export answers)"
         )
 
 
 _ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
-_LINES_CONTENT = {transfer.NDJSON: {"schema": {"$ref": "#/components/schemas/TransferLine"}}}
+_LINES_CONTENT = {NDJSON: {"schema": {"$ref": "#/components/schemas/TransferLine"}}}
 
 
 class JsonLinesDocumented(JSONResponse):
@@ -55,7 +56,7 @@ class JsonLinesDocumented(JSONResponse):
     JSONResponse to FastAPI, so it writes the lines' schema, not `type: string`); the route
     answers a StreamingResponse of that type."""
 
-    media_type = transfer.NDJSON
+    media_type = NDJSON
 
 
 @router.get(
@@ -82,8 +83,8 @@ async def export_session(
     summary (live, superseded and erased, each with the seqs it covers), and an `end` line
     counting them; a file without its `end` line was cut short."""
     with database_faults_as_503():
-        lines = await transfer.export_session(database, tenant, session_id)
-    return StreamingResponse(lines, media_type=transfer.NDJSON)
+        lines = await export.export_session(database, tenant, session_id)
+    return StreamingResponse(lines, media_type=NDJSON)
 
 
 ImportId = Annotated[
@@ -124,8 +125,8 @@ async def import_session(
     short (no `end` line, or counts that differ) or does not hold together (seqs out of
     order, a summary covering a removed message, `superseded_by` naming no summary, ...)
     answers 422 naming its first wrong line, and nothing of it is stored."""
-    body: AsyncIterator[bytes] = transfer.spooled(request.stream())
+    body: AsyncIterator[bytes] = spooled(request.stream())
     with database_faults_as_503():
-        return await transfer.import_session(
+        return await importer.import_session(
             database, tenant, body, settings.max_request_bytes, session_id
         )

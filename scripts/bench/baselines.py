@@ -38,7 +38,7 @@ from api.db.models import utcnow
 from api.store.loader import HistoryStart, load_parameters, load_statement
 from api.store.retention import NEVER_IDLE
 from api.store.rows import MessageRow, NewMessage
-from api.summarization import BacklogCounting
+from api.summary_plans import BacklogCounting
 from scripts.bench.lib import TENANT, RoundFn, concurrent, sequential
 
 RAW_TABLE = "bench_raw_messages"

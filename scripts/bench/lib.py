@@ -25,12 +25,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_FILE = Path(__file__).resolve().parent / "data" / "chat_messages.jsonl"
 
 TENANT = "default"
+"""The development-mode tenant, so sessions built at the store layer are visible over HTTP."""
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "PRECIS_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 )
 """Where the benchmarks create their scratch PostgreSQL databases (PRECIS_BENCH_POSTGRES_URL)."""
-"""The development-mode tenant, so sessions built at the store layer are visible over HTTP."""
 
 
 # --- payloads -------------------------------------------------------------------------------

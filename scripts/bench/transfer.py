@@ -28,7 +28,8 @@ from typing import Any
 
 from api.db.engine import create_database, create_engine
 from api.store.rows import UNBOUNDED
-from api.transfer import export_session, import_session
+from api.transfer.export import export_session
+from api.transfer.importer import import_session
 from scripts.bench.lib import POSTGRES_ADMIN_URL, TENANT, Payloads
 from scripts.bench.results import Results, RowOut
 from scripts.bench.rss import reset_peak, status_kib

@@ -1,5 +1,5 @@
 """The append on PostgreSQL is one round trip: one statement on the driver, which counts the
-backlog as the server's policy reads it (`api.summarization.BacklogCounting`). A session whose own
+backlog as the server's policy reads it (`api.summary_plans.BacklogCounting`). A session whose own
 settings change where the backlog starts, or raise the limit below which its tokens matter,
 costs one read more on the appends that need it; nothing else does."""
 

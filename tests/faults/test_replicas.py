@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from api import service, store
+from api import compact as compact_use_case  # the tests name their compact requests `compact`
+from api import store
 from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
@@ -210,7 +211,7 @@ async def test_compact_whose_wait_runs_out_answers_409_and_stores_nothing(
     """Catches an unbounded wait (the request would hang until the release), a busy compact
     answering anything but 409 SummarizationInProgress, and one that stores a summary anyway
     (message 4, which it was asked to summarize, must stay unsummarized)."""
-    monkeypatch.setattr(service, "COMPACT_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(compact_use_case, "COMPACT_WAIT_SECONDS", 0.3)
     await append(client, "busy", *(user(f"{HOLD} question {i}") for i in range(4)))
     await wait_until(gate.entered)
 
@@ -288,7 +289,7 @@ async def test_compact_waiting_on_another_replica_gives_up_with_409_and_stores_n
 ) -> None:
     """Catches a lease wait without a deadline (the request would hang until the
     release) or one that, timed out, goes on to summarize anyway."""
-    monkeypatch.setattr(service, "COMPACT_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(compact_use_case, "COMPACT_WAIT_SECONDS", 0.3)
     await append(client, "across-busy", *(user(f"{HOLD} question {i}") for i in range(4)))
     await wait_until(gate.entered)
 

@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api import store
 from api.db.engine import create_database, create_engine, create_sessionmaker
 from api.errors import SessionNotFound
-from api.transfer import export_session, import_session
+from api.transfer.export import export_session
+from api.transfer.importer import import_session
 from scripts import move_tenant
 from tests.conftest import migrated_database
 from tests.helpers import append_batch, run_verify

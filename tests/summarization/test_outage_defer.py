@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.db.models import SummaryJob, utcnow
 from api.settings import Settings
 from api.store import Backlog
-from api.summarization import outage_defers
+from api.summary_plans import outage_defers
 from tests.helpers import (
     WAIT_SECONDS,
     append,

@@ -1,0 +1,69 @@
+"""The console's markup, shared by its pages: the escaping every value from data goes through,
+links, the page around each page's body.
+
+Session ids, message contents and summary texts are the clients' (untrusted): each goes
+through `esc` (or `attr`), and the pages load no inline script (see `CONTENT_SECURITY_POLICY`),
+so a `<script>` in a message is shown as text and could not run if it slipped through.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from html import escape
+from urllib.parse import quote, urlencode
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'self'; style-src-attr 'unsafe-inline'; script-src 'self'; "
+    "img-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+"""Only the console's own stylesheet and script, nothing from elsewhere, no inline script; style
+attributes are allowed (they place the summaries' bars and can run nothing)."""
+
+
+def esc(value: object) -> str:
+    return escape(str(value), quote=False)
+
+
+def attr(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def when(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def link(path: str, **params: object) -> str:
+    """A console URL, its query built from the non-empty `params`."""
+    query = urlencode({k: v for k, v in params.items() if v is not None and v != ""})
+    return attr(f"/console{path}{'?' + query if query else ''}")
+
+
+def layout(title: str, body: str, *, signed_in: bool, keyed: bool) -> str:
+    """A whole page; `keyed`: API_KEYS are set, so a signed-in console offers to log out."""
+    logout = '<a href="/console/logout">Log out</a>' if keyed and signed_in else ""
+    nav = (
+        '<nav><a href="/console">Sessions</a> <a href="/console/health">Health</a> ' + logout
+        if signed_in
+        else "<nav>"
+    ) + "</nav>"
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)} · Precis console</title>"
+        '<link rel="stylesheet" href="/console/static/console.css">'
+        '<script src="/console/static/console.js" defer></script>'
+        f"</head><body><header><strong>Precis console</strong>{nav}</header>"
+        f"<main><h1>{esc(title)}</h1>{body}</main></body></html>"
+    )
+
+
+def session_path(external_id: str) -> str:
+    """A session id as one segment of a console path."""
+    return quote(external_id, safe="")
+
+
+def not_found(what: str) -> str:
+    return f'<p class="problem">{esc(what)}</p><p><a href="/console">All sessions</a></p>'

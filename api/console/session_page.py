@@ -1,0 +1,193 @@
+"""A session's page: one window of its timeline, the summaries over it as bars, and the
+context `GET /history` answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from api.console.html import attr, esc, link, session_path, when
+from api.console.labels import (
+    is_fallback,
+    is_repair,
+    message_class,
+    message_text,
+    part_text,
+    state,
+)
+from api.schemas import History
+from api.store.rows import MessageRow, SessionRow, SummaryRow
+
+TEXT_SHOWN = 300
+"""Characters of a message shown in a timeline row; the summary page shows them whole."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """The seqs one page of a session's timeline shows: `first..last` of page `page`."""
+
+    page: int
+    pages: int
+    first: int
+    last: int
+
+
+def body(
+    session: SessionRow,
+    window: Window,
+    messages: Sequence[MessageRow],
+    summaries: Sequence[SummaryRow],
+    history: History,
+    max_tokens: int,
+) -> str:
+    base = "/sessions/" + session_path(session.external_id)
+    facts = (
+        f'<p class="facts">{session.last_seq - session.removed_count} messages '
+        f"({session.removed_count} removed) · last seq {session.last_seq} · format "
+        f"{esc(session.format or '-')} · created {when(session.created_at)} · last activity "
+        f"{when(session.updated_at)} UTC</p>"
+    )
+    return (
+        facts
+        + _pager(base, window, max_tokens)
+        + _bars(window, summaries)
+        + _timeline(messages)
+        + _context(base, window, history, max_tokens)
+    )
+
+
+def _pager(base: str, window: Window, max_tokens: int) -> str:
+    def to(page: int, label: str, name: str) -> str:
+        if page == window.page or page < 1 or page > window.pages:
+            return f'<span class="off">{label}</span>'
+        href = link(base, page=page, max_tokens=max_tokens)
+        return f'<a id="{name}" href="{href}">{label}</a>'
+
+    return (
+        f'<p class="pager" id="pager">seqs {window.first}..{window.last} · page {window.page} '
+        f"of {window.pages} · {to(1, 'first', 'page-first')} "
+        f"{to(window.page - 1, 'previous', 'page-previous')} "
+        f"{to(window.page + 1, 'next', 'page-next')} "
+        f"{to(window.pages, 'last', 'page-last')}</p>"
+    )
+
+
+def _bars(window: Window, summaries: Sequence[SummaryRow]) -> str:
+    """The summaries reaching into the window as bars over its seq axis, one lane per level
+    and state; each bar's data attributes keep its whole range, its drawing is clipped."""
+    span = max(1, window.last - window.first + 1)
+    lanes: dict[tuple[int, str], list[str]] = {}
+    for summary in summaries:
+        first = max(summary.first_seq, window.first)
+        last = min(summary.last_seq, window.last)
+        left = 100 * (first - window.first) / span
+        width = 100 * (last - first + 1) / span
+        kind = state(summary)
+        marks = [kind] + (["fallback"] if is_fallback(summary) else [])
+        marks += ["repair"] if is_repair(summary) else []
+        label = f"{summary.id}" + (" fallback" if is_fallback(summary) else "")
+        label += " repair" if is_repair(summary) else ""
+        title = f"summary {summary.id}: seqs {summary.first_seq}..{summary.last_seq}, {kind}"
+        lanes.setdefault((summary.level, kind), []).append(
+            f'<a class="bar {" ".join(marks)}" href="{link("/summaries/" + str(summary.id))}" '
+            f'data-summary-id="{summary.id}" data-first-seq="{summary.first_seq}" '
+            f'data-last-seq="{summary.last_seq}" data-level="{summary.level}" '
+            f'data-state="{kind}" title="{attr(title)}" '
+            f'style="left:{left:.3f}%;width:{width:.3f}%">{esc(label)}</a>'
+        )
+    order = {"live": 0, "superseded": 1, "erased": 2}
+    rows = "".join(
+        f'<div class="lane"><span class="lane-name">level {level} {kind}</span>'
+        f'<div class="track">{"".join(bars)}</div></div>'
+        for (level, kind), bars in sorted(lanes.items(), key=lambda i: (-i[0][0], order[i[0][1]]))
+    )
+    if not rows:
+        rows = '<p id="no-summaries">No summary reaches into these seqs.</p>'
+    return (
+        '<section id="coverage"><h2>Summaries over these seqs</h2>'
+        '<p class="legend"><span class="bar live">live</span> '
+        '<span class="bar superseded">superseded</span> <span class="bar erased">erased</span> '
+        '<span class="bar live fallback">fallback</span> '
+        '<span class="bar live repair">repair</span></p>'
+        f'<div class="axis"><span>{window.first}</span><span>{window.last}</span></div>'
+        f"{rows}</section>"
+    )
+
+
+def _timeline(messages: Sequence[MessageRow]) -> str:
+    rows = "".join(
+        f'<tr id="seq-{m.seq}" class="{message_class(m)}" data-seq="{m.seq}">'
+        f'<td class="n">{m.seq}</td><td class="n">{m.id}</td><td>{esc(m.role)}</td>'
+        f'<td class="n">{m.token_count}</td><td>{esc(_clipped(message_text(m)))}</td></tr>'
+        for m in messages
+    )
+    return (
+        '<section><h2>Timeline</h2><table id="timeline"><thead><tr><th>seq</th><th>id</th>'
+        "<th>role</th><th>tokens</th><th>content</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
+    )
+
+
+def _clipped(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= TEXT_SHOWN else flat[: TEXT_SHOWN - 1] + "…"
+
+
+def _context(base: str, window: Window, history: History, max_tokens: int) -> str:
+    """The context `GET /history` answers for `max_tokens`, by part, then as JSON exactly."""
+    form = (
+        f'<form method="get" action="{link(base)}" id="budget">'
+        f'<input type="hidden" name="page" value="{window.page}">'
+        f'<label>max_tokens <input name="max_tokens" type="number" min="1" '
+        f'value="{max_tokens}"></label> <button type="submit">Load</button></form>'
+    )
+    pinned = "".join(
+        f"<li>seq {m.seq} · {esc(m.role)}: {esc(_clipped(_out_text(m.content)))}</li>"
+        for m in history.pinned
+    )
+    left_out = set(history.omitted.summaries)
+    summaries = "".join(
+        f'<li data-summary-id="{s.id}"><a href="{link("/summaries/" + str(s.id))}">summary '
+        f"{s.id}</a> · level {s.level} · seqs {s.first_seq}..{s.last_seq}"
+        f"{' · left out' if s.id in left_out else ''}</li>"
+        for s in history.summaries
+    )
+    tail = history.messages
+    tail_line = (
+        f"{len(tail)} messages, seqs {tail[0].seq}..{tail[-1].seq}" if tail else "no messages"
+    )
+    marker = _left_out(history)
+    context_json = json.dumps(history.context, ensure_ascii=False, indent=1)
+    return (
+        '<section id="context"><h2>Context for the next model call</h2>'
+        f"{form}<p>{history.token_estimate} tokens · format as the session's own</p>"
+        f'<h3>Pinned prefix</h3><ul id="pinned">{pinned or "<li>none</li>"}</ul>'
+        f'<h3>Summaries</h3><ul id="context-summaries">{summaries or "<li>none</li>"}</ul>'
+        f'<h3>Tail</h3><p id="tail">{tail_line}</p>{marker}'
+        f'<h3>As sent</h3><pre id="context-json">{esc(context_json)}</pre></section>'
+    )
+
+
+def _left_out(history: History) -> str:
+    """The truncation marker: what `context` leaves out to fit the budget (`omitted`)."""
+    omitted = history.omitted
+    parts = []
+    if history.truncated_messages:
+        parts.append(f"{history.truncated_messages} messages")
+    if omitted.summaries:
+        parts.append(f"summaries {', '.join(str(i) for i in omitted.summaries)}")
+    if omitted.unsendable:
+        parts.append(f"{len(omitted.unsendable)} messages the model's API would refuse")
+    if not parts:
+        return '<p id="not-truncated">Nothing left out.</p>'
+    return f'<p class="truncated" id="truncated">Left out to fit max_tokens: {"; ".join(parts)}</p>'
+
+
+def _out_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part_text(part) for part in content)
+    return ""

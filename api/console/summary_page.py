@@ -1,0 +1,92 @@
+"""A summary's page: its metadata, its text, and what it was made from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from api.console.html import attr, esc, link, session_path, when
+from api.console.labels import (
+    is_fallback,
+    is_repair,
+    message_class,
+    message_text,
+    state,
+    value_text,
+)
+from api.store.rows import MessageRow, SummaryRow
+from summarizer import METADATA_KEYS
+
+
+def body(
+    summary: SummaryRow,
+    session_id: str,
+    absorbed: Sequence[SummaryRow],
+    sources: Sequence[MessageRow],
+) -> str:
+    """A summary as `trace_summary` shows it: its metadata, then the summaries it absorbed
+    (each a link to its own page) or, for one made from messages, its source messages."""
+    metadata = summary.metadata or {}
+    keys = [key for key in METADATA_KEYS if key in metadata]
+    keys += sorted(key for key in metadata if key not in METADATA_KEYS)
+    kind = state(summary)
+    status = (
+        f'superseded by <a href="{link("/summaries/" + str(summary.superseded_by))}">'
+        f"{summary.superseded_by}</a>"
+        if kind == "superseded"
+        else kind
+    )
+    facts = [
+        (
+            "session",
+            f'<a href="{link("/sessions/" + session_path(session_id))}">{esc(session_id)}</a>',
+        ),
+        ("status", status),
+        ("level", str(summary.level)),
+        ("seqs", f"{summary.first_seq}..{summary.last_seq}"),
+        ("messages", str(summary.message_count)),
+        ("model", esc(summary.model)),
+        ("tokens", str(summary.approx_tokens)),
+        ("created", when(summary.created_at) + " UTC"),
+        *((key, esc(value_text(metadata[key]))) for key in keys),
+    ]
+    table = "".join(
+        f'<tr data-key="{attr(k)}"><th>{esc(k)}</th><td>{v}</td></tr>' for k, v in facts
+    )
+    marks = " ".join(
+        label
+        for label, on in (("fallback", is_fallback(summary)), ("repair", is_repair(summary)))
+        if on
+    )
+    text = (
+        '<p id="summary-text" class="erased">(erased: its text is gone)</p>'
+        if summary.erased_at is not None
+        else f'<pre id="summary-text">{esc(summary.summary_text)}</pre>'
+    )
+    if absorbed:
+        source = "<h2>Absorbed summaries</h2>" + _summary_list(absorbed, "absorbed")
+    else:
+        rows = "".join(
+            f'<tr class="{message_class(m)}" data-seq="{m.seq}"><td class="n">{m.seq}</td>'
+            f'<td class="n">{m.id}</td><td>{esc(m.role)}</td><td class="n">{m.token_count}</td>'
+            f"<td>{esc(message_text(m))}</td></tr>"
+            for m in sources
+        )
+        source = (
+            f'<h2>Source messages ({len(sources)})</h2><table id="sources"><thead><tr>'
+            "<th>seq</th><th>id</th><th>role</th><th>tokens</th><th>content</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+    return (
+        f'<p class="marks" id="marks">{marks}</p><table id="metadata">{table}</table>'
+        f"<h2>Text</h2>{text}{source}"
+    )
+
+
+def _summary_list(summaries: Iterable[SummaryRow], element_id: str) -> str:
+    items = "".join(
+        f'<li data-summary-id="{s.id}"><a href="{link("/summaries/" + str(s.id))}">summary '
+        f"{s.id}</a> · level {s.level} · seqs {s.first_seq}..{s.last_seq} · {state(s)}"
+        f"{' · fallback' if is_fallback(s) else ''}</li>"
+        for s in summaries
+    )
+    return f'<ul id="{element_id}">{items}</ul>'
