@@ -128,5 +128,10 @@ async def import_session(
     body: AsyncIterator[bytes] = spooled(request.stream())
     with database_faults_as_503():
         return await importer.import_session(
-            database, tenant, body, settings.max_request_bytes, session_id
+            database,
+            tenant,
+            body,
+            settings.max_request_bytes,
+            session_id,
+            settings.allowed_models(),
         )

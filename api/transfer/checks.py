@@ -30,9 +30,9 @@ def _checked(check: Any, value: Any, where: str) -> None:
         raise Refused(str(exc)) from None
 
 
-def check_session(line: SessionLine) -> None:
-    """A session line whose counters agree, whose settings are valid overrides, and which
-    has not expired already."""
+def check_session(line: SessionLine, allowed_models: frozenset[str] | None) -> None:
+    """A session line whose counters agree, whose settings are valid overrides naming a model
+    in `allowed_models` (None: any), and which has not expired already."""
     if line.format is None and line.last_seq:
         raise Refused("format: null, but the session holds messages")
     if line.expires_at is not None and line.expires_at <= utcnow():
@@ -41,11 +41,16 @@ def check_session(line: SessionLine) -> None:
         if getattr(line, name) > line.last_seq:
             raise Refused(f"{name} {getattr(line, name)} is past last_seq {line.last_seq}")
     try:
-        SummaryOverrides.model_validate(line.settings)
+        model = SummaryOverrides.model_validate(line.settings).model
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in error["loc"])
         raise Refused(f"settings.{where}: {error['msg']}") from None
+    if allowed_models is not None and model is not None and model not in allowed_models:
+        raise Refused(
+            f"settings.model: {model!r} is not allowed on this server "
+            f"(allowed: {', '.join(sorted(allowed_models))}; see SUMMARY_ALLOWED_MODELS)"
+        )
     _checked(check_json_value, line.metadata, "metadata")
 
 

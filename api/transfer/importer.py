@@ -49,10 +49,17 @@ class Importer:
     line, which comes after every message, is checked against the hidden messages' seqs and
     the summaries before it, then stored with its links."""
 
-    def __init__(self, db: AsyncSession, tenant: str, external_id: str | None) -> None:
+    def __init__(
+        self,
+        db: AsyncSession,
+        tenant: str,
+        external_id: str | None,
+        allowed_models: frozenset[str] | None,
+    ) -> None:
         self.db = db
         self.tenant = tenant
         self.external_id = external_id
+        self.allowed_models = allowed_models
         self.session: SessionLine | None = None
         self.session_key = 0
         self.ended = False
@@ -115,7 +122,7 @@ class Importer:
         )
 
     async def _session(self, line: SessionLine) -> None:
-        check_session(line)
+        check_session(line, self.allowed_models)
         external_id = self.external_id or line.id
         values = line.model_dump(exclude={"type", "version", "id"})
         values["external_id"] = external_id
@@ -307,12 +314,14 @@ async def import_session(
     chunks: AsyncIterator[bytes],
     max_line_bytes: int,
     external_id: str | None = None,
+    allowed_models: frozenset[str] | None = None,
 ) -> ImportResult:
     """Store the session a JSON Lines file holds (under `external_id` when given), all of it
     or, at the first wrong line, none of it: one transaction, its lines stored in batches as
-    they are read."""
+    they are read. A session naming a summary model outside `allowed_models` is refused, as
+    its creation would be (None, as for the operator's own moves: any model)."""
     async with database.transaction() as db:
-        importer = Importer(db, tenant, external_id)
+        importer = Importer(db, tenant, external_id, allowed_models)
         last = 0
         async for number, raw in numbered_lines(chunks, max_line_bytes):
             await importer.take(number, raw)

@@ -322,6 +322,11 @@ BROKEN: dict[str, tuple[Callable[[Lines], Lines] | bytes, int, str]] = {
     ),
     "an unknown line type": (_set(1, type="note"), 2, "type"),
     "an expiry already past": (_set(0, expires_at="2001-01-01T00:00:00Z"), 1, "expires_at"),
+    "a summary model the server does not allow": (
+        _set(0, settings={"model": "openai/not-allowed-here"}),
+        1,
+        "settings.model: 'openai/not-allowed-here' is not allowed on this server",
+    ),
     "no end line": (_drop(-1), 11, "without its `end` line"),
     "a message line lost": (_drop(3), 4, "seq 4 where 3 was expected"),
     "messages out of order": (_swap(2, 3), 3, "seq 3 where 2 was expected"),
