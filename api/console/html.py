@@ -8,6 +8,7 @@ so a `<script>` in a message is shown as text and could not run if it slipped th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 from urllib.parse import quote, urlencode
@@ -57,6 +58,41 @@ def layout(title: str, body: str, *, signed_in: bool, keyed: bool) -> str:
         '<script src="/console/static/console.js" defer></script>'
         f"</head><body><header><strong>Precis console</strong>{nav}</header>"
         f"<main><h1>{esc(title)}</h1>{body}</main></body></html>"
+    )
+
+
+@dataclass(frozen=True)
+class Window:
+    """The seqs one page of a paged list of messages shows: `first..last` of page `page`."""
+
+    page: int
+    pages: int
+    first: int
+    last: int
+
+
+def window(first_seq: int, last_seq: int, size: int, page: int | None) -> Window:
+    """Page `page` (None: the last) of the seqs `first_seq..last_seq`, `size` seqs a page."""
+    pages = max(1, -(-(last_seq - first_seq + 1) // size))
+    shown = min(page or pages, pages)
+    first = first_seq + (shown - 1) * size
+    return Window(shown, pages, first, max(first, min(last_seq, first + size - 1)))
+
+
+def pager(base: str, window: Window, **params: object) -> str:
+    """First, previous, next and last links of a paged list (`params` kept in each)."""
+
+    def to(page: int, label: str, name: str) -> str:
+        if page == window.page or page < 1 or page > window.pages:
+            return f'<span class="off">{label}</span>'
+        return f'<a id="{name}" href="{link(base, page=page, **params)}">{label}</a>'
+
+    return (
+        f'<p class="pager" id="pager">seqs {window.first}..{window.last} · page {window.page} '
+        f"of {window.pages} · {to(1, 'first', 'page-first')} "
+        f"{to(window.page - 1, 'previous', 'page-previous')} "
+        f"{to(window.page + 1, 'next', 'page-next')} "
+        f"{to(window.pages, 'last', 'page-last')}</p>"
     )
 
 

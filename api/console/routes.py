@@ -44,7 +44,8 @@ from api.store import audit
 from api.store import console as reads
 
 PAGE_SEQS = 200
-"""Seqs one page of a session's timeline shows: a page reads at most this many messages."""
+"""Seqs one page of a session's timeline, or of a summary's sources, shows: a page reads at most
+this many messages."""
 
 SESSIONS_PER_PAGE = 50
 """Sessions one page of the list shows (as `GET /v1/sessions` by default)."""
@@ -207,7 +208,7 @@ async def session(
 
     async def render(db: AsyncSession, tenant: str) -> Response:
         found = await store.get_session(db, tenant, session_id)
-        window = _window(found.last_seq, page)
+        window = html.window(1, found.last_seq, PAGE_SEQS, page)
         messages = await reads.timeline(db, found.id, window.first - 1, window.last)
         drawn = await reads.summaries_over(db, found.id, window.first, window.last, SUMMARIES_DRAWN)
         history = await _history(request, db, tenant, session_id, max_tokens)
@@ -215,15 +216,6 @@ async def session(
         return _html(request, f"Session {session_id}", body)
 
     return await _page(request, render)
-
-
-def _window(last_seq: int, page: int | None) -> session_page.Window:
-    pages_count = max(1, -(-last_seq // PAGE_SEQS))
-    shown = min(page or pages_count, pages_count)
-    first = (shown - 1) * PAGE_SEQS + 1
-    return session_page.Window(
-        shown, pages_count, first, max(first, min(last_seq, shown * PAGE_SEQS))
-    )
 
 
 async def _history(
@@ -239,14 +231,22 @@ async def _history(
 
 
 @router.get("/summaries/{summary_id}")
-async def summary(request: Request, summary_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
-    """A summary, its metadata, and what it was made from: what `trace_summary` shows."""
+async def summary(
+    request: Request,
+    summary_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    page: Annotated[int, Query(ge=1, le=MAX_ID)] = 1,
+) -> Response:
+    """A summary, its metadata, and what it was made from: what `trace_summary` shows, its
+    source messages a page of PAGE_SEQS seqs at a time, oldest first."""
 
     async def render(db: AsyncSession, tenant: str) -> Response:
         found, session_id = await store.get_summary(db, tenant, summary_id)
         absorbed = await audit.absorbed_summaries(db, found.id)
-        sources = [] if absorbed else await audit.linked_messages(db, found.id)
-        body = summary_page.body(found, session_id, absorbed, sources)
+        window = html.window(found.first_seq, found.last_seq, PAGE_SEQS, page)
+        sources = (
+            [] if absorbed else await reads.summary_sources(db, found, window.first, window.last)
+        )
+        body = summary_page.body(found, session_id, absorbed, sources, window)
         return _html(request, f"Summary {summary_id}", body)
 
     return await _page(request, render)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from api.console.html import attr, esc, link, session_path, when
+from api.console.html import Window, attr, esc, link, pager, session_path, when
 from api.console.labels import (
     is_fallback,
     is_repair,
@@ -22,16 +21,6 @@ from api.store.rows import MessageRow, SessionRow, SummaryRow
 
 TEXT_SHOWN = 300
 """Characters of a message shown in a timeline row; the summary page shows them whole."""
-
-
-@dataclass(frozen=True)
-class Window:
-    """The seqs one page of a session's timeline shows: `first..last` of page `page`."""
-
-    page: int
-    pages: int
-    first: int
-    last: int
 
 
 def body(
@@ -51,26 +40,10 @@ def body(
     )
     return (
         facts
-        + _pager(base, window, max_tokens)
+        + pager(base, window, max_tokens=max_tokens)
         + _bars(window, summaries)
         + _timeline(messages)
         + _context(base, window, history, max_tokens)
-    )
-
-
-def _pager(base: str, window: Window, max_tokens: int) -> str:
-    def to(page: int, label: str, name: str) -> str:
-        if page == window.page or page < 1 or page > window.pages:
-            return f'<span class="off">{label}</span>'
-        href = link(base, page=page, max_tokens=max_tokens)
-        return f'<a id="{name}" href="{href}">{label}</a>'
-
-    return (
-        f'<p class="pager" id="pager">seqs {window.first}..{window.last} · page {window.page} '
-        f"of {window.pages} · {to(1, 'first', 'page-first')} "
-        f"{to(window.page - 1, 'previous', 'page-previous')} "
-        f"{to(window.page + 1, 'next', 'page-next')} "
-        f"{to(window.pages, 'last', 'page-last')}</p>"
     )
 
 

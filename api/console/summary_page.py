@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from api.console.html import attr, esc, link, session_path, when
+from api.console.html import Window, attr, esc, link, pager, session_path, when
 from api.console.labels import (
     is_fallback,
     is_repair,
@@ -22,9 +22,11 @@ def body(
     session_id: str,
     absorbed: Sequence[SummaryRow],
     sources: Sequence[MessageRow],
+    window: Window,
 ) -> str:
     """A summary as `trace_summary` shows it: its metadata, then the summaries it absorbed
-    (each a link to its own page) or, for one made from messages, its source messages."""
+    (each a link to its own page) or, for one made from messages, its source messages of the
+    seqs `window` holds, with a pager over the summary's range."""
     metadata = summary.metadata or {}
     keys = [key for key in METADATA_KEYS if key in metadata]
     keys += sorted(key for key in metadata if key not in METADATA_KEYS)
@@ -72,7 +74,9 @@ def body(
             for m in sources
         )
         source = (
-            f'<h2>Source messages ({len(sources)})</h2><table id="sources"><thead><tr>'
+            f"<h2>Source messages ({summary.message_count})</h2>"
+            + pager(f"/summaries/{summary.id}", window)
+            + '<table id="sources"><thead><tr>'
             "<th>seq</th><th>id</th><th>role</th><th>tokens</th><th>content</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>"
         )

@@ -1,8 +1,9 @@
 """The console's own reads, each bounded: a page never reads a whole session.
 
 What the API already reads (a session, its live summary counts, the history, a summary, the
-summaries a roll-up absorbed and the messages a summary links) the console reads through the
-same store functions; these are the reads only the console makes. Nothing here writes.
+summaries a roll-up absorbed) the console reads through the same store functions; these are
+the reads only the console makes (a summary's sources a page at a time among them). Nothing
+here writes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import NamedTuple, cast
 from sqlalchemy import Table, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Message, Session, Summary, SummaryJob
+from api.db.models import Message, Session, Summary, SummaryJob, SummaryMessage
 from api.store.retention import Expiry, unexpired
 from api.store.rows import (
     JOB_COLUMNS,
@@ -31,6 +32,7 @@ _sessions = cast(Table, Session.__table__).c
 _messages = cast(Table, Message.__table__).c
 _summaries = cast(Table, Summary.__table__).c
 _jobs = cast(Table, SummaryJob.__table__).c
+_links = cast(Table, SummaryMessage.__table__).c
 
 
 async def sessions_page(
@@ -75,6 +77,30 @@ async def timeline(
             _messages.session_id == session_key,
             _messages.seq > after_seq,
             _messages.seq <= last_seq,
+        )
+        .order_by(_messages.seq)
+    )
+    return [MessageRow._make(row) for row in result]
+
+
+async def summary_sources(
+    db: AsyncSession, summary: SummaryRow, first_seq: int, last_seq: int
+) -> list[MessageRow]:
+    """The messages `summary` links among seqs `first_seq..last_seq`, in seq order: an index
+    range scan on `(session_id, seq)` of at most that many rows, each probed for its link on
+    the links' primary key (a summary of a whole session links every message of it)."""
+    linked = (
+        select(_links.message_id)
+        .where(_links.summary_id == summary.id, _links.message_id == _messages.id)
+        .exists()
+    )
+    result = await db.execute(
+        select(*MESSAGE_COLUMNS)
+        .where(
+            _messages.session_id == summary.session_id,
+            _messages.seq >= first_seq,
+            _messages.seq <= last_seq,
+            linked,
         )
         .order_by(_messages.seq)
     )

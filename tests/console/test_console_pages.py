@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from api import metrics
+from api import metrics, store
 from api.auth import CONSOLE_COOKIE
 from api.main import create_app
 from tests.conftest import QUIET, make_settings
@@ -32,7 +32,7 @@ from tests.console.seeding import (
     Seeded,
     seed,
 )
-from tests.helpers import user
+from tests.helpers import summary_draft, user
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +304,25 @@ async def test_timeline_pages_by_200_seqs(
     assert re.findall(r'data-seq="(\d+)"', newest) == [str(s) for s in range(201, 251)]
     assert re.findall(r'data-seq="(\d+)"', first) == [str(s) for s in range(1, 201)]
     assert "page 1 of 2" in first and 'id="page-next"' in first
+
+
+async def test_a_summarys_sources_page_by_200_seqs(
+    app: FastAPI, console_a: httpx.AsyncClient, api: httpx.AsyncClient
+) -> None:
+    sid = f"console-wide-{uuid.uuid4().hex[:8]}"
+    batch = {"messages": [user(f"m{n}") for n in range(250)]}
+    assert (await api.post(f"/v1/sessions/{sid}/messages", json=batch, headers=A)).is_success
+    async with app.state.sessionmaker() as db:
+        session = await store.get_session(db, "tenant_a", sid)
+        wide = await store.save_summary(db, session.id, summary_draft(1, 250))
+        await db.commit()
+    first = await _page(console_a, f"/console/summaries/{wide.id}")
+    last = await _page(console_a, f"/console/summaries/{wide.id}?page=2")
+    assert re.findall(r'data-seq="(\d+)"', first) == [str(s) for s in range(1, 201)]
+    assert re.findall(r'data-seq="(\d+)"', last) == [str(s) for s in range(201, 251)]
+    assert "Source messages (250)" in first
+    assert "page 1 of 2" in first and 'id="page-next"' in first
+    assert "page 2 of 2" in last and 'id="page-previous"' in last
 
 
 async def test_development_mode_serves_loopback_only(database_url: str) -> None:
