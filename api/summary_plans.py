@@ -188,29 +188,15 @@ def unsaved_row(
     assembles its context from. `sources`: the messages its range starts with, or the
     summaries a roll-up absorbs, oldest first."""
     spans = [span for span in map(_span, sources) if span.last_seq <= draft.last_seq]
-    return store.SummaryRow(
-        id=0,
-        session_id=session_key,
-        summary_text=draft.summary_text,
-        summary_prompt=draft.summary_prompt,
-        model=draft.model,
-        temperature=draft.temperature,
-        target_summary_tokens=draft.target_summary_tokens,
-        keep_last_n=draft.keep_last_n,
-        message_count=sum(span.messages for span in spans),
-        approx_tokens=draft.approx_tokens,
-        first_message_id=spans[0].first_id,
-        last_message_id=spans[-1].last_id,
-        first_seq=draft.first_seq,
-        last_seq=draft.last_seq,
-        first_message_at=spans[0].first_at,
-        last_message_at=spans[-1].last_at,
-        level=draft.level,
-        superseded_by=None,
-        metadata=draft.metadata,
-        created_at=utcnow(),
-        erased_at=None,
+    covered = store.SourceSpan(
+        spans[0].first_id,
+        spans[-1].last_id,
+        sum(span.messages for span in spans),
+        spans[0].first_at,
+        spans[-1].last_at,
     )
+    values = store.summary_values(draft, session_key, covered, utcnow())
+    return store.SummaryRow(id=0, superseded_by=None, erased_at=None, **values)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from api.store.sessions import (
 )
 from api.store.summaries import (
     Backlog,
+    SourceSpan,
     SummaryDraft,
     backlog,
     get_summary,
@@ -56,6 +57,7 @@ from api.store.summaries import (
     save_summary,
     summary_before,
     summary_message_ids,
+    summary_values,
 )
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "NewMessage",
     "Removal",
     "SessionRow",
+    "SourceSpan",
     "SummaryDraft",
     "SummaryRow",
     "backlog",
@@ -99,5 +102,6 @@ __all__ = [
     "session_for_history",
     "summary_before",
     "summary_message_ids",
+    "summary_values",
     "update_session",
 ]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from datetime import datetime
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -171,6 +172,39 @@ class SummaryDraft:
     holds another number when it is saved, a message was removed meanwhile."""
 
 
+class SourceSpan(NamedTuple):
+    """What a summary's row says of the messages it was made from."""
+
+    first_message_id: int
+    last_message_id: int
+    message_count: int
+    first_message_at: datetime
+    last_message_at: datetime
+
+
+def summary_values(
+    draft: SummaryDraft, session_key: int, sources: SourceSpan, created_at: datetime
+) -> dict[str, Any]:
+    """The columns of the row `draft` becomes, but its id and its later states (superseded,
+    erased): what `save_summary` inserts and what a preview shows unsaved."""
+    return {
+        "session_id": session_key,
+        "summary_text": draft.summary_text,
+        "summary_prompt": draft.summary_prompt,
+        "model": draft.model,
+        "temperature": draft.temperature,
+        "target_summary_tokens": draft.target_summary_tokens,
+        "keep_last_n": draft.keep_last_n,
+        "approx_tokens": draft.approx_tokens,
+        "first_seq": draft.first_seq,
+        "last_seq": draft.last_seq,
+        "level": draft.level,
+        "metadata": draft.metadata,
+        "created_at": created_at,
+        **sources._asdict(),
+    }
+
+
 async def _check_range(
     db: AsyncSession, session_key: int, draft: SummaryDraft, pinned_seq: int
 ) -> None:
@@ -253,25 +287,9 @@ async def save_summary(db: AsyncSession, session_key: int, draft: SummaryDraft) 
             f"a message of seqs {draft.first_seq}..{draft.last_seq} was removed while it was "
             "being summarized"
         )
+    sources = SourceSpan(first_id, last_id, count, first_at, last_at)
     insert_summary = insert(_SUMMARY_TABLE).values(
-        session_id=session_key,
-        summary_text=draft.summary_text,
-        summary_prompt=draft.summary_prompt,
-        model=draft.model,
-        temperature=draft.temperature,
-        target_summary_tokens=draft.target_summary_tokens,
-        keep_last_n=draft.keep_last_n,
-        message_count=count,
-        approx_tokens=draft.approx_tokens,
-        first_message_id=first_id,
-        last_message_id=last_id,
-        first_seq=draft.first_seq,
-        last_seq=draft.last_seq,
-        first_message_at=first_at,
-        last_message_at=last_at,
-        level=draft.level,
-        metadata=draft.metadata,
-        created_at=utcnow(),
+        **summary_values(draft, session_key, sources, utcnow())
     )
     summary = SummaryRow._make((await db.execute(insert_summary.returning(*SUMMARY_COLUMNS))).one())
     await _link_messages(db, summary.id, session_key, draft.first_seq, draft.last_seq)
