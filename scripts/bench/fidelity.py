@@ -290,12 +290,14 @@ async def summaries(http: httpx.AsyncClient, session: str, superseded: bool) -> 
 def least_calls(summary: dict[str, Any]) -> int:
     """Calls a summary needs at the least: one per leaf chunk and one per merge of two.
 
-    A fallback needed none (the calls it made all failed)."""
+    A fallback needed none (the calls it made all failed). A repair summarizes the source
+    messages again, whatever it repairs (a roll-up too): its chunks are leaves."""
     metadata = summary["metadata"]
     if metadata.get("fallback"):
         return 0
     chunks = int(metadata.get("chunk_count") or 1)
-    return chunks - 1 if metadata.get("trigger_reason") == "rollup" else 2 * chunks - 1
+    merged = metadata.get("trigger_reason") == "rollup" and metadata.get("repair_of") is None
+    return chunks - 1 if merged else 2 * chunks - 1
 
 
 async def repaired(http: httpx.AsyncClient, session: str) -> list[Any]:
