@@ -45,7 +45,7 @@ def pages(summary_id: int) -> dict[str, str]:
         "sessions list": "/console",
         "session page, newest 200 seqs, context at 4,000 tokens": f"/console/sessions/{SESSION}",
         "session page, first 200 seqs": f"/console/sessions/{SESSION}?page=1",
-        "summary page (1,000 source messages)": f"/console/summaries/{summary_id}",
+        "summary page (1,000 sources, first 200 seqs)": f"/console/summaries/{summary_id}",
         "health": "/console/health",
     }
 
