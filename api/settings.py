@@ -210,6 +210,14 @@ if SESSION_KEYS.keys() != SummaryOverrides.model_fields.keys() or not (
     raise RuntimeError("SESSION_KEYS, SummaryOverrides and SummaryPolicy name different keys")
 
 
+def model_not_allowed(model: str, allowed: frozenset[str]) -> str:
+    """Why a session may not name `model`: the server allows only `allowed`."""
+    return (
+        f"settings.model: {model!r} is not allowed on this server "
+        f"(allowed: {', '.join(sorted(allowed))}; see SUMMARY_ALLOWED_MODELS)"
+    )
+
+
 class Settings(BaseSettings):
     """Server-wide settings; names as in docs/design.md section 4."""
 

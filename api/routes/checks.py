@@ -20,7 +20,7 @@ from api.errors import (
     ValidationFailed,
 )
 from api.schemas import SESSION_ID_PATTERN
-from api.settings import Settings, SummaryOverrides
+from api.settings import Settings, SummaryOverrides, model_not_allowed
 
 MAX_PAGE_SIZE = 1000
 """Largest page a list endpoint returns in one answer."""
@@ -94,10 +94,7 @@ def check_session_model(overrides: SummaryOverrides | None, settings: Settings) 
     model = overrides.model if overrides is not None else None
     allowed = settings.allowed_models()
     if model is not None and model not in allowed:
-        raise ValidationFailed(
-            f"settings.model: {model!r} is not allowed on this server "
-            f"(allowed: {', '.join(sorted(allowed))}; see SUMMARY_ALLOWED_MODELS)"
-        )
+        raise ValidationFailed(model_not_allowed(model, allowed))
 
 
 def json_bodies_only(request: Request) -> None:

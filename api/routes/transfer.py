@@ -133,5 +133,5 @@ async def import_session(
             body,
             settings.max_request_bytes,
             session_id,
-            settings.allowed_models(),
+            allowed_models=settings.allowed_models(),
         )

@@ -16,7 +16,7 @@ from api.db.models import utcnow
 from api.json_values import check_json_value, check_text
 from api.schemas.messages import MessageIn
 from api.schemas.transfer import MessageLine, SessionLine, SummaryLine
-from api.settings import SummaryOverrides
+from api.settings import SummaryOverrides, model_not_allowed
 
 
 class Refused(Exception):
@@ -47,10 +47,7 @@ def check_session(line: SessionLine, allowed_models: frozenset[str] | None) -> N
         where = ".".join(str(part) for part in error["loc"])
         raise Refused(f"settings.{where}: {error['msg']}") from None
     if allowed_models is not None and model is not None and model not in allowed_models:
-        raise Refused(
-            f"settings.model: {model!r} is not allowed on this server "
-            f"(allowed: {', '.join(sorted(allowed_models))}; see SUMMARY_ALLOWED_MODELS)"
-        )
+        raise Refused(model_not_allowed(model, allowed_models))
     _checked(check_json_value, line.metadata, "metadata")
 
 

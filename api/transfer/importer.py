@@ -314,7 +314,8 @@ async def import_session(
     chunks: AsyncIterator[bytes],
     max_line_bytes: int,
     external_id: str | None = None,
-    allowed_models: frozenset[str] | None = None,
+    *,
+    allowed_models: frozenset[str] | None,
 ) -> ImportResult:
     """Store the session a JSON Lines file holds (under `external_id` when given), all of it
     or, at the first wrong line, none of it: one transaction, its lines stored in batches as

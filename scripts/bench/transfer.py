@@ -137,7 +137,9 @@ async def file_chunks(path: Path) -> AsyncIterator[bytes]:
 async def import_file(url: str, path: Path) -> None:
     engine = create_engine(url)
     try:
-        await import_session(create_database(engine), TENANT, file_chunks(path), UNBOUNDED)
+        await import_session(
+            create_database(engine), TENANT, file_chunks(path), UNBOUNDED, allowed_models=None
+        )
     finally:
         await engine.dispose()
 

@@ -113,6 +113,33 @@ async def test_keep_source_copies_and_leaves_the_source_as_it_was(urls: tuple[st
 
 
 @PAIRS
+async def test_a_session_naming_any_summary_model_moves(urls: tuple[str, str]) -> None:
+    # the operator's own move takes the model as it is; POST /v1/sessions/import would refuse
+    # one SUMMARY_ALLOWED_MODELS leaves out
+    source, target = urls
+    await seed(source)
+    engine = create_engine(source)
+    try:
+        async with create_sessionmaker(engine)() as db:
+            settings = {"model": "openai/not-on-any-allow-list"}
+            await store.update_session(db, "a", "chat-2", {"settings": settings})
+            await db.commit()
+    finally:
+        await engine.dispose()
+
+    code, said = await moved("--tenant", "a", "--from", source, "--to", target)
+
+    assert code == 0, said
+    engine = create_engine(target)
+    try:
+        async with create_sessionmaker(engine)() as db:
+            moved_session = await store.get_session(db, "a", "chat-2")
+    finally:
+        await engine.dispose()
+    assert moved_session.settings == {"model": "openai/not-on-any-allow-list"}
+
+
+@PAIRS
 async def test_a_run_after_a_crash_between_copy_and_delete_finishes_the_move(
     urls: tuple[str, str],
 ) -> None:
@@ -122,7 +149,8 @@ async def test_a_run_after_a_crash_between_copy_and_delete_finishes_the_move(
     try:
         # the first run copied chat-1 and died before deleting it from the source
         source_db, target_db = (create_database(engine) for engine in engines)
-        await import_session(target_db, "a", await export_session(source_db, "a", "chat-1"), 10**9)
+        exported = await export_session(source_db, "a", "chat-1")
+        await import_session(target_db, "a", exported, 10**9, allowed_models=None)
     finally:
         for engine in engines:
             await engine.dispose()
