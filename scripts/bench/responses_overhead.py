@@ -15,9 +15,9 @@ target (TARGET_ADDED_MS).
 
 Rows without a target explain the others. "litellm alone" measures `litellm.aresponses` the
 same way, against the `openai` package, no Precis between. The "bare HTTP" rows make both calls
-as bare `httpx` requests: the `openai` package encodes every item it sends (about 6 ms of CPU
-for the ten turns here), which the direct call pays and the call through Precis, sending the
-question alone, does not; without it, the difference is what the Precis server itself adds, and
+as bare `httpx` requests: the `openai` package encodes every item it sends (compare the direct
+columns of the two kinds of rows), which the direct call pays and the call through Precis,
+sending the question alone, does not; without it, the difference is what the Precis server itself adds, and
 "litellm alone, bare HTTP" the share of it that is litellm's.
 """
 
@@ -63,6 +63,8 @@ QUESTION = "How are you today?"
 OUTPUT_TOKENS = 50
 TARGET_ADDED_MS = 3.0
 """The issue's bar: what Precis may add to a call at p50, the history load included."""
+HEADERS = {"content-type": "application/json", "authorization": "Bearer bench"}
+"""The bare HTTP requests' headers (the fake and a development-mode Precis take any key)."""
 
 
 @dataclass
@@ -111,24 +113,57 @@ async def _timed(calls: int, prepare: Any, call: Any) -> list[float]:
     return samples
 
 
+async def _nothing() -> None:
+    return None
+
+
+async def _alternated(
+    label: str, calls: int, direct: Any, prepare: Any, other: Any, targeted: bool = True
+) -> OverheadRow:
+    """`direct()` against `other(prepare())`, alternated a few calls at a time so that drift
+    of the machine hits both alike."""
+    direct_samples: list[float] = []
+    other_samples: list[float] = []
+    for _ in range(calls // ROUND_CALLS):
+        direct_samples += await _timed(ROUND_CALLS, _nothing, direct)
+        other_samples += await _timed(ROUND_CALLS, prepare, other)
+    return OverheadRow(
+        label, calls, *_quantiles(direct_samples), *_quantiles(other_samples), targeted
+    )
+
+
+def _asked() -> list[Any]:
+    """What the model is sent: the conversation so far and the next question."""
+    return [*seed_turns(), {"type": "message", "role": "user", "content": QUESTION}]
+
+
+def _bare_direct_call(client: httpx.AsyncClient, fake: FakeLLM) -> Any:
+    """The direct call as a bare HTTP request, its body encoded once."""
+    body = json.dumps(
+        {"model": "fake", "input": _asked(), "max_output_tokens": OUTPUT_TOKENS}
+    ).encode()
+
+    async def call(_: None) -> None:
+        answer = await client.post(f"{fake.base_url}/responses", content=body, headers=HEADERS)
+        answer.raise_for_status()
+
+    return call
+
+
 async def measure(
     base_url: str, fake: FakeLLM, backend: str, calls: int, model: str = MODEL
 ) -> OverheadRow:
+    """The chat app's call with the `openai` package: to the fake directly, and through
+    Precis."""
     direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
     proxied = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench")
-    seed = seed_turns()
-    question: Any = {"type": "message", "role": "user", "content": QUESTION}
-
-    async def nothing() -> None:
-        return None
+    asked = _asked()
 
     async def call_direct(_: None) -> None:
-        await direct.responses.create(
-            model="fake", input=[*seed, question], max_output_tokens=OUTPUT_TOKENS
-        )
+        await direct.responses.create(model="fake", input=asked, max_output_tokens=OUTPUT_TOKENS)
 
     async def new_conversation() -> str:
-        created = await proxied.conversations.create(items=seed)
+        created = await proxied.conversations.create(items=seed_turns())
         return created.id
 
     async def call_proxied(conversation: str) -> None:
@@ -136,17 +171,10 @@ async def measure(
             model=model, input=QUESTION, conversation=conversation, max_output_tokens=OUTPUT_TOKENS
         )
 
-    direct_samples: list[float] = []
-    proxied_samples: list[float] = []
-    # alternated, a few calls at a time, so that drift of the machine hits both alike
-    for _ in range(calls // ROUND_CALLS):
-        direct_samples += await _timed(ROUND_CALLS, nothing, call_direct)
-        proxied_samples += await _timed(ROUND_CALLS, new_conversation, call_proxied)
+    row = await _alternated(backend, calls, call_direct, new_conversation, call_proxied)
     await direct.close()
     await proxied.close()
-    direct_p50, direct_p95 = _quantiles(direct_samples)
-    proxied_p50, proxied_p95 = _quantiles(proxied_samples)
-    return OverheadRow(backend, calls, direct_p50, direct_p95, proxied_p50, proxied_p95)
+    return row
 
 
 async def measure_raw(
@@ -156,25 +184,13 @@ async def measure_raw(
     what the Precis server adds, without the `openai` package's request encoding, which costs
     the direct call more (it encodes every item of the conversation, where the call through
     Precis sends the question alone)."""
-    seed = seed_turns()
-    question = {"type": "message", "role": "user", "content": QUESTION}
-    direct_body = json.dumps(
-        {"model": "fake", "input": [*seed, question], "max_output_tokens": OUTPUT_TOKENS}
-    ).encode()
-    headers = {"content-type": "application/json", "authorization": "Bearer bench"}
     async with httpx.AsyncClient(timeout=60) as client:
 
-        async def nothing() -> None:
-            return None
-
-        async def call_direct(_: None) -> None:
-            answer = await client.post(
-                f"{fake.base_url}/responses", content=direct_body, headers=headers
-            )
-            answer.raise_for_status()
-
         async def new_conversation() -> bytes:
-            created = await client.post(f"{base_url}/v1/conversations", json={"items": seed})
+            created = await client.post(
+                f"{base_url}/v1/conversations", json={"items": seed_turns()}, headers=HEADERS
+            )
+            created.raise_for_status()
             body = {
                 "model": model,
                 "input": QUESTION,
@@ -184,67 +200,66 @@ async def measure_raw(
             return json.dumps(body).encode()
 
         async def call_proxied(body: bytes) -> None:
-            answer = await client.post(f"{base_url}/v1/responses", content=body, headers=headers)
+            answer = await client.post(f"{base_url}/v1/responses", content=body, headers=HEADERS)
             answer.raise_for_status()
 
-        direct_samples: list[float] = []
-        proxied_samples: list[float] = []
-        for _ in range(calls // ROUND_CALLS):
-            direct_samples += await _timed(ROUND_CALLS, nothing, call_direct)
-            proxied_samples += await _timed(ROUND_CALLS, new_conversation, call_proxied)
-    direct_p50, direct_p95 = _quantiles(direct_samples)
-    proxied_p50, proxied_p95 = _quantiles(proxied_samples)
-    return OverheadRow(
-        f"{backend}, bare HTTP", calls, direct_p50, direct_p95, proxied_p50, proxied_p95, False
-    )
+        return await _alternated(
+            f"{backend}, bare HTTP",
+            calls,
+            _bare_direct_call(client, fake),
+            new_conversation,
+            call_proxied,
+            targeted=False,
+        )
 
 
-async def litellm_floor_raw(fake: FakeLLM, calls: int, model: str = MODEL) -> OverheadRow:
-    """What litellm itself costs a call: `litellm.aresponses` against a bare HTTP request of
-    the same body."""
+async def _litellm_call(fake: FakeLLM, model: str) -> Any:
+    """`litellm.aresponses` of what the model is sent, no Precis between."""
     from summarizer.llm import load_litellm
 
     litellm = await load_litellm()
-    items = [*seed_turns(), {"type": "message", "role": "user", "content": QUESTION}]
-    body = json.dumps(
-        {"model": "fake", "input": items, "max_output_tokens": OUTPUT_TOKENS}
-    ).encode()
-    headers = {"content-type": "application/json", "authorization": "Bearer bench"}
-    async with httpx.AsyncClient(timeout=60) as client:
+    asked = _asked()
 
-        async def nothing() -> None:
-            return None
+    async def call(_: None) -> None:
+        await litellm.aresponses(
+            model=model,
+            input=asked,
+            max_output_tokens=OUTPUT_TOKENS,
+            api_base=fake.base_url,
+            api_key="bench",
+            num_retries=0,
+        )
 
-        async def call_direct(_: None) -> None:
-            answer = await client.post(f"{fake.base_url}/responses", content=body, headers=headers)
-            answer.raise_for_status()
+    return call
 
-        async def call_litellm(_: None) -> None:
-            await litellm.aresponses(
-                model=model,
-                input=items,
-                max_output_tokens=OUTPUT_TOKENS,
-                api_base=fake.base_url,
-                api_key="bench",
-                num_retries=0,
-            )
 
-        direct_samples: list[float] = []
-        litellm_samples: list[float] = []
-        for _ in range(calls // ROUND_CALLS):
-            direct_samples += await _timed(ROUND_CALLS, nothing, call_direct)
-            litellm_samples += await _timed(ROUND_CALLS, nothing, call_litellm)
-    direct_p50, direct_p95 = _quantiles(direct_samples)
-    litellm_p50, litellm_p95 = _quantiles(litellm_samples)
-    return OverheadRow(
-        "litellm alone, bare HTTP",
-        calls,
-        direct_p50,
-        direct_p95,
-        litellm_p50,
-        litellm_p95,
-        False,
+async def litellm_floor(fake: FakeLLM, calls: int, model: str = MODEL) -> OverheadRow:
+    """litellm against the `openai` package, both in this process, no Precis between."""
+    direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
+    asked = _asked()
+
+    async def call_direct(_: None) -> None:
+        await direct.responses.create(model="fake", input=asked, max_output_tokens=OUTPUT_TOKENS)
+
+    litellm_call = await _litellm_call(fake, model)
+    row = await _alternated(
+        "litellm alone", calls, call_direct, _nothing, litellm_call, targeted=False
     )
+    await direct.close()
+    return row
+
+
+async def litellm_floor_raw(fake: FakeLLM, calls: int, model: str = MODEL) -> OverheadRow:
+    """What litellm itself costs a call: against a bare HTTP request of the same body."""
+    async with httpx.AsyncClient(timeout=60) as client:
+        return await _alternated(
+            "litellm alone, bare HTTP",
+            calls,
+            _bare_direct_call(client, fake),
+            _nothing,
+            await _litellm_call(fake, model),
+            targeted=False,
+        )
 
 
 @asynccontextmanager
@@ -262,45 +277,6 @@ async def migrated_database(backend: str, postgres_admin_url: str) -> AsyncItera
         url = f"sqlite+aiosqlite:///{Path(folder) / 'responses.db'}"
         await asyncio.to_thread(scratch_db.migrate, url)
         yield url
-
-
-async def litellm_floor(fake: FakeLLM, calls: int, model: str = MODEL) -> OverheadRow:
-    """What litellm alone adds to the same call: `litellm.aresponses` against the `openai`
-    package, both in this process, no Precis in between (the floor of any path through
-    litellm)."""
-    from summarizer.llm import load_litellm
-
-    litellm = await load_litellm()
-    direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
-    items = [*seed_turns(), {"type": "message", "role": "user", "content": QUESTION}]
-
-    async def nothing() -> None:
-        return None
-
-    async def call_direct(_: None) -> None:
-        await direct.responses.create(model="fake", input=items, max_output_tokens=OUTPUT_TOKENS)
-
-    async def call_litellm(_: None) -> None:
-        await litellm.aresponses(
-            model=model,
-            input=items,
-            max_output_tokens=OUTPUT_TOKENS,
-            api_base=fake.base_url,
-            api_key="bench",
-            num_retries=0,
-        )
-
-    direct_samples: list[float] = []
-    litellm_samples: list[float] = []
-    for _ in range(calls // ROUND_CALLS):
-        direct_samples += await _timed(ROUND_CALLS, nothing, call_direct)
-        litellm_samples += await _timed(ROUND_CALLS, nothing, call_litellm)
-    await direct.close()
-    direct_p50, direct_p95 = _quantiles(direct_samples)
-    litellm_p50, litellm_p95 = _quantiles(litellm_samples)
-    return OverheadRow(
-        "litellm alone", calls, direct_p50, direct_p95, litellm_p50, litellm_p95, False
-    )
 
 
 async def run(

@@ -306,23 +306,29 @@ async def test_timeline_pages_by_200_seqs(
     assert "page 1 of 2" in first and 'id="page-next"' in first
 
 
-async def test_a_summarys_sources_page_by_200_seqs(
+async def test_a_summarys_sources_page_by_200_seqs_of_its_own_range(
     app: FastAPI, console_a: httpx.AsyncClient, api: httpx.AsyncClient
 ) -> None:
     sid = f"console-wide-{uuid.uuid4().hex[:8]}"
-    batch = {"messages": [user(f"m{n}") for n in range(250)]}
-    assert (await api.post(f"/v1/sessions/{sid}/messages", json=batch, headers=A)).is_success
+    batch = {"messages": [user(f"m{n}") for n in range(300)]}
+    said = await api.post(f"/v1/sessions/{sid}/messages", json=batch, headers=A)
+    assert said.is_success
+    removed_id = said.json()["messages"][59]["id"]  # seq 60: in the range, linked by nothing
+    assert (await api.delete(f"/v1/sessions/{sid}/messages/{removed_id}", headers=A)).is_success
     async with app.state.sessionmaker() as db:
         session = await store.get_session(db, "tenant_a", sid)
-        wide = await store.save_summary(db, session.id, summary_draft(1, 250))
+        await store.save_summary(db, session.id, summary_draft(1, 50))
+        wide = await store.save_summary(db, session.id, summary_draft(51, 300))
         await db.commit()
+
     first = await _page(console_a, f"/console/summaries/{wide.id}")
     last = await _page(console_a, f"/console/summaries/{wide.id}?page=2")
-    assert re.findall(r'data-seq="(\d+)"', first) == [str(s) for s in range(1, 201)]
-    assert re.findall(r'data-seq="(\d+)"', last) == [str(s) for s in range(201, 251)]
-    assert "Source messages (250)" in first
-    assert "page 1 of 2" in first and 'id="page-next"' in first
-    assert "page 2 of 2" in last and 'id="page-previous"' in last
+
+    assert re.findall(r'data-seq="(\d+)"', first) == [str(s) for s in range(51, 251) if s != 60]
+    assert re.findall(r'data-seq="(\d+)"', last) == [str(s) for s in range(251, 301)]
+    assert "Source messages (249)" in first
+    assert "seqs 51..250 · page 1 of 2" in first and 'id="page-next"' in first
+    assert "seqs 251..300 · page 2 of 2" in last and 'id="page-previous"' in last
 
 
 async def test_development_mode_serves_loopback_only(database_url: str) -> None:
