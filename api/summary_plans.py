@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from api import store
 from api.context import edited_tokens
@@ -155,28 +154,18 @@ def outage_defers(policy: SummaryPolicy, backlog: store.Backlog, factor: float) 
     return tokens is None or tokens < factor * policy.max_context_tokens
 
 
-class _Span(NamedTuple):
-    """What a summary's row says of its sources: their first and last message, and count."""
-
-    first_id: int
-    last_id: int
-    first_at: datetime
-    last_at: datetime
-    messages: int
-    last_seq: int
-
-
-def _span(source: store.MessageRow | store.SummaryRow) -> _Span:
+def _covered(source: store.MessageRow | store.SummaryRow) -> tuple[int, store.SourceSpan]:
+    """A source's last seq, and what it says of the messages it stands for."""
     if isinstance(source, store.SummaryRow):
-        return _Span(
+        return source.last_seq, store.SourceSpan(
             source.first_message_id,
             source.last_message_id,
+            source.message_count,
             source.first_message_at,
             source.last_message_at,
-            source.message_count,
-            source.last_seq,
         )
-    return _Span(source.id, source.id, source.created_at, source.created_at, 1, source.seq)
+    at = source.created_at
+    return source.seq, store.SourceSpan(source.id, source.id, 1, at, at)
 
 
 def unsaved_row(
@@ -187,13 +176,13 @@ def unsaved_row(
     """The row `draft` would be once saved, kept in memory (id 0): what a preview answers and
     assembles its context from. `sources`: the messages its range starts with, or the
     summaries a roll-up absorbs, oldest first."""
-    spans = [span for span in map(_span, sources) if span.last_seq <= draft.last_seq]
+    spans = [span for last_seq, span in map(_covered, sources) if last_seq <= draft.last_seq]
     covered = store.SourceSpan(
-        spans[0].first_id,
-        spans[-1].last_id,
-        sum(span.messages for span in spans),
-        spans[0].first_at,
-        spans[-1].last_at,
+        spans[0].first_message_id,
+        spans[-1].last_message_id,
+        sum(span.message_count for span in spans),
+        spans[0].first_message_at,
+        spans[-1].last_message_at,
     )
     values = store.summary_values(draft, session_key, covered, utcnow())
     return store.SummaryRow(id=0, superseded_by=None, erased_at=None, **values)

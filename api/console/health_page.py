@@ -18,6 +18,8 @@ def body(
     fallbacks_made: dict[str, float],
     repaired: float,
 ) -> str:
+    """The health page: job counts, the jobs and the fallbacks waiting for repair, and this
+    process's LLM failures, fallbacks and repairs (its counters)."""
     summary = (
         f'<p id="job-counts">jobs queued <b id="jobs-pending">{counts.get("pending", 0)}</b> · '
         f'running <b id="jobs-running">{counts.get("running", 0)}</b> · whose last attempt '

@@ -23,14 +23,17 @@ attributes are allowed (they place the summaries' bars and can run nothing)."""
 
 
 def esc(value: object) -> str:
+    """`value` as text safe between tags."""
     return escape(str(value), quote=False)
 
 
 def attr(value: object) -> str:
+    """`value` as text safe inside a quoted attribute."""
     return escape(str(value), quote=True)
 
 
 def when(value: datetime | None) -> str:
+    """A moment in UTC to the second (`-` for none)."""
     if value is None:
         return "-"
     moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
@@ -102,4 +105,5 @@ def session_path(external_id: str) -> str:
 
 
 def not_found(what: str) -> str:
+    """The body of a 404 page: what was not found, and the way back."""
     return f'<p class="problem">{esc(what)}</p><p><a href="/console">All sessions</a></p>'

@@ -30,6 +30,7 @@ def message_text(message: MessageRow) -> str:
 
 
 def part_text(part: Any) -> str:
+    """A content part as text: its text, else its type in brackets."""
     if isinstance(part, dict):
         if isinstance(part.get("text"), str):
             return str(part["text"])
@@ -38,26 +39,31 @@ def part_text(part: Any) -> str:
 
 
 def state(summary: SummaryRow) -> str:
+    """`live`, `superseded` or `erased`."""
     if summary.erased_at is not None:
         return "erased"
     return "live" if summary.superseded_by is None else "superseded"
 
 
 def is_fallback(summary: SummaryRow) -> bool:
+    """Made without the model (it waits for its repair while live)."""
     return summary.model == FALLBACK_MODEL
 
 
 def is_repair(summary: SummaryRow) -> bool:
+    """Made to replace a fallback (`metadata.repair_of` names it)."""
     return (summary.metadata or {}).get("repair_of") is not None
 
 
 def message_class(message: MessageRow) -> str:
+    """The row's class in a timeline: `removed`, `orphaned` (no view shows it) or `shown`."""
     if message.removed_at is not None:
         return "removed"
     return "orphaned" if message.orphaned_at is not None else "shown"
 
 
 def value_text(value: Any) -> str:
+    """A metadata value as the summary page shows it."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):

@@ -6,6 +6,7 @@ from api.console.html import esc
 
 
 def body(problem: str | None) -> str:
+    """The login form, with `problem` (a wrong key) above it."""
     shown = f'<p class="problem" id="problem">{esc(problem)}</p>' if problem else ""
     return (
         f'{shown}<form method="post" action="/console/login" id="login">'

@@ -31,6 +31,8 @@ def body(
     history: History,
     max_tokens: int,
 ) -> str:
+    """A session's page: its facts, the pager, the summaries over `window` as bars, the
+    timeline of `messages`, and the context `history` holds for `max_tokens`."""
     base = "/sessions/" + session_path(session.external_id)
     facts = (
         f'<p class="facts">{session.last_seq - session.removed_count} messages '

@@ -15,6 +15,8 @@ def body(
     prefix: str,
     next_cursor: str | None,
 ) -> str:
+    """The sessions list: a search by id prefix, one row per session with its counts, and a
+    link to the next page (`next_cursor`) when there is one."""
     search = (
         '<form method="get" action="/console" id="search"><label>Session id starts with '
         f'<input name="q" value="{attr(prefix)}" maxlength="128"></label> '
