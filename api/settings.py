@@ -261,8 +261,9 @@ class Settings(BaseSettings):
     """What every summary must keep, unless a session says otherwise (none by default)."""
     summary_outage_backlog_factor: Annotated[float, Field(ge=1, le=100)] = 2.0
     """While the summarizer model is unavailable, a background summary is put off (nothing
-    stored, retried with backoff) until the backlog reaches this many times the proactive
-    trigger (messages or tokens); only then is a fallback summary stored. 1: at once."""
+    stored, retried with backoff) until the backlog reaches this many times the size the
+    proactive trigger keeps a context at (`max_context_tokens` tokens with the token trigger
+    on, else `message_limit` messages); only then is a fallback summary stored. 1: at once."""
 
     clear_tool_results_trigger_tokens: NonNegativeInt = 0
     """Unsummarized tokens past which old tool results load as placeholders (0: off)."""

@@ -146,12 +146,15 @@ def joined_instructions(*given: str | None) -> str | None:
 
 def outage_defers(policy: SummaryPolicy, backlog: store.Backlog, factor: float) -> bool:
     """Whether a background summary the model could not write is put off rather than stored
-    as a fallback: while the backlog stays under `factor` times the proactive trigger, the raw
-    messages keep every fact and still fit where the trigger is meant to keep them."""
-    if backlog.message_count >= factor * policy.message_limit:
-        return False
+    as a fallback: while the backlog stays under `factor` times the size the proactive trigger
+    keeps a context at, the raw messages keep every fact and still fit. That size is tokens
+    (`max_context_tokens`) when the token trigger is on: many small messages are no reason
+    for a summary that loses facts; with it off (or tokens not counted), messages
+    (`message_limit`)."""
     tokens = backlog.token_count
-    return tokens is None or tokens < factor * policy.max_context_tokens
+    if policy.dynamic_summary_enabled and tokens is not None:
+        return tokens < factor * policy.max_context_tokens
+    return backlog.message_count < factor * policy.message_limit
 
 
 def _covered(source: store.MessageRow | store.SummaryRow) -> tuple[int, store.SourceSpan]:

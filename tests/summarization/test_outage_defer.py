@@ -51,8 +51,11 @@ def turns(count: int, tag: str) -> list[dict[str, Any]]:
     ]
 
 
-async def deferred_job(sessionmaker: async_sessionmaker[AsyncSession]) -> SummaryJob:
-    """The job once the worker has deferred it (its `last_error` says so)."""
+async def deferred_job(
+    sessionmaker: async_sessionmaker[AsyncSession], after: int = 0
+) -> SummaryJob:
+    """The job once the worker has deferred it (its `last_error` says so) more than `after`
+    attempts in all."""
     deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
     while asyncio.get_running_loop().time() < deadline:
         async with sessionmaker() as db:
@@ -61,6 +64,7 @@ async def deferred_job(sessionmaker: async_sessionmaker[AsyncSession]) -> Summar
             job is not None
             and job.status == "pending"
             and (job.last_error or "").startswith("deferred")
+            and job.attempts > after
         ):
             return job
         await asyncio.sleep(0.05)
@@ -109,7 +113,7 @@ async def test_once_the_model_is_back_the_deferred_job_makes_a_real_summary(
         assert await db.scalar(select(SummaryJob)) is None
 
 
-async def test_past_the_outage_bound_a_background_summary_stores_its_fallback(
+async def test_many_small_messages_past_twice_the_message_limit_still_wait(
     client: httpx.AsyncClient,
     fake_llm: FakeLLM,
     sessionmaker: async_sessionmaker[AsyncSession],
@@ -117,14 +121,34 @@ async def test_past_the_outage_bound_a_background_summary_stores_its_fallback(
 ) -> None:
     fake_llm.fail_always(503)
     await append(client, sid, *turns(MESSAGE_LIMIT, "a"))
+    first = await deferred_job(sessionmaker)
+    await append(client, sid, *turns(3 * MESSAGE_LIMIT, "b"))  # a few hundred tokens in all
+    await deferred_job(sessionmaker, after=first.attempts)
+    assert await summaries(client, sid) == []
+    loaded = await history(client, sid)
+    assert len(loaded["context"]) == 4 * MESSAGE_LIMIT  # every message, every fact
+
+
+async def test_past_the_outage_bound_a_background_summary_stores_its_fallback(
+    client: httpx.AsyncClient,
+    fake_llm: FakeLLM,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    sid: str,
+) -> None:
+    fake_llm.fail_always(503)
+    # a token trigger of 50: four messages (44 tokens) wait, twelve (132) pass twice it
+    settings = {"max_context_tokens": 50}
+    created = await client.post("/v1/sessions", json={"id": sid, "settings": settings})
+    assert created.status_code == 201, created.text
+    await append(client, sid, *turns(MESSAGE_LIMIT, "a"))
     await deferred_job(sessionmaker)
-    # the backlog now reaches twice the trigger: the job's next run stores the fallback
-    await append(client, sid, *turns(MESSAGE_LIMIT, "b"))
+    # the backlog now holds twice the token trigger: the job's next run stores the fallback
+    await append(client, sid, *turns(2 * MESSAGE_LIMIT, "b"))
     [summary] = (await wait_for_summary(client, sid))["summaries"]
     assert summary["model"] == "fallback"
     assert summary["metadata"]["fallback_reason"] == "llm_unavailable"
     assert summary["metadata"]["trigger"] == "proactive"
-    assert (summary["first_seq"], summary["last_seq"]) == (1, 2 * MESSAGE_LIMIT)
+    assert (summary["first_seq"], summary["last_seq"]) == (1, 3 * MESSAGE_LIMIT)
 
 
 async def quiet_session(client: httpx.AsyncClient, sid: str) -> None:
@@ -159,12 +183,25 @@ async def test_during_an_outage_a_budgeted_history_load_still_stores_a_fallback(
     assert summary["metadata"]["trigger_reason"] == "token_limit"
 
 
-def test_the_outage_bound_is_the_factor_times_either_trigger() -> None:
+def test_the_outage_bound_is_the_factor_times_the_tokens_the_trigger_keeps() -> None:
     policy = Settings(
         _env_file=None, summary_message_limit=10, summary_max_context_tokens=1000
     ).policy()
     assert outage_defers(policy, Backlog(0, 19, 1999), 2.0)
-    assert not outage_defers(policy, Backlog(0, 20, 0), 2.0)
+    assert outage_defers(policy, Backlog(0, 500, 1999), 2.0)  # many small messages wait
     assert not outage_defers(policy, Backlog(0, 3, 2000), 2.0)
-    assert outage_defers(policy, Backlog(0, 3, None), 2.0)
-    assert not outage_defers(policy, Backlog(0, 10, 0), 1.0)
+    assert not outage_defers(policy, Backlog(0, 3, 1000), 1.0)
+    # tokens not counted: the messages decide
+    assert outage_defers(policy, Backlog(0, 19, None), 2.0)
+    assert not outage_defers(policy, Backlog(0, 20, None), 2.0)
+
+
+def test_with_the_token_trigger_off_the_outage_bound_is_in_messages() -> None:
+    policy = Settings(
+        _env_file=None,
+        summary_message_limit=10,
+        summary_max_context_tokens=1000,
+        dynamic_summary_enabled=False,
+    ).policy()
+    assert outage_defers(policy, Backlog(0, 19, 50_000), 2.0)
+    assert not outage_defers(policy, Backlog(0, 20, 0), 2.0)
