@@ -11,6 +11,7 @@ overrides), derandomized so a run is reproducible (PRECIS_FUZZ_RANDOM=1 explores
 
 from __future__ import annotations
 
+import copy
 import os
 import secrets
 from collections.abc import Iterator
@@ -21,11 +22,13 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
+from schemathesis.core.failures import AcceptedNegativeData, FailureGroup
 
 from api.main import create_app
 from tests.conftest import migrated_database
 from tests.support import json_lines  # noqa: F401  (registers the import body's serializer)
 from tests.support.live_server import LiveServer
+from tests.support.openapi_bodies import body_is_valid
 
 FUZZ_EXAMPLES = int(os.environ.get("PRECIS_FUZZ_EXAMPLES", "30"))
 """Generated requests per operation: about 30 s for the whole run on both databases."""
@@ -80,8 +83,10 @@ def live_api(fuzz_database: str, tmp_path_factory: pytest.TempPathFactory) -> It
     assert "Traceback" not in log.read_text(), server.log_tail(80)
 
 
-schema = schemathesis.openapi.from_dict(create_app().openapi())
+DOCUMENT = create_app().openapi()
 """The document the app serves at /openapi.json (built without starting the app)."""
+
+schema = schemathesis.openapi.from_dict(copy.deepcopy(DOCUMENT))
 
 
 @schema.parametrize()
@@ -94,4 +99,17 @@ schema = schemathesis.openapi.from_dict(create_app().openapi())
 )
 def test_the_api_conforms_to_its_openapi_document(case: Any, live_api: str) -> None:
     excluded = NOT_EXPRESSIBLE + (SHARED_PATH_CHECKS if case.path == SHARED_PATH else [])
-    case.call_and_validate(base_url=live_api, headers=AUTH, timeout=30, excluded_checks=excluded)
+    try:
+        case.call_and_validate(
+            base_url=live_api, headers=AUTH, timeout=30, excluded_checks=excluded
+        )
+    except FailureGroup as found:
+        if not all(_valid_after_all(failure, case) for failure in found.exceptions):
+            raise
+
+
+def _valid_after_all(failure: BaseException, case: Any) -> bool:
+    """A "schema-violating request accepted" whose body the document accepts after all."""
+    return isinstance(failure, AcceptedNegativeData) and body_is_valid(
+        DOCUMENT, case.path, case.method, case.body
+    )

@@ -28,6 +28,7 @@ from api.auth import OPEN_PATHS
 from api.main import create_app
 from tests.conftest import make_settings, run_alembic
 from tests.support.live_server import REPO_ROOT, LiveServer
+from tests.support.openapi_bodies import body_is_valid
 
 EXCLUDED_PATHS = ("/v1/responses",)
 """Operations schemathesis leaves out: `POST /v1/responses` calls an upstream model, which no
@@ -282,3 +283,15 @@ def test_schemathesis_finds_no_disagreement_with_api_keys(tmp_path: Path) -> Non
     key = secrets.token_urlsafe(16)
     failures = _served_run(tmp_path, {"api_keys": f"fuzz:{key}"}, (f"Authorization: Bearer {key}",))
     assert failures == [], "\n".join(failures)
+
+
+def test_a_body_the_negative_data_check_mutated_into_another_branch_is_valid() -> None:
+    # ST201 reported these bodies as schema-violating (an array of a JSON value turned into a
+    # number); a number is a JSON value too, so both schemathesis tests drop such reports
+    document = create_app().openapi()
+    mutated = {"messages": [{"role": "developer", "content": "x", "metadata": {"k": 2.25e-262}}]}
+    assert body_is_valid(document, "/v1/sessions/{session_id}/messages", "POST", mutated)
+    items = {"items": [{"type": "reasoning", "summary": [], "k": 0.5}]}
+    assert body_is_valid(document, "/v1/conversations", "POST", items)
+    assert not body_is_valid(document, "/v1/conversations", "POST", {"items": 5})
+    assert not body_is_valid(document, "/v1/sessions/{session_id}/messages", "POST", {"x": 1})
