@@ -17,8 +17,8 @@ Rows without a target explain the others. "litellm alone" measures `litellm.ares
 same way, against the `openai` package, no Precis between. The "bare HTTP" rows make both calls
 as bare `httpx` requests: the `openai` package encodes every item it sends (compare the direct
 columns of the two kinds of rows), which the direct call pays and the call through Precis,
-sending the question alone, does not; without it, the difference is what the Precis server itself adds, and
-"litellm alone, bare HTTP" the share of it that is litellm's.
+sending the question alone, does not; without it, the difference is what the Precis server
+itself adds, and "litellm alone, bare HTTP" the share of it that is litellm's.
 """
 
 from __future__ import annotations
