@@ -150,7 +150,9 @@ def outage_defers(policy: SummaryPolicy, backlog: store.Backlog, factor: float) 
     keeps a context at, the raw messages keep every fact and still fit. That size is tokens
     (`max_context_tokens`) when the token trigger is on: many small messages are no reason
     for a summary that loses facts; with it off (or tokens not counted), messages
-    (`message_limit`)."""
+    (`message_limit`). A factor of 1 puts nothing off: the fallback is stored at once."""
+    if factor <= 1:
+        return False
     tokens = backlog.token_count
     if policy.dynamic_summary_enabled and tokens is not None:
         return tokens < factor * policy.max_context_tokens

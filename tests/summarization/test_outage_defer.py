@@ -190,7 +190,7 @@ def test_the_outage_bound_is_the_factor_times_the_tokens_the_trigger_keeps() -> 
     assert outage_defers(policy, Backlog(0, 19, 1999), 2.0)
     assert outage_defers(policy, Backlog(0, 500, 1999), 2.0)  # many small messages wait
     assert not outage_defers(policy, Backlog(0, 3, 2000), 2.0)
-    assert not outage_defers(policy, Backlog(0, 3, 1000), 1.0)
+    assert not outage_defers(policy, Backlog(0, 3, 10), 1.0)  # a factor of 1: at once
     # tokens not counted: the messages decide
     assert outage_defers(policy, Backlog(0, 19, None), 2.0)
     assert not outage_defers(policy, Backlog(0, 20, None), 2.0)
