@@ -19,9 +19,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table
 from sqlalchemy.dialects import sqlite
 
 from api.append.batch import (
@@ -35,7 +34,7 @@ from api.append.batch import (
     stored_row,
 )
 from api.db import driver
-from api.db.models import Message, Session, utcnow
+from api.db.models import MESSAGES, SESSIONS, utcnow
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.store.retention import NEVER_IDLE, unexpired_sql
@@ -53,7 +52,7 @@ _INSERTED = tuple(column for column in MESSAGE_COLUMNS if column.name != "id")
 _SESSION_DECODERS = driver.decoders(SESSION_COLUMNS, _DIALECT)
 _MESSAGE_DECODERS = driver.decoders(MESSAGE_COLUMNS, _DIALECT)
 _MESSAGE_ENCODERS = driver.encoders(_INSERTED, _DIALECT)
-_TIME_ENCODER = driver.encoders([cast(Table, Session.__table__).c.updated_at], _DIALECT)[0]
+_TIME_ENCODER = driver.encoders([SESSIONS.c.updated_at], _DIALECT)[0]
 
 ROWS_PER_INSERT = 500
 """Messages per INSERT statement: SQLite binds at most 32,766 parameters in one."""
@@ -88,8 +87,7 @@ RETURNING {_SESSION_NAMES}
 """
 
 _INSERT_MESSAGES = (
-    f"INSERT INTO {cast(Table, Message.__table__).name} "
-    f"({', '.join(column.name for column in _INSERTED)}) VALUES "
+    f"INSERT INTO {MESSAGES.name} ({', '.join(column.name for column in _INSERTED)}) VALUES "
 )
 _ONE_ROW = f"({', '.join('?' for _ in _INSERTED)})"
 

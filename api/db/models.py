@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -15,6 +15,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
@@ -274,3 +275,11 @@ class SummarizationLease(Base):
     )
     token: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[datetime]
+
+
+# The tables as SQLAlchemy Core sees them, for the statements built on columns (`.c`).
+SESSIONS = cast(Table, Session.__table__)
+MESSAGES = cast(Table, Message.__table__)
+SUMMARIES = cast(Table, Summary.__table__)
+SUMMARY_LINKS = cast(Table, SummaryMessage.__table__)
+SUMMARY_JOBS = cast(Table, SummaryJob.__table__)

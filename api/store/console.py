@@ -8,12 +8,19 @@ here writes.
 
 from __future__ import annotations
 
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
-from sqlalchemy import Table, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Message, Session, Summary, SummaryJob, SummaryMessage
+from api.db.models import (
+    MESSAGES,
+    SESSIONS,
+    SUMMARIES,
+    SUMMARY_JOBS,
+    SUMMARY_LINKS,
+    Session,
+)
 from api.store.retention import Expiry, unexpired
 from api.store.rows import (
     JOB_COLUMNS,
@@ -28,11 +35,11 @@ from api.store.rows import (
 )
 from summarizer.summarize import FALLBACK_MODEL
 
-_sessions = cast(Table, Session.__table__).c
-_messages = cast(Table, Message.__table__).c
-_summaries = cast(Table, Summary.__table__).c
-_jobs = cast(Table, SummaryJob.__table__).c
-_links = cast(Table, SummaryMessage.__table__).c
+_sessions = SESSIONS.c
+_messages = MESSAGES.c
+_summaries = SUMMARIES.c
+_jobs = SUMMARY_JOBS.c
+_links = SUMMARY_LINKS.c
 
 
 async def sessions_page(

@@ -13,12 +13,9 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 
 from __future__ import annotations
 
-from typing import cast
-
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
-    Table,
     and_,
     func,
     insert,
@@ -32,21 +29,24 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.db.models import (
+    MESSAGES,
+    SESSIONS,
+    SUMMARIES,
+    SUMMARY_LINKS,
+    Message,
+    utcnow,
+)
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, SessionRow
 
-_SESSION_TABLE = cast(Table, Session.__table__)
-_MESSAGE_TABLE = cast(Table, Message.__table__)
-_SUMMARY_TABLE = cast(Table, Summary.__table__)
-_LINK_TABLE = cast(Table, SummaryMessage.__table__)
-_messages = _MESSAGE_TABLE.c
+_messages = MESSAGES.c
 
 SERIALIZATION_FAILURE = "40001"
 """PostgreSQL's SQLSTATE when a snapshot's write meets a row committed after the snapshot."""
 
 COPIED_MESSAGE_COLUMNS = tuple(
     column.name
-    for column in _MESSAGE_TABLE.columns
+    for column in MESSAGES.columns
     if column.name not in ("id", "session_id", "append_id")
 )
 """What a message's copy keeps: everything but its id, its session and the append that stored
@@ -54,7 +54,7 @@ it (internal, and the copy's was not appended)."""
 
 COPIED_SUMMARY_COLUMNS = tuple(
     column.name
-    for column in _SUMMARY_TABLE.columns
+    for column in SUMMARIES.columns
     if column.name
     not in ("id", "session_id", "first_message_id", "last_message_id", "superseded_by", "erased_at")
 )
@@ -89,7 +89,7 @@ async def insert_fork(
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     tombstones = (
         select(func.count())
-        .select_from(_MESSAGE_TABLE)
+        .select_from(MESSAGES)
         .where(
             _messages.session_id == parent.id,
             _messages.seq <= fork_seq,
@@ -99,7 +99,7 @@ async def insert_fork(
     )
     now = utcnow()
     statement = (
-        dialect.insert(_SESSION_TABLE)
+        dialect.insert(SESSIONS)
         .values(
             tenant=parent.tenant,
             external_id=external_id,
@@ -136,7 +136,7 @@ async def copy_messages(db: AsyncSession, parent_key: int, fork_key: int, fork_s
         literal(fork_key, BigInteger), *(_messages[name] for name in COPIED_MESSAGE_COLUMNS)
     ).where(_messages.session_id == parent_key, _messages.seq <= fork_seq)
     await db.execute(
-        insert(_MESSAGE_TABLE).from_select(
+        insert(MESSAGES).from_select(
             ["session_id", *COPIED_MESSAGE_COLUMNS], source.order_by(_messages.seq)
         )
     )
@@ -163,7 +163,7 @@ async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork
     """Copy the parent's summaries a fork at `fork_seq` carries (`carried_at`) into the fork,
     live, each naming the fork's copies of its end messages; how many. Copies its messages
     first (`copy_messages`)."""
-    parent = _SUMMARY_TABLE.alias("parent")
+    parent = SUMMARIES.alias("parent")
     parent_first, fork_first = aliased(Message), aliased(Message)
     parent_last, fork_last = aliased(Message), aliased(Message)
     source = (
@@ -185,7 +185,7 @@ async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork
         .order_by(parent.c.last_seq)
     )
     result = await db.execute(
-        insert(_SUMMARY_TABLE).from_select(
+        insert(SUMMARIES).from_select(
             ["session_id", "first_message_id", "last_message_id", *COPIED_SUMMARY_COLUMNS],
             source,
         )
@@ -199,8 +199,8 @@ async def repoint_superseded(
     """Each carried summary a roll-up (or repair) absorbed that the fork carries too is
     superseded by that roll-up's copy; one absorbed by a roll-up reaching past `fork_seq`
     stays live. One statement."""
-    carried, parent = _SUMMARY_TABLE, _SUMMARY_TABLE.alias("parent")
-    absorbing, absorbing_copy = _SUMMARY_TABLE.alias("absorbing"), _SUMMARY_TABLE.alias("copy")
+    carried, parent = SUMMARIES, SUMMARIES.alias("parent")
+    absorbing, absorbing_copy = SUMMARIES.alias("absorbing"), SUMMARIES.alias("copy")
     copy_of_absorbing = (
         select(absorbing_copy.c.id)
         .select_from(parent)
@@ -227,7 +227,7 @@ async def repoint_superseded(
 async def live_count(db: AsyncSession, fork_key: int) -> int:
     """The fork's live summaries."""
     count = select(func.count()).where(
-        _SUMMARY_TABLE.c.session_id == fork_key, _SUMMARY_TABLE.c.superseded_by.is_(None)
+        SUMMARIES.c.session_id == fork_key, SUMMARIES.c.superseded_by.is_(None)
     )
     return int((await db.execute(count)).scalar_one())
 
@@ -236,8 +236,8 @@ async def link_carried(db: AsyncSession, parent_key: int, fork_key: int, fork_se
     """Link each carried summary to the fork's copies of the messages its parent summary
     links (a roll-up links every message of what it absorbed): the parent's carried summary of
     the same range and level, its links joined on seq to the copies. One statement."""
-    carried, parent = _SUMMARY_TABLE.alias("carried"), _SUMMARY_TABLE.alias("parent")
-    links = _LINK_TABLE.alias("links")
+    carried, parent = SUMMARIES.alias("carried"), SUMMARIES.alias("parent")
+    links = SUMMARY_LINKS.alias("links")
     linked, copy = aliased(Message), aliased(Message)
     source = (
         select(carried.c.id, copy.id)
@@ -255,4 +255,4 @@ async def link_carried(db: AsyncSession, parent_key: int, fork_key: int, fork_se
         .join(copy, and_(copy.session_id == fork_key, copy.seq == linked.seq))
         .where(carried.c.session_id == fork_key)
     )
-    await db.execute(insert(_LINK_TABLE).from_select(["summary_id", "message_id"], source))
+    await db.execute(insert(SUMMARY_LINKS).from_select(["summary_id", "message_id"], source))

@@ -8,12 +8,11 @@ An HTTP history load is two round trips while the tail's first page covers the t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
     Integer,
-    Table,
     bindparam,
     exists,
     func,
@@ -29,7 +28,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql import Executable
 
 from api.db import driver
-from api.db.models import Message, Session, Summary, SummaryJob
+from api.db.models import (
+    MESSAGES,
+    SESSIONS,
+    SUMMARIES,
+    SUMMARY_JOBS,
+)
 from api.db.transactions import ReadSession
 from api.errors import SessionNotFound
 from api.items import joins_next
@@ -50,10 +54,10 @@ from api.store.rows import (
 TAIL_PAGE_SIZE = 64
 """Messages read per round trip when the loader walks back from the newest under a token budget."""
 
-_messages = cast(Table, Message.__table__).c
-_summaries = cast(Table, Summary.__table__).c
-_sessions = cast(Table, Session.__table__).c
-_jobs = cast(Table, SummaryJob.__table__).c
+_messages = MESSAGES.c
+_summaries = SUMMARIES.c
+_sessions = SESSIONS.c
+_jobs = SUMMARY_JOBS.c
 
 _SESSION_WITH_JOB = select(
     *SESSION_COLUMNS,

@@ -7,16 +7,14 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import cast
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Message
+from api.db.models import MESSAGES
 from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, shown
 
-_MESSAGE_TABLE = cast(Table, Message.__table__)
-_messages = _MESSAGE_TABLE.c
+_messages = MESSAGES.c
 
 # The statements are built once: SQLAlchemy memoizes a statement's cache key on the object,
 # so reusing it skips the per-call traversal that a freshly built select() pays.

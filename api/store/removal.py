@@ -22,18 +22,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
 
-from sqlalchemy import ColumnElement, Table, and_, case, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.db.models import MESSAGES, SUMMARIES, Message, Session, Summary, SummaryMessage, utcnow
 from api.errors import SessionGone
 from api.items import joins_next
 from api.store.rows import MESSAGE_COLUMNS, MessageRow, live, shown
 
-_messages = cast(Table, Message.__table__).c
-_summaries = cast(Table, Summary.__table__).c
+_messages = MESSAGES.c
+_summaries = SUMMARIES.c
 
 CALL_SEARCH_PAGE = 64
 """Assistant messages read per round trip while looking back for a tool result's call."""

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
-    Table,
     and_,
     bindparam,
     column,
@@ -40,15 +39,12 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db import driver
-from api.db.models import Message, Session, Summary
+from api.db.models import MESSAGES, SESSIONS, SUMMARIES
 from api.db.transactions import Database, ReadSession
 
-_SESSION_TABLE = cast(Table, Session.__table__)
-_MESSAGE_TABLE = cast(Table, Message.__table__)
-_SUMMARY_TABLE = cast(Table, Summary.__table__)
-_sessions = _SESSION_TABLE.c
-_messages = _MESSAGE_TABLE.c
-_summaries = _SUMMARY_TABLE.c
+_sessions = SESSIONS.c
+_messages = MESSAGES.c
+_summaries = SUMMARIES.c
 
 NEVER_IDLE = datetime(1970, 1, 1, tzinfo=UTC)
 """The idle cutoff when idle expiry is off: every session was updated after it."""
@@ -181,7 +177,7 @@ async def keep_expired(db: AsyncSession, session_key: int, now: datetime) -> Non
     """Set the session's `expires_at` to `now` unless it is earlier: a session deleted over
     several transactions stays expired in between, even if the idle expiry is raised."""
     await db.execute(
-        update(_SESSION_TABLE)
+        update(SESSIONS)
         .where(
             _sessions.id == session_key,
             or_(_sessions.expires_at.is_(None), _sessions.expires_at > now),
@@ -194,7 +190,7 @@ async def delete_messages(db: AsyncSession, session_key: int, after_seq: int, up
     """Delete the session's messages with seqs in `after_seq + 1 .. upto_seq` (a range of the
     `(session_id, seq)` index), their summary links with them (ON DELETE CASCADE); how many."""
     result = await db.execute(
-        delete(_MESSAGE_TABLE).where(
+        delete(MESSAGES).where(
             _messages.session_id == session_key,
             _messages.seq > after_seq,
             _messages.seq <= upto_seq,
@@ -205,12 +201,12 @@ async def delete_messages(db: AsyncSession, session_key: int, after_seq: int, up
 
 async def delete_summaries(db: AsyncSession, session_key: int) -> int:
     """Delete every summary of the session (their remaining links with them); how many."""
-    result = await db.execute(delete(_SUMMARY_TABLE).where(_summaries.session_id == session_key))
+    result = await db.execute(delete(SUMMARIES).where(_summaries.session_id == session_key))
     return int(getattr(result, "rowcount", 0) or 0)
 
 
 async def delete_session_row(db: AsyncSession, session_key: int) -> bool:
     """Delete the session's row (its job and lease with it, ON DELETE CASCADE); whether it was
     there."""
-    result = await db.execute(delete(_SESSION_TABLE).where(_sessions.id == session_key))
+    result = await db.execute(delete(SESSIONS).where(_sessions.id == session_key))
     return bool(getattr(result, "rowcount", 0))

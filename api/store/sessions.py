@@ -7,10 +7,9 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
-    Table,
     bindparam,
     delete,
     select,
@@ -19,13 +18,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Session, utcnow
+from api.db.models import SESSIONS, utcnow
 from api.errors import SessionExists, SessionNotFound
 from api.store.retention import Expiry, unexpired
 from api.store.rows import SESSION_COLUMNS, SessionRow
 
-_SESSION_TABLE = cast(Table, Session.__table__)
-_sessions = _SESSION_TABLE.c
+_sessions = SESSIONS.c
 
 
 async def _insert_session(
@@ -42,7 +40,7 @@ async def _insert_session(
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     now = utcnow()
     result = await db.execute(
-        dialect.insert(_SESSION_TABLE)
+        dialect.insert(SESSIONS)
         .values(
             tenant=tenant,
             external_id=external_id,
@@ -132,7 +130,7 @@ async def update_session(
     the session expiring, makes it 404)."""
     values = {key: changes[key] for key in ("metadata", "settings", "expires_at") if key in changes}
     result = await db.execute(
-        update(_SESSION_TABLE)
+        update(SESSIONS)
         .where(
             _sessions.tenant == tenant,
             _sessions.external_id == external_id,
@@ -152,7 +150,7 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
     """Delete a session; its messages, summaries and links go with it (ON DELETE CASCADE). An
     expired one is `SessionNotFound`: it is the retention sweep's to delete."""
     result = await db.execute(
-        delete(_SESSION_TABLE)
+        delete(SESSIONS)
         .where(
             _sessions.tenant == tenant,
             _sessions.external_id == external_id,

@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
-    Table,
     bindparam,
     func,
     insert,
@@ -22,7 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.db.models import Message, Session, Summary, SummaryMessage, utcnow
+from api.db.models import MESSAGES, SUMMARIES, Message, Session, Summary, SummaryMessage, utcnow
 from api.errors import (
     SessionGone,
     SummaryNotFound,
@@ -32,9 +31,8 @@ from api.store.retention import Expiry, unexpired
 from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow, live, shown
 from summarizer.summarize import FALLBACK_MODEL
 
-_SUMMARY_TABLE = cast(Table, Summary.__table__)
-_summaries = _SUMMARY_TABLE.c
-_messages = cast(Table, Message.__table__).c
+_summaries = SUMMARIES.c
+_messages = MESSAGES.c
 
 _LIVE_SUMMARIES = (
     select(*SUMMARY_COLUMNS)
@@ -288,7 +286,7 @@ async def save_summary(db: AsyncSession, session_key: int, draft: SummaryDraft) 
             "being summarized"
         )
     sources = SourceSpan(first_id, last_id, count, first_at, last_at)
-    insert_summary = insert(_SUMMARY_TABLE).values(
+    insert_summary = insert(SUMMARIES).values(
         **summary_values(draft, session_key, sources, utcnow())
     )
     summary = SummaryRow._make((await db.execute(insert_summary.returning(*SUMMARY_COLUMNS))).one())

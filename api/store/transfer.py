@@ -14,11 +14,10 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
-    Table,
     and_,
     bindparam,
     func,
@@ -32,14 +31,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from api.db.models import Message, Session, Summary, SummaryMessage
+from api.db.models import MESSAGES, SESSIONS, SUMMARIES, Message, SummaryMessage
 from api.store.rows import MESSAGE_COLUMNS, SUMMARY_COLUMNS, MessageRow, SummaryRow
 
-_SESSION_TABLE = cast(Table, Session.__table__)
-_MESSAGE_TABLE = cast(Table, Message.__table__)
-_SUMMARY_TABLE = cast(Table, Summary.__table__)
-_messages = _MESSAGE_TABLE.c
-_summaries = _SUMMARY_TABLE.c
+_messages = MESSAGES.c
+_summaries = SUMMARIES.c
 
 RANGES_PER_LINK_STATEMENT = 100
 """Covered seq ranges linked by one INSERT: a summary's ranges are few unless removals riddle
@@ -170,10 +166,10 @@ async def insert_session(db: AsyncSession, tenant: str, values: Mapping[str, Any
     included); its session key, or None when the tenant already has that session id."""
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     result = await db.execute(
-        dialect.insert(_SESSION_TABLE)
+        dialect.insert(SESSIONS)
         .values(tenant=tenant, **values)
         .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
-        .returning(_SESSION_TABLE.c.id)
+        .returning(SESSIONS.c.id)
     )
     key = result.scalar()
     return None if key is None else int(key)
@@ -187,7 +183,7 @@ async def insert_messages(db: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
     transaction wrote, may answer with a scan of them all)."""
     try:
         async with db.begin_nested():
-            await db.execute(insert(_MESSAGE_TABLE), list(rows))
+            await db.execute(insert(MESSAGES), list(rows))
     except IntegrityError:
         return False
     return True
@@ -226,7 +222,7 @@ async def insert_summary(
     """INSERT a summary (`values`: its columns by name but its session and end messages),
     its ends found by seq; its id."""
     result = await db.execute(
-        insert(_SUMMARY_TABLE)
+        insert(SUMMARIES)
         .values(
             session_id=session_key,
             first_message_id=_message_id_at(session_key, first_message_seq),
