@@ -10,7 +10,7 @@ load `GET /history` makes before it would summarize inline.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Path, Query, Request
@@ -148,28 +148,26 @@ async def login(request: Request) -> Response:
     except PrecisError as exc:
         return _login_form(request, exc.detail)
     answer = RedirectResponse(CONSOLE_PATH, status_code=303)
-    answer.set_cookie(
-        CONSOLE_COOKIE,
-        console_token(key),
-        path=CONSOLE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    answer.set_cookie(CONSOLE_COOKIE, console_token(key), **_cookie_attributes(request))
     return answer
 
 
 @router.get("/logout")
 async def logout(request: Request) -> Response:
     answer = RedirectResponse(f"{CONSOLE_PATH}/login", status_code=303)
-    answer.delete_cookie(
-        CONSOLE_COOKIE,
-        path=CONSOLE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    answer.delete_cookie(CONSOLE_COOKIE, **_cookie_attributes(request))
     return answer
+
+
+def _cookie_attributes(request: Request) -> dict[str, Any]:
+    """The key cookie's scope, set and cleared alike: the console's paths, no script, no other
+    site, and HTTPS only when the console is served over it."""
+    return {
+        "path": CONSOLE_PATH,
+        "httponly": True,
+        "samesite": "strict",
+        "secure": request.url.scheme == "https",
+    }
 
 
 # --- pages ----------------------------------------------------------------------------------
