@@ -43,12 +43,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import argparse
 import asyncio
 import json
-import shutil
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,9 +54,8 @@ from typing import Any
 import httpx
 from alembic import command
 
-from api.main import create_app
-from api.settings import Settings
 from scripts.bench import fidelity_responses, fidelity_tools
+from scripts.bench.lib import in_process_app
 from tests.support import scratch_db
 from tests.support.fake_llm import FakeLLM, running_fake_llm
 
@@ -223,26 +220,13 @@ def tools_session() -> Session:
 # app ----------------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def running_app(
+def running_app(
     template: Path, folder: Path, fake: FakeLLM, **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
+) -> AbstractAsyncContextManager[httpx.AsyncClient]:
     """An app on a fresh copy of the migrated database, summarizing with `fake`."""
-    database = folder / f"run-{time.monotonic_ns()}.db"
-    shutil.copyfile(template, database)
-    settings = Settings(
-        _env_file=None,
-        database_url=f"sqlite+aiosqlite:///{database}",
-        summary_api_base=fake.base_url,
-        **{**BASE_SETTINGS, **overrides},
+    return in_process_app(
+        template, folder, summary_api_base=fake.base_url, **{**BASE_SETTINGS, **overrides}
     )
-    app = create_app(settings)
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as http,
-    ):
-        yield http
 
 
 async def history(http: httpx.AsyncClient, session: str) -> dict[str, Any]:

@@ -36,11 +36,10 @@ import argparse
 import asyncio
 import json
 import random
-import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,8 +47,7 @@ from typing import Any, Literal
 import httpx
 from alembic import command
 
-from api.main import create_app
-from api.settings import Settings
+from scripts.bench.lib import in_process_app
 from summarizer.tokens import count_text
 from tests.support import scratch_db
 from tests.support.fake_llm import MARKER_PATTERN, FakeLLM, running_fake_llm
@@ -353,16 +351,13 @@ def found_share(found: set[str], markers: list[str]) -> float:
 # runs ---------------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def running_app(
+def running_app(
     template: Path, folder: Path, fake: FakeLLM, window: int
-) -> AsyncIterator[httpx.AsyncClient]:
+) -> AbstractAsyncContextManager[httpx.AsyncClient]:
     """An app on a fresh copy of the migrated database, summarizing with `fake`."""
-    database = folder / f"tools-{time.monotonic_ns()}.db"
-    shutil.copyfile(template, database)
-    settings = Settings(
-        _env_file=None,
-        database_url=f"sqlite+aiosqlite:///{database}",
+    return in_process_app(
+        template,
+        folder,
         summary_model="openai/fake",
         summary_api_key="bench",
         summary_api_base=fake.base_url,
@@ -372,13 +367,6 @@ async def running_app(
         summary_llm_backoff_seconds=0.01,
         summary_llm_timeout_seconds=5.0,
     )
-    app = create_app(settings)
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as http,
-    ):
-        yield http
 
 
 async def settled_history(http: httpx.AsyncClient, session: str) -> tuple[dict[str, Any], bool]:

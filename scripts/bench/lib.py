@@ -9,16 +9,21 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import httpx
 from sqlalchemy.engine import make_url
 
+from api.main import create_app
+from api.settings import Settings
 from summarizer.tokens import count_message, count_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -259,3 +264,22 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "load_average": [round(value, 2) for value in load],
     }
+
+
+@asynccontextmanager
+async def in_process_app(
+    template: Path, folder: Path, **settings: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The service in this process, on a fresh copy in `folder` of the migrated SQLite database
+    `template`, configured by `settings` alone (no environment), and a client of it."""
+    database = folder / f"run-{time.monotonic_ns()}.db"
+    shutil.copyfile(template, database)
+    app = create_app(
+        Settings(_env_file=None, database_url=f"sqlite+aiosqlite:///{database}", **settings)
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as http,
+    ):
+        yield http
