@@ -23,6 +23,7 @@ from sqlalchemy import event, text
 from api import store
 from api.db.engine import create_engine, create_sessionmaker
 from api.main import create_app
+from api.store import console as console_reads
 from api.store.loader import TAIL_PAGE_SIZE
 from tests.conftest import QUIET, make_settings, migrated_database
 
@@ -257,3 +258,53 @@ async def test_a_listing_reads_a_page_of_an_unanalyzed_session(
     finally:
         await engine.dispose()
     await assert_bounded(unanalyzed_url, statements)
+
+
+async def test_a_summarys_sources_page_reads_a_page_of_an_unanalyzed_session(
+    unanalyzed_url: str,
+) -> None:
+    """The console's page of a summary linking all 50,000 messages reads the page's seqs, each
+    probed for its link, never the summary's every link."""
+    engine = create_engine(unanalyzed_url)
+    statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    def record(*args: Any) -> None:
+        statement, parameters = args[2], args[3]
+        if "FROM messages" in statement:
+            statements.append((statement, tuple(parameters)))
+
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO session_summaries (session_id, summary_text, summary_prompt, "
+                    "model, temperature, target_summary_tokens, keep_last_n, message_count, "
+                    "approx_tokens, first_message_id, last_message_id, first_seq, last_seq, "
+                    "first_message_at, last_message_at, level, metadata, created_at) "
+                    "SELECT s.id, 'all of it', 'p', 'm', 0, 1, 0, s.last_seq, 1, 0, 0, 1, "
+                    "s.last_seq, now(), now(), 0, '{}', now() FROM sessions AS s "
+                    "WHERE s.external_id = 'big'"
+                )
+            )
+            await connection.execute(
+                text(
+                    "INSERT INTO session_summary_messages (summary_id, message_id) "
+                    "SELECT u.id, m.id FROM session_summaries AS u "
+                    "JOIN messages AS m ON m.session_id = u.session_id "
+                    "WHERE u.summary_text = 'all of it'"
+                )
+            )
+        async with create_sessionmaker(engine)() as db:
+            session = await store.get_session(db, "default", "big")
+            [summary] = await store.live_summaries(db, session.id)
+            event.listen(engine.sync_engine, "before_cursor_execute", record)
+            rows = await console_reads.summary_sources(db, summary, 30_001, 30_200)
+            event.remove(engine.sync_engine, "before_cursor_execute", record)
+        assert [row.seq for row in rows] == list(range(30_001, 30_201))
+        await assert_bounded(unanalyzed_url, statements)
+    finally:
+        async with engine.begin() as connection:
+            await connection.execute(
+                text("DELETE FROM session_summaries WHERE summary_text = 'all of it'")
+            )
+        await engine.dispose()
