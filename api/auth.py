@@ -57,15 +57,33 @@ def _is_loopback(host: str | None) -> bool:
         return host == "localhost"
 
 
+def _names_loopback(host_header: str) -> bool:
+    """A Host header naming this machine: a loopback address, `localhost` or a name under it
+    (RFC 6761: browsers resolve those to loopback themselves, never through DNS)."""
+    try:
+        name = urlsplit("//" + host_header).hostname
+    except ValueError:
+        return False
+    if name is None:
+        return False
+    return _is_loopback(name) or name.endswith(".localhost")
+
+
 def authenticate(
-    keys: Mapping[str, str], host: str | None, authorization: str, origin: str | None = None
+    keys: Mapping[str, str],
+    host: str | None,
+    authorization: str,
+    origin: str | None = None,
+    host_header: str | None = None,
 ) -> str:
     """The tenant of a request; keys are compared in constant time and never logged.
 
     `keys` maps each API key to its tenant; empty means development mode (loopback only).
-    In development mode a request from a web page of another site (its `Origin` is not
-    loopback) is refused too: a body without `Content-Type` is read as JSON, and a browser
-    sends such a request from any page without asking first.
+    In development mode a request from a web page of another site is refused too: its
+    `Origin` is not loopback (a body without `Content-Type` is read as JSON, and a browser
+    sends such a request from any page without asking first), or its `Host` is not (DNS
+    rebinding: a page of another site whose name was made to point at 127.0.0.1 reaches the
+    server from loopback, same-origin, with its own name in `Host`).
     """
     if not keys:
         if not _is_loopback(host):
@@ -75,6 +93,11 @@ def authenticate(
             raise Forbidden(
                 f"no API_KEYS are configured: requests from web pages of other sites "
                 f"({origin}) are refused"
+            )
+        if host_header is not None and not _names_loopback(host_header):
+            raise Forbidden(
+                "no API_KEYS are configured: only requests addressed to localhost or a loopback "
+                f"address are served, not to {host_header[:100]!r}"
             )
         return DEVELOPMENT_TENANT
     scheme, _, presented = authorization.partition(" ")
@@ -97,7 +120,11 @@ def console_token(key: str) -> str:
 
 
 def console_tenant(
-    keys: Mapping[str, str], host: str | None, cookie: str | None, origin: str | None = None
+    keys: Mapping[str, str],
+    host: str | None,
+    cookie: str | None,
+    origin: str | None = None,
+    host_header: str | None = None,
 ) -> str | None:
     """The tenant of a console request, or None when a key must be asked for.
 
@@ -105,7 +132,7 @@ def console_tenant(
     does); with keys, the tenant whose key's token the cookie holds, compared in constant time.
     """
     if not keys:
-        return authenticate(keys, host, "", origin)
+        return authenticate(keys, host, "", origin, host_header)
     presented = (cookie or "").encode()
     tenant: str | None = None
     for key, key_tenant in keys.items():  # no early exit, as in `authenticate`
@@ -137,11 +164,14 @@ class KeyGate:
             headers = Headers(scope=scope)
             keys = scope["app"].state.tenant_keys
             origin = headers.get("origin")
+            host_header = headers.get("host")
             if is_console_path(_route_path(scope)):
                 # the console asks for a key on its own form when the cookie names no tenant
-                tenant = console_tenant(keys, host, _cookie(headers, CONSOLE_COOKIE), origin)
+                cookie = _cookie(headers, CONSOLE_COOKIE)
+                tenant = console_tenant(keys, host, cookie, origin, host_header)
             else:
-                tenant = authenticate(keys, host, _one_authorization(headers), origin)
+                authorization = _one_authorization(headers)
+                tenant = authenticate(keys, host, authorization, origin, host_header)
         except PrecisError as exc:
             challenge = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
             response = JSONResponse(

@@ -18,6 +18,7 @@ from pydantic import (
     SecretStr,
     Strict,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -233,6 +234,11 @@ class Settings(BaseSettings):
     rather than opened on demand: under concurrent traffic, connections opened and closed per
     burst (SQLAlchemy's overflow) cost a connect and a server process each."""
     api_keys: SecretStr = SecretStr("")
+    operator_key: SecretStr | None = None
+    """The operator's key (OPERATOR_KEY): the only key `/metrics` answers when API_KEYS is set,
+    since its counters are server-wide (every tenant's traffic). Not a tenant's key."""
+    console_login_ttl_seconds: Annotated[float, Field(gt=0, le=30 * 86_400)] = 43_200.0
+    """How long a console login holds before the key is asked for again (12 hours)."""
 
     dynamic_summary_enabled: bool = True
     summary_message_limit: PositiveInt = 80
@@ -319,6 +325,10 @@ class Settings(BaseSettings):
     """Largest accepted request body; larger ones get 413."""
     max_metadata_bytes: PositiveInt = 65_536
     """Largest `metadata` object (its JSON encoding) of a session or a message; larger get 413."""
+    max_import_bytes: Annotated[int, Field(ge=1)] = 256_000_000
+    """Largest import body (`POST /v1/sessions/import`), counted while it streams in; 413 beyond."""
+    max_import_lines: Annotated[int, Field(ge=1)] = 1_000_000
+    """Most lines an import body may hold, counted while it streams in; 413 beyond."""
 
     model_allowed: str = ""
     """litellm models `POST /v1/responses` may name (comma-separated; `*`: any). Empty: the
@@ -327,6 +337,9 @@ class Settings(BaseSettings):
     """The API base of the models `/v1/responses` calls (none: litellm's default for each)."""
     model_api_key: SecretStr | None = None
     """The API key sent to those models; never shown, logged or stored."""
+    model_allow_any_provider: bool = False
+    """With MODEL_ALLOWED=`*` and no MODEL_API_BASE, a client could name any provider litellm
+    knows and have MODEL_API_KEY sent there: the server refuses to start unless this is true."""
     model_context_tokens: str = ""
     """Windows of models litellm does not know (or to override it): `model=tokens,...`."""
     model_default_output_tokens: PositiveInt = 4_096
@@ -341,6 +354,23 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return value or None
+
+    @field_validator("operator_key", mode="before")
+    @classmethod
+    def _no_empty_key(cls, value: Any) -> Any:
+        return value or None
+
+    @model_validator(mode="after")
+    def _key_stays_with_its_provider(self) -> Self:
+        if "*" in self.responses_models() and not (
+            self.model_api_base or self.model_allow_any_provider
+        ):
+            raise ValueError(
+                "MODEL_ALLOWED=* without MODEL_API_BASE would let a client send MODEL_API_KEY to "
+                "any provider litellm knows: set MODEL_API_BASE, list the models, or set "
+                "MODEL_ALLOW_ANY_PROVIDER=true"
+            )
+        return self
 
     def policy(self, overrides: SummaryOverrides | dict[str, Any] | None = None) -> SummaryPolicy:
         """The summary settings in force for a session with these overrides."""

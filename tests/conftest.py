@@ -316,7 +316,7 @@ async def app(database_url: str, module_settings: dict[str, Any]) -> AsyncIterat
 async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client of the module's shared `app`."""
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 
@@ -355,6 +355,6 @@ async def client(
     app = create_app(make_settings(database_url, **settings_overrides))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
     ):
         yield http

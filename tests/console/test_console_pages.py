@@ -49,7 +49,7 @@ async def seeded(app: FastAPI, api: httpx.AsyncClient) -> Seeded:
 async def _logged_in(app: FastAPI, key: str) -> AsyncIterator[httpx.AsyncClient]:
     """A browser-like client that logged in to the console with `key`."""
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         answer = await http.post("/console/login", data={"key": key})
         assert answer.status_code == 303, answer.text
         yield http
@@ -227,7 +227,7 @@ async def test_another_tenants_session_and_summary_answer_404(app: FastAPI, seed
 
 async def test_login_keeps_a_token_in_an_httponly_strict_cookie(app: FastAPI) -> None:
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://test"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as http:
         answer = await http.post("/console/login", data={"key": "key_a"})
     assert answer.status_code == 303
@@ -241,7 +241,7 @@ async def test_login_keeps_a_token_in_an_httponly_strict_cookie(app: FastAPI) ->
 
 async def test_a_wrong_key_answers_401_with_the_form_again(app: FastAPI) -> None:
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://test"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as http:
         answer = await http.post("/console/login", data={"key": "key_c"})
         after = await http.get("/console")
@@ -254,7 +254,7 @@ async def test_a_wrong_key_answers_401_with_the_form_again(app: FastAPI) -> None
 
 async def test_a_login_posted_from_another_site_is_refused(app: FastAPI) -> None:
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://test"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as http:
         answer = await http.post(
             "/console/login", data={"key": "key_a"}, headers={"Sec-Fetch-Site": "cross-site"}
@@ -270,7 +270,7 @@ async def test_a_login_posted_from_another_site_is_refused(app: FastAPI) -> None
 
 async def test_pages_without_a_cookie_ask_for_a_key(app: FastAPI, seeded: Seeded) -> None:
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://test"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as http:
         answer = await http.get(f"/console/sessions/{seeded.session_id}")
         forged = await http.get("/console", cookies={CONSOLE_COOKIE: "key_a"})
@@ -336,5 +336,5 @@ async def test_development_mode_serves_loopback_only(database_url: str) -> None:
     async with app.router.lifespan_context(app):
         for host, status in (("127.0.0.1", 200), ("203.0.113.9", 403)):
             transport = httpx.ASGITransport(app=app, client=(host, 1234))
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 assert (await http.get("/console")).status_code == status

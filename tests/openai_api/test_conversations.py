@@ -69,7 +69,7 @@ async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """Precis' own REST API on the module's app, as tenant A."""
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(
-        transport=transport, base_url="http://test", headers=HEADERS_A
+        transport=transport, base_url="http://localhost", headers=HEADERS_A
     ) as http:
         yield http
 
@@ -78,13 +78,13 @@ async def api(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 async def http2(app: FastAPI) -> AsyncIterator[httpx2.AsyncClient]:
     """The transport the `openai` package takes, on the module's app."""
     transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 
 def openai_client(http: httpx2.AsyncClient, key: str) -> AsyncOpenAI:
     """The one-line switch: the official client, its base URL and key pointing at Precis."""
-    return AsyncOpenAI(base_url="http://test/v1", api_key=key, http_client=http, max_retries=0)
+    return AsyncOpenAI(base_url="http://localhost/v1", api_key=key, http_client=http, max_retries=0)
 
 
 @pytest.fixture(scope="module")

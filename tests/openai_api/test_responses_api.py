@@ -75,14 +75,14 @@ def module_settings(upstream: FakeLLM) -> dict[str, Any]:
 @pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[AsyncOpenAI]:
     transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield AsyncOpenAI(base_url="http://test/v1", api_key="dev", http_client=http, max_retries=0)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        yield AsyncOpenAI(base_url="http://localhost/v1", api_key="dev", http_client=http, max_retries=0)
 
 
 @pytest.fixture
 async def api_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 

@@ -212,7 +212,7 @@ async def test_a_reasoning_item_is_summarized_by_its_readable_summary_only(
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as client,
     ):
         await append_items(client, sid, *WEATHER_TURN)
         compacted = await client.post(

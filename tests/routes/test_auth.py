@@ -39,7 +39,7 @@ async def client_at(
     transport = httpx.ASGITransport(app=app, client=(host, 1234))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://test") as http,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as http,
     ):
         yield http
 
@@ -316,6 +316,33 @@ async def test_without_keys_a_web_page_of_another_site_is_refused(
         assert answer.status_code == status, answer.text
         stored = (await local.get(f"/v1/sessions/{sid}")).status_code
         assert stored == (200 if status == 201 else 404)
+
+
+@dev_mode
+@pytest.mark.parametrize(
+    ("host_header", "status"),
+    [
+        ("attacker.example:8422", 403),
+        ("127.0.0.1.nip.io", 403),
+        ("localhost:8000", 200),
+        ("127.0.0.1:8422", 200),
+        ("[::1]:8000", 200),
+        ("app.localhost", 200),
+    ],
+)
+async def test_without_keys_a_request_addressed_to_another_name_is_refused(
+    database_url: str, sid: str, host_header: str, status: int
+) -> None:
+    """DNS rebinding: a page of another site whose name was pointed at 127.0.0.1 reaches the
+    server from loopback, same-origin (no `Origin`), with its own name in `Host`."""
+    async with client_at(database_url, "127.0.0.1") as local:
+        await local.post(f"/v1/sessions/{sid}/messages", json=messages("secret"))
+        for path in (f"/v1/sessions/{sid}/messages", "/console"):
+            answer = await local.get(path, headers={"host": host_header})
+            assert answer.status_code == status, (path, answer.text)
+            if status == 403:
+                assert "secret" not in answer.text
+                assert "localhost" in answer.json()["detail"]
 
 
 @dev_mode

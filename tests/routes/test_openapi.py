@@ -58,7 +58,7 @@ async def test_docs_load_nothing_from_another_host(client: httpx.AsyncClient) ->
     for asset in assets:
         answer = await client.get(asset)
         assert answer.status_code == 200, asset
-    assert "http://" not in page.text.replace("http://test", "")
+    assert "http://" not in page.text.replace("http://localhost", "")
     assert "https://" not in page.text
 
 

@@ -64,7 +64,7 @@ async def app(engine: AsyncEngine, database_url: str) -> AsyncIterator[FastAPI]:
 @pytest.fixture
 async def http(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 
@@ -153,7 +153,7 @@ async def test_without_an_idle_ttl_the_sweep_leaves_idle_sessions(
 ) -> None:
     async with running_app(database_url) as app:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             await append(http, "old", user("one"))
             await append(http, "dated", user("one"))
         await set_session(sessionmaker, "old", updated_at=datetime(2000, 1, 1, tzinfo=UTC))
