@@ -147,7 +147,9 @@ async def test_requests_answer_503_with_retry_after_once_the_retry_budget_is_spe
     before = {kind: retries(kind) for kind in ("read", "append", "write")}
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         answers = [
             await http.get("/v1/sessions/gone/history"),
@@ -447,7 +449,9 @@ async def proxied(
     app = create_app(make_settings(proxy.url(database_url), **QUIET))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         yield http
 

@@ -202,7 +202,9 @@ async def test_an_unreachable_database_gets_503_and_readyz_says_so() -> None:
     app = create_app(make_settings(url, summary_workers=0, database_retry_seconds=0.3))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         ready = await http.get("/readyz")
         answer = await http.post("/v1/sessions/s/messages", json={"messages": [user("x")]})

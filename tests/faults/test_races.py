@@ -77,7 +77,9 @@ async def gated_client(fake_llm: FakeLLM, database_url: str, engine: Any) -> Any
     with gated(fake_llm, gate):
         async with (
             app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+            ) as http,
         ):
             yield http, gate, app
 

@@ -74,7 +74,9 @@ async def other_replica(
     app = create_app(make_settings(database_url, **fake_llm_settings(fake_llm), summary_workers=0))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         yield http
 

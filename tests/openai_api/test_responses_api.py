@@ -76,7 +76,9 @@ def module_settings(upstream: FakeLLM) -> dict[str, Any]:
 async def client(app: FastAPI) -> AsyncIterator[AsyncOpenAI]:
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        yield AsyncOpenAI(base_url="http://localhost/v1", api_key="dev", http_client=http, max_retries=0)
+        yield AsyncOpenAI(
+            base_url="http://localhost/v1", api_key="dev", http_client=http, max_retries=0
+        )
 
 
 @pytest.fixture

@@ -76,7 +76,9 @@ async def test_the_llm_key_is_never_logged_nor_stored(
     app = create_app(settings)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         batch = {"messages": [user(f"question {i}") for i in range(4)]}
         await http.post("/v1/sessions/k/messages", json=batch)

@@ -257,8 +257,12 @@ async def test_a_session_exported_from_sqlite_imports_into_postgresql(
         async with (
             source.router.lifespan_context(source),
             target.router.lifespan_context(target),
-            httpx.AsyncClient(transport=httpx.ASGITransport(source), base_url="http://localhost") as s,
-            httpx.AsyncClient(transport=httpx.ASGITransport(target), base_url="http://localhost") as t,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(source), base_url="http://localhost"
+            ) as s,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(target), base_url="http://localhost"
+            ) as t,
         ):
             await s.post("/v1/sessions", json={"id": "moved", "metadata": {"b": 1, "a": [2]}})
             sent = await append(s, "moved", user("hi", metadata={"z": 1, "y": 2}), tool_call("c"))

@@ -41,7 +41,9 @@ async def minimal(database_url: str, app: FastAPI) -> AsyncIterator[httpx.AsyncC
     floor = MinimalApp(make_settings(database_url, **MODULE_SETTINGS))
     async with (
         floor.lifespan(),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=floor), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=floor), base_url="http://localhost"
+        ) as http,
     ):
         yield http
 

@@ -96,7 +96,9 @@ async def readiness(database_url: str) -> httpx.Response:
     app = create_app(make_settings(database_url, summary_workers=0))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         return await http.get("/readyz")
 

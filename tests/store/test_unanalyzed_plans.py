@@ -98,7 +98,9 @@ async def api(unanalyzed_url: str) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(make_settings(unanalyzed_url, **QUIET))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         yield http
 

@@ -113,7 +113,9 @@ async def test_pending_job_left_by_stopped_app_is_completed_by_next_app(
     first = create_app(make_settings(database_url, summary_workers=0, **overrides))
     async with (
         first.router.lifespan_context(first),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=first), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=first), base_url="http://localhost"
+        ) as http,
     ):
         answer = await append(http, "resume", *(user(f"m{i}") for i in range(4)))
         assert answer["summarization"]["scheduled"] is True
@@ -123,7 +125,9 @@ async def test_pending_job_left_by_stopped_app_is_completed_by_next_app(
     second = create_app(make_settings(database_url, summary_workers=1, **overrides))
     async with (
         second.router.lifespan_context(second),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=second), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=second), base_url="http://localhost"
+        ) as http,
     ):
         history = await wait_for_summary(http, "resume")
     assert history["summaries"][0]["last_seq"] == 3

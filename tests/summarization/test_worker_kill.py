@@ -231,7 +231,9 @@ async def test_the_heartbeat_stops_when_the_worker_stops_and_the_job_goes_back_t
     app = create_app(make_settings(database_url, **settings_overrides))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as http,
     ):
         await append(http, sid, *(user(f"{HELD} {i}") for i in range(4)))
         await wait_until(gate.entered)
