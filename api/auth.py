@@ -7,7 +7,6 @@ exist. The `Tenant` dependency then reads the tenant the gate found.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import logging
@@ -36,7 +35,7 @@ CONSOLE_PATH = "/console"
 """The operator console's pages (`api.console`): authenticated by a cookie, not a header."""
 
 CONSOLE_COOKIE = "precis_console"
-"""The console's cookie: the token (`console_token`) of the key given on its login form."""
+"""The console's cookie: the random token of a login (`api.console.logins`), never the key."""
 
 BEARER = HTTPBearer(
     auto_error=False,
@@ -113,34 +112,6 @@ def authenticate(
     return tenant
 
 
-def console_token(key: str) -> str:
-    """What the console's cookie holds for an API key: a digest, so the browser never keeps the
-    key itself (a stolen cookie opens the read-only console, not the API)."""
-    return hashlib.sha256(b"precis-console:" + key.encode()).hexdigest()
-
-
-def console_tenant(
-    keys: Mapping[str, str],
-    host: str | None,
-    cookie: str | None,
-    origin: str | None = None,
-    host_header: str | None = None,
-) -> str | None:
-    """The tenant of a console request, or None when a key must be asked for.
-
-    Development mode follows the API's loopback rule (raises Forbidden as `authenticate`
-    does); with keys, the tenant whose key's token the cookie holds, compared in constant time.
-    """
-    if not keys:
-        return authenticate(keys, host, "", origin, host_header)
-    presented = (cookie or "").encode()
-    tenant: str | None = None
-    for key, key_tenant in keys.items():  # no early exit, as in `authenticate`
-        if hmac.compare_digest(console_token(key).encode(), presented):
-            tenant = key_tenant
-    return tenant
-
-
 def is_console_path(path: str) -> bool:
     return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
 
@@ -148,8 +119,10 @@ def is_console_path(path: str) -> bool:
 class KeyGate:
     """Pure ASGI middleware: refuses (401/403) any request but the probes without a valid key.
 
-    The console's paths carry the key in a cookie instead (`console_tenant`); without a valid
-    one they reach the console with no tenant, and it answers its login form."""
+    The console's paths carry no key: with API_KEYS they reach the console with no tenant, and
+    it finds its login's tenant itself (`api.console.logins`: a database read, which has no
+    place in front of every request) or answers its login form; in development mode they get
+    the API's loopback rules and its tenant."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -166,9 +139,8 @@ class KeyGate:
             origin = headers.get("origin")
             host_header = headers.get("host")
             if is_console_path(_route_path(scope)):
-                # the console asks for a key on its own form when the cookie names no tenant
-                cookie = _cookie(headers, CONSOLE_COOKIE)
-                tenant = console_tenant(keys, host, cookie, origin, host_header)
+                # with API_KEYS the console reads its cookie's login itself, or asks for a key
+                tenant = None if keys else authenticate(keys, host, "", origin, host_header)
             else:
                 authorization = _one_authorization(headers)
                 tenant = authenticate(keys, host, authorization, origin, host_header)
@@ -192,16 +164,6 @@ def _one_authorization(headers: Headers) -> str:
     if len(values) > 1:
         raise Unauthorized("more than one Authorization header")
     return values[0] if values else ""
-
-
-def _cookie(headers: Headers, name: str) -> str | None:
-    """One cookie of the request; a cookie header that cannot be parsed names none."""
-    for header in headers.getlist("cookie"):
-        for pair in header.split(";"):
-            key, sep, value = pair.strip().partition("=")
-            if sep and key == name:
-                return value
-    return None
 
 
 def _route_path(scope: Scope) -> str:

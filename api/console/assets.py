@@ -7,6 +7,9 @@ CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d232a;background:#fafbfc}
 header{display:flex;gap:2em;align-items:center;padding:.6em 1.2em;background:#22303c;color:#fff}
 header a{color:#cfe3ff;margin-right:1em}
+header form.logout{display:inline;margin:0}
+header form.logout button{background:none;border:0;padding:0;font:inherit;color:#cfe3ff;
+text-decoration:underline;cursor:pointer}
 main{padding:0 1.2em 2em}
 h1{font-size:1.3em;word-break:break-all}h2{font-size:1.1em;margin-top:1.6em}h3{font-size:1em}
 table{border-collapse:collapse;margin:.4em 0;max-width:100%}

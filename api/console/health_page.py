@@ -1,25 +1,37 @@
-"""The health page: summarization jobs, fallback summaries waiting for repair, and this
-process's counts of LLM failures and fallbacks."""
+"""The health page: summarization jobs, fallback summaries waiting for repair, and (without
+API_KEYS only) this process's counts of LLM failures and fallbacks."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from api.console.html import attr, esc, link, session_path, when
 from api.console.labels import value_text
 from api.store.console import TenantJob, TenantSummary
 
 
+@dataclass(frozen=True)
+class ProcessCounts:
+    """This process's counters since it started, every tenant's traffic together."""
+
+    llm_failures: dict[str, float]
+    """Failed LLM calls by reason."""
+    fallbacks_made: dict[str, float]
+    """Fallback summaries by reason."""
+    repaired: float
+    """Fallback summaries repaired."""
+
+
 def body(
     counts: dict[str, int],
     jobs: Sequence[TenantJob],
     fallbacks: Sequence[TenantSummary],
-    llm_failures: dict[str, float],
-    fallbacks_made: dict[str, float],
-    repaired: float,
+    process: ProcessCounts | None,
 ) -> str:
     """The health page: job counts, the jobs and the fallbacks waiting for repair, and this
-    process's LLM failures, fallbacks and repairs (its counters)."""
+    process's LLM failures, fallbacks and repairs (`process`; None with API_KEYS: they count
+    every tenant's traffic, so a line says where the operator reads them instead)."""
     summary = (
         f'<p id="job-counts">jobs queued <b id="jobs-pending">{counts.get("pending", 0)}</b> · '
         f'running <b id="jobs-running">{counts.get("running", 0)}</b> · whose last attempt '
@@ -48,11 +60,22 @@ def body(
         "<th>attempts</th><th>run after (UTC)</th><th>last error</th></tr></thead>"
         f"<tbody>{job_rows}</tbody></table></section>"
         f'<section><h2>Fallback summaries waiting for repair</h2><ul id="fallbacks">'
-        f"{waiting or '<li>none</li>'}</ul></section>"
-        "<section><h2>This process since it started (all tenants)</h2>"
-        + _counter_table("llm-failures", "failed LLM calls by reason", llm_failures)
-        + _counter_table("fallbacks-made", "fallback summaries by reason", fallbacks_made)
-        + f'<p>repaired summaries <b id="repaired">{repaired:g}</b></p></section>'
+        f"{waiting or '<li>none</li>'}</ul></section>{_process_section(process)}"
+    )
+
+
+def _process_section(process: ProcessCounts | None) -> str:
+    if process is None:
+        return (
+            '<p id="process-counters-withheld">This process\'s counters of LLM failures, '
+            "fallbacks and repairs count every tenant's traffic, so they are not shown here: "
+            "the operator reads them on /metrics.</p>"
+        )
+    return (
+        '<section id="process-counters"><h2>This process since it started (all tenants)</h2>'
+        + _counter_table("llm-failures", "failed LLM calls by reason", process.llm_failures)
+        + _counter_table("fallbacks-made", "fallback summaries by reason", process.fallbacks_made)
+        + f'<p>repaired summaries <b id="repaired">{process.repaired:g}</b></p></section>'
     )
 
 

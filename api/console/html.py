@@ -46,9 +46,18 @@ def link(path: str, **params: object) -> str:
     return attr(f"/console{path}{'?' + query if query else ''}")
 
 
+def logout_form() -> str:
+    """The logout button: a form posting to the console (a link would log out on a GET, which
+    any page of any site can make a browser send)."""
+    return (
+        '<form method="post" action="/console/logout" class="logout">'
+        '<button type="submit">Log out</button></form>'
+    )
+
+
 def layout(title: str, body: str, *, signed_in: bool, keyed: bool) -> str:
     """A whole page; `keyed`: API_KEYS are set, so a signed-in console offers to log out."""
-    logout = '<a href="/console/logout">Log out</a>' if keyed and signed_in else ""
+    logout = logout_form() if keyed and signed_in else ""
     nav = (
         '<nav><a href="/console">Sessions</a> <a href="/console/health">Health</a> ' + logout
         if signed_in

@@ -1,14 +1,16 @@
-"""The console's routes: GET pages, and the login form's POST (the only other method).
+"""The console's routes: GET pages, and the POSTs of the login and logout forms.
 
-`KeyGate` authenticates a console request by its cookie (`api.auth.console_tenant`) and
-leaves the tenant in the scope; without one a page answers the login form (401). Every page
-reads in one read session, through the store functions the API uses and the bounded reads of
-`api.store.console`; none writes, and none summarizes: the context preview is the history
-load `GET /history` makes before it would summarize inline.
+With API_KEYS a page finds its tenant by the login its cookie's token names
+(`api.console.logins`), in the read session it reads in; without one it answers the login
+form (401). Every page reads in one read session, through the store functions the API uses
+and the bounded reads of `api.store.console`; none writes (logging in and out write only
+their login), and none summarizes: the context preview is the history load `GET /history`
+makes before it would summarize inline.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 from urllib.parse import parse_qs
@@ -19,17 +21,12 @@ from prometheus_client import Counter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import metrics, service, store
-from api.auth import (
-    CONSOLE_COOKIE,
-    CONSOLE_PATH,
-    TENANT_SCOPE_KEY,
-    authenticate,
-    console_token,
-)
+from api.auth import CONSOLE_COOKIE, CONSOLE_PATH, authenticate
 from api.console import (
     health_page,
     html,
     login_page,
+    logins,
     session_page,
     sessions_page,
     summary_page,
@@ -69,8 +66,9 @@ def _keyed(request: Request) -> bool:
     return bool(request.app.state.tenant_keys)
 
 
-def _html(request: Request, title: str, body: str, status: int = 200) -> HTMLResponse:
-    signed_in = isinstance(request.scope.get(TENANT_SCOPE_KEY), str)
+def _html(
+    request: Request, title: str, body: str, status: int = 200, *, signed_in: bool = True
+) -> HTMLResponse:
     page = html.layout(title, body, signed_in=signed_in, keyed=_keyed(request))
     headers = {
         "Content-Security-Policy": html.CONTENT_SECURITY_POLICY,
@@ -82,24 +80,20 @@ def _html(request: Request, title: str, body: str, status: int = 200) -> HTMLRes
 
 
 def _login_form(request: Request, problem: str | None = None) -> HTMLResponse:
-    return _html(request, "Log in", login_page.body(problem), status=401)
-
-
-def _tenant(request: Request) -> str | None:
-    tenant = request.scope.get(TENANT_SCOPE_KEY)
-    return tenant if isinstance(tenant, str) else None
+    return _html(request, "Log in", login_page.body(problem), status=401, signed_in=False)
 
 
 async def _page(
     request: Request, render: Callable[[AsyncSession, str], Awaitable[Response]]
 ) -> Response:
-    """Run a page's `render(db, tenant)` in one read session; no tenant: the login form; a
-    session or summary of another tenant (or none): 404, as the API answers."""
-    tenant = _tenant(request)
-    if tenant is None:
-        return _login_form(request)
+    """Find the request's tenant and run the page's `render(db, tenant)`, in one read session;
+    no tenant: the login form; a session or summary of another tenant (or none): 404, as the
+    API answers."""
     try:
         async with request.app.state.database.reading() as db:
+            tenant = await logins.signed_in_tenant(request, db)
+            if tenant is None:
+                return _login_form(request)
             return await render(db, tenant)
     except NotFound as exc:
         return _html(request, "Not found", html.not_found(exc.detail), status=404)
@@ -120,23 +114,25 @@ async def script() -> Response:
 
 @router.get("/login")
 async def login_form(request: Request) -> Response:
-    if _tenant(request) is not None:
+    async with request.app.state.database.reading() as db:
+        tenant = await logins.signed_in_tenant(request, db)
+    if tenant is not None:
         return RedirectResponse(CONSOLE_PATH, status_code=303)
-    return _html(request, "Log in", login_page.body(None))
+    return _html(request, "Log in", login_page.body(None), signed_in=False)
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    """Check the key of the form; a valid one is kept as its token in an HttpOnly, SameSite
-    Strict cookie scoped to the console, and the browser goes to the sessions."""
+    """Check the key of the form; a valid one starts a login, whose random token is kept in an
+    HttpOnly, SameSite Strict cookie scoped to the console for as long as the login lasts, and
+    the browser goes to the sessions."""
     keys: dict[str, str] = request.app.state.tenant_keys
     if not keys:
         return RedirectResponse(CONSOLE_PATH, status_code=303)  # development mode: no key
-    if request.headers.get("sec-fetch-site") not in (None, "same-origin", "none"):
+    problem = logins.cross_site(request)
+    if problem is not None:
         # a form posted from another site would log this browser in under that site's key
-        # (the pages send no referrer, so a browser's Origin here is `null`: Fetch Metadata
-        # tells the sites apart)
-        return _login_form(request, "a login posted from another site is refused")
+        return _login_form(request, problem)
     body = await request.body()
     if len(body) > MAX_KEY_BYTES:
         return _login_form(request, "the form is too large to hold a key")
@@ -144,16 +140,40 @@ async def login(request: Request) -> Response:
     key = (form.get("key") or [""])[0].strip()
     client = request.client
     try:
-        authenticate(keys, client.host if client else None, f"Bearer {key}")
+        tenant = authenticate(keys, client.host if client else None, f"Bearer {key}")
     except PrecisError as exc:
         return _login_form(request, exc.detail)
+    settings: Settings = request.app.state.settings
+    ttl = settings.console_login_ttl_seconds
+    token = await logins.log_in(request.app.state.database, tenant, ttl)
     answer = RedirectResponse(CONSOLE_PATH, status_code=303)
-    answer.set_cookie(CONSOLE_COOKIE, console_token(key), **_cookie_attributes(request))
+    # whole seconds, rounded up: a Max-Age of 0 would delete the cookie at once
+    lasting = math.ceil(ttl)
+    answer.set_cookie(CONSOLE_COOKIE, token, max_age=lasting, **_cookie_attributes(request))
     return answer
 
 
 @router.get("/logout")
+async def logout_form(request: Request) -> Response:
+    """The logout button on a page of its own: a GET changes nothing."""
+
+    async def render(db: AsyncSession, tenant: str) -> Response:
+        return _html(request, "Log out", html.logout_form())
+
+    return await _page(request, render)
+
+
+@router.post("/logout")
 async def logout(request: Request) -> Response:
+    """End the login the cookie names (on every replica) and clear the cookie; refused from
+    another site's page, as a login is."""
+    problem = logins.cross_site(request)
+    if problem is not None:
+        body = f'<p class="problem" id="problem">{html.esc(problem)}</p>'
+        return _html(request, "Not logged out", body, status=403, signed_in=False)
+    token = request.cookies.get(CONSOLE_COOKIE)
+    if token and _keyed(request):
+        await logins.log_out(request.app.state.database, token)
     answer = RedirectResponse(f"{CONSOLE_PATH}/login", status_code=303)
     answer.delete_cookie(CONSOLE_COOKIE, **_cookie_attributes(request))
     return answer
@@ -258,17 +278,20 @@ async def health(request: Request) -> Response:
         counts = await reads.job_counts(db, tenant)
         jobs = await reads.jobs(db, tenant, HEALTH_ROWS)
         waiting = await reads.fallbacks_waiting(db, tenant, HEALTH_ROWS)
-        body = health_page.body(
-            counts,
-            jobs,
-            waiting,
-            _by_label(metrics.LLM_FAILURES, "reason"),
-            _by_label(metrics.FALLBACK_SUMMARIES, "reason"),
-            sum(_by_label(metrics.REPAIRED_SUMMARIES, "").values()),
-        )
-        return _html(request, "Health", body)
+        return _html(request, "Health", health_page.body(counts, jobs, waiting, process))
 
+    # with API_KEYS a tenant sees no counters of every tenant's traffic: those are /metrics'
+    process = None if _keyed(request) else _process_counts()
     return await _page(request, render)
+
+
+def _process_counts() -> health_page.ProcessCounts:
+    """This process's counters since it started, every tenant's together."""
+    return health_page.ProcessCounts(
+        _by_label(metrics.LLM_FAILURES, "reason"),
+        _by_label(metrics.FALLBACK_SUMMARIES, "reason"),
+        sum(_by_label(metrics.REPAIRED_SUMMARIES, "").values()),
+    )
 
 
 def _by_label(counter: Counter, label: str) -> dict[str, float]:

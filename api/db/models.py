@@ -33,7 +33,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0009"
+SCHEMA_REVISION = "0010"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -277,9 +277,26 @@ class SummarizationLease(Base):
     expires_at: Mapped[datetime]
 
 
+class ConsoleLogin(Base):
+    """A login to the operator console: the sha256 digest of the random token its browser's
+    cookie holds (never the token itself), the tenant it shows, and when it ends
+    (CONSOLE_LOGIN_TTL_SECONDS after it began). A row, so a login holds on every replica;
+    logging out deletes it, and the next login deletes the expired ones (`expires_at`'s index).
+    """
+
+    __tablename__ = "console_logins"
+    __table_args__ = (Index("ix_console_logins_expires_at", "expires_at"),)
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+
+
 # The tables as SQLAlchemy Core sees them, for the statements built on columns (`.c`).
 SESSIONS = cast(Table, Session.__table__)
 MESSAGES = cast(Table, Message.__table__)
 SUMMARIES = cast(Table, Summary.__table__)
 SUMMARY_LINKS = cast(Table, SummaryMessage.__table__)
 SUMMARY_JOBS = cast(Table, SummaryJob.__table__)
+CONSOLE_LOGINS = cast(Table, ConsoleLogin.__table__)

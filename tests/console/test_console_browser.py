@@ -24,6 +24,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from api.auth import CONSOLE_COOKIE
 from api.db.engine import create_engine, create_sessionmaker
 from tests.conftest import QUIET, migrated_database
 from tests.console.seeding import KEYS, REMOVED_SEQ, SCRIPT_SEQ, A, Seeded, seed
@@ -67,7 +68,14 @@ def browser() -> Iterator[WebDriver]:
 
 
 def log_in(browser: WebDriver, base_url: str, key: str) -> None:
-    browser.get(f"{base_url}/console/logout")
+    """Log out (with the button) if logged in, then log in with `key` on the form."""
+    browser.get(f"{base_url}/console/login")
+    logout = browser.find_elements(By.CSS_SELECTOR, "form.logout button")
+    if logout:
+        logout[0].click()
+        WebDriverWait(browser, WAIT_SECONDS).until(
+            expected_conditions.url_to_be(f"{base_url}/console/login")
+        )
     browser.find_element(By.NAME, "key").send_keys(key)
     browser.find_element(By.CSS_SELECTOR, "#login button").click()
     WebDriverWait(browser, WAIT_SECONDS).until(expected_conditions.url_to_be(f"{base_url}/console"))
@@ -177,3 +185,24 @@ def test_summary_and_health_pages_show_sources_and_the_failing_job(
     assert browser.find_element(By.ID, "jobs-failing").text == "1"
     waiting = browser.find_elements(By.CSS_SELECTOR, "#fallbacks li[data-summary-id]")
     assert [item.get_attribute("data-summary-id") for item in waiting] == [str(seeded.fallback)]
+
+
+def test_the_logout_button_ends_the_login(
+    browser: WebDriver, live: tuple[str, Seeded], tmp_path: Path
+) -> None:
+    """Chromium posts the forms with `Origin: null` (the pages send no referrer) and
+    Sec-Fetch-Site same-origin: both the login and the logout pass; the token is dead after."""
+    base_url, _ = live
+    log_in(browser, base_url, "key_a")
+    cookie = browser.get_cookie(CONSOLE_COOKIE)
+    assert cookie is not None and cookie["httpOnly"]
+    browser.find_element(By.CSS_SELECTOR, "form.logout button").click()
+    WebDriverWait(browser, WAIT_SECONDS).until(
+        expected_conditions.url_to_be(f"{base_url}/console/login")
+    )
+    browser.save_screenshot(str(tmp_path / "logged-out.png"))
+    assert browser.get_cookie(CONSOLE_COOKIE) is None
+    replayed = httpx.get(
+        f"{base_url}/console", headers={"Cookie": f"{CONSOLE_COOKIE}={cookie['value']}"}
+    )
+    assert replayed.status_code == 401 and 'id="login"' in replayed.text
