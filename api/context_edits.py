@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
-from api.settings import SummaryPolicy
+from api.session_settings import SummaryPolicy
 from summarizer.tokens import count_message
 
 ClearedKind = Literal["tool_result", "tool_input", "file_part"]

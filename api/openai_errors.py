@@ -45,6 +45,7 @@ UNAUTHORIZED = 401
 INVALID_API_KEY = "invalid_api_key"
 """OpenAI's `code` of a 401: the SDKs and their users know it."""
 
+_WORD_START = re.compile(r"(?<!^)(?=[A-Z])")
 _LOCATION = re.compile(r"^(?:body|query|path|header)\.(\S+?):\s")
 """The field a Precis detail starts with (`query.limit: ...`): the `param` of its answer."""
 
@@ -202,7 +203,7 @@ def _as_param(location: list[str]) -> str | None:
 
 def snake_case(name: str) -> str:
     """`IdempotencyConflict` as `idempotency_conflict`."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return _WORD_START.sub("_", name).lower()
 
 
 class OpenAIGateErrors:

@@ -30,7 +30,8 @@ from api.errors import (
     SummaryRangeConflict,
 )
 from api.locks import SessionLocks
-from api.settings import Settings, SummaryPolicy
+from api.session_settings import SummaryPolicy
+from api.settings import Settings
 from api.summary_plans import (
     Plan,
     Preview,

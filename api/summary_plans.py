@@ -15,7 +15,7 @@ from api.context import edited_tokens
 from api.context_edits import ContextEdits
 from api.db.models import utcnow
 from api.items import joins_next
-from api.settings import SummaryPolicy
+from api.session_settings import SummaryPolicy
 from summarizer import SummaryResult
 from summarizer.cuts import JOINS_NEXT
 from summarizer.summarize import FALLBACK_MODEL

@@ -98,17 +98,22 @@ _KEPT_BULLET = re.compile(r"^- (?:#(-?\d+) )?(?:\(([^)]*)\) )?(.*)$")
 _COUNTS = re.compile(
     r"^Messages #(-?\d+)–#(-?\d+): (\d+) \((\d+) user, (\d+) assistant, (\d+) tool\)\.$"
 )
-_TOOL_COUNT = re.compile(r"([^,×]+?) ×(\d+)")
+_DIGITS = re.compile(r"\d+")
+_WORD = re.compile(r"\w+")
 _DECISION = re.compile(
     r"\b(?:decid\w*|decision|agree[ds]?|chose|chosen|going with|we will|we'll|let's|settled"
     r"|conclu\w+|approved?|confirm\w*|plan(?:ned)? to|next steps?|todo|must|will use)\b"
     r"|决定|确定|采用|同意|结论|计划|決定|採用",
     re.IGNORECASE,
 )
+# Every pattern here reads client text, so each must take linear time (Python's `re`
+# backtracks, and holds the GIL while it does): a run such as `[\w-]++` is tried only where
+# the run starts (the lookbehind) and is never given back (possessive), where `\b[\w-]+\.`
+# tried every word boundary inside `a-a-a-...` and scanned the rest of the run from each.
 _FEATURES = (
     re.compile(r"\d"),
     re.compile(r"https?://\S+"),
-    re.compile(r"(?:~|\.{1,2})?/[\w.@-]+/[\w./@-]*|[A-Za-z]:\\\S+|\b[\w-]+\.[a-z]{1,4}\b"),
+    re.compile(r"(?:~|\.{1,2})?/[\w.@-]+/[\w./@-]*|[A-Za-z]:\\\S+|(?<![\w-])[\w-]++\.[a-z]{1,4}\b"),
     re.compile(r"`[^`]+`|^\s*\$ |\b(?:pip|npm|git|docker|make|python|curl|SELECT|CREATE)\b"),
     re.compile(r"\b[A-Za-z]*[A-Z][a-z]+[A-Z]\w*|\b[A-Z]{2,}\b|\b\w+_\w+\b|\b[A-Z][\w]*-[\w-]+"),
     re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]{2,}"),
@@ -151,7 +156,7 @@ def instruction_keywords(instructions: str | None) -> frozenset[str]:
     """What instructions name: their words of at least `MIN_KEYWORD_CHARS` characters,
     casefolded, a plural's final "s" dropped, but those of `INSTRUCTION_WORDS`."""
     keywords: set[str] = set()
-    for word in re.findall(r"\w+", (instructions or "").casefold()):
+    for word in _WORD.findall((instructions or "").casefold()):
         if len(word) < MIN_KEYWORD_CHARS or word in INSTRUCTION_WORDS or word.isdigit():
             continue
         stem = word[:-1] if len(word) > MIN_KEYWORD_CHARS and word.endswith("s") else word
@@ -402,7 +407,7 @@ def _parse_summary(
         elif line in _KIND_OF_HEADING:
             kind = _KIND_OF_HEADING[line]
         elif line.startswith(_TOOLS):
-            tools.update({n.strip(): int(c) for n, c in _TOOL_COUNT.findall(line[len(_TOOLS) :])})
+            tools.update(_parse_tools(line[len(_TOOLS) :]))
         elif kind is not None and (bullet := _KEPT_BULLET.match(line)):
             seq = int(bullet.group(1)) if bullet.group(1) is not None else None
             text = bullet.group(3)
@@ -416,6 +421,18 @@ def _parse_summary(
                 guided = _named(guide, sentence)
                 units.append(_Unit(found, score, order, None, "", sentence, guided))
     return units, counts, tools
+
+
+def _parse_tools(line: str) -> Counter[str]:
+    """The counts of a "Tools used:" line as `_render_tools` writes it (`name ×3, other ×1.`),
+    read piece by piece: a pattern spanning the pieces would backtrack over the whole line."""
+    counts: Counter[str] = Counter()
+    for piece in line.split(","):
+        name, sep, count = piece.rpartition(" ×")
+        digits = _DIGITS.match(count)
+        if sep and name.strip() and digits:
+            counts[name.strip()] += int(digits.group())
+    return counts
 
 
 def _merge_counts(first: _Counts | None, second: _Counts | None) -> _Counts | None:

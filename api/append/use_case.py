@@ -37,7 +37,8 @@ from api.schemas import (
     MessageOut,
     SummarizationStatus,
 )
-from api.settings import Settings, SummaryPolicy
+from api.session_settings import SummaryPolicy
+from api.settings import Settings
 from api.store.retention import Expiry
 from api.summarization import due_reason, schedule_summary
 from api.summary_plans import BacklogCounting, pinned_floor, proactive_reason

@@ -20,7 +20,8 @@ from api.errors import (
     ValidationFailed,
 )
 from api.schemas import SESSION_ID_PATTERN
-from api.settings import Settings, SummaryOverrides, model_not_allowed
+from api.session_settings import SummaryOverrides, model_not_allowed
+from api.settings import Settings
 
 MAX_PAGE_SIZE = 1000
 """Largest page a list endpoint returns in one answer."""

@@ -20,7 +20,7 @@ from api.errors import (
 )
 from api.routes.checks import BODY, COMMON, SessionPath, serialized, v1_router
 from api.schemas import CompactRequest, CompactResponse, History, MessageFormat
-from api.settings import ToolName
+from api.session_settings import ToolName
 
 MAX_HISTORY_TOKENS = 10_000_000
 """Largest `max_tokens` budget accepted by the history loader."""

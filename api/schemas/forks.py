@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, model_validator
 
 from api.schemas.common import Schema, SessionId
-from api.settings import JSON_INTEGER
+from api.session_settings import JSON_INTEGER
 
 MAX_ROW_ID = 2**63 - 1
 """Largest message id or seq (64-bit): a fork point beyond it cannot exist."""

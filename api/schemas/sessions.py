@@ -21,7 +21,7 @@ from api.schemas.common import (
     SessionId,
 )
 from api.schemas.stored import StoredObject
-from api.settings import SummaryOverrides
+from api.session_settings import SummaryOverrides
 
 if TYPE_CHECKING:
     from api.store.rows import SessionRow

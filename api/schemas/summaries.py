@@ -13,7 +13,7 @@ from api.schemas.common import (
 from api.schemas.messages import (
     MessageOut,
 )
-from api.settings import JSON_INTEGER, SummaryInstructions
+from api.session_settings import JSON_INTEGER, SummaryInstructions
 from summarizer.triggers import CompactTrigger
 
 if TYPE_CHECKING:

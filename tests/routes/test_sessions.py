@@ -19,7 +19,7 @@ from api import store
 from api.auth import DEVELOPMENT_TENANT
 from api.db.models import Message, Summary, SummaryMessage
 from api.schemas import SESSION_ID_PATTERN
-from api.settings import SummaryOverrides
+from api.session_settings import SummaryOverrides
 from tests.helpers import append, save_summaries, summary_draft, user
 
 
