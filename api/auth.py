@@ -28,6 +28,12 @@ DEVELOPMENT_TENANT = "default"
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 """Probes answer anyone: orchestrators call them without credentials and they reveal no data."""
 
+OPERATOR_PATHS = frozenset({"/metrics"})
+"""Server-wide views (every tenant's traffic): with API_KEYS, only OPERATOR_KEY opens them."""
+
+OPERATOR_SCOPE_KEY = "precis.operator"
+"""Where `KeyGate` marks a request made with the operator's key (or in development mode)."""
+
 TENANT_SCOPE_KEY = "precis.tenant"
 """Where `KeyGate` leaves the authenticated tenant in the ASGI scope."""
 
@@ -112,6 +118,30 @@ def authenticate(
     return tenant
 
 
+def authenticate_operator(
+    keys: Mapping[str, str], operator_key: str | None, authorization: str
+) -> None:
+    """Let the operator's key through (keys are set); a tenant's key or none is refused.
+
+    A tenant's key is refused with 403, not 401: its holder knows the key is valid, and is
+    told which key this path wants instead."""
+    scheme, _, presented = authorization.partition(" ")
+    candidate = presented.strip().encode()
+    if scheme.lower() != "bearer" or not candidate:
+        raise Unauthorized("missing bearer API key (this path wants OPERATOR_KEY)")
+    if operator_key is not None and hmac.compare_digest(operator_key.encode(), candidate):
+        return
+    tenant_key = False
+    for key in keys:  # no early exit, as in `authenticate`
+        tenant_key |= hmac.compare_digest(key.encode(), candidate)
+    if tenant_key:
+        raise Forbidden(
+            "this path shows every tenant's traffic: it answers the operator's key "
+            "(OPERATOR_KEY), not a tenant's"
+        )
+    raise Unauthorized("invalid API key")
+
+
 def is_console_path(path: str) -> bool:
     return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
 
@@ -138,12 +168,19 @@ class KeyGate:
             keys = scope["app"].state.tenant_keys
             origin = headers.get("origin")
             host_header = headers.get("host")
-            if is_console_path(_route_path(scope)):
+            path = _route_path(scope)
+            if is_console_path(path):
                 # with API_KEYS the console reads its cookie's login itself, or asks for a key
                 tenant = None if keys else authenticate(keys, host, "", origin, host_header)
+            elif path in OPERATOR_PATHS and keys:
+                operator_key = scope["app"].state.operator_key
+                authenticate_operator(keys, operator_key, _one_authorization(headers))
+                tenant, scope[OPERATOR_SCOPE_KEY] = None, True
             else:
                 authorization = _one_authorization(headers)
                 tenant = authenticate(keys, host, authorization, origin, host_header)
+                # development mode: the one loopback user is the operator too
+                scope[OPERATOR_SCOPE_KEY] = not keys
         except PrecisError as exc:
             challenge = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
             response = JSONResponse(
@@ -184,3 +221,15 @@ async def tenant_for(
 
 
 Tenant = Annotated[str, Depends(tenant_for)]
+
+
+async def operator_for(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> None:
+    """Only the operator (`KeyGate` marked the request) gets through."""
+    if request.scope.get(OPERATOR_SCOPE_KEY) is not True:
+        raise Forbidden("this path answers the operator's key (OPERATOR_KEY) only")
+
+
+Operator = Annotated[None, Depends(operator_for)]

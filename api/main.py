@@ -65,6 +65,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         app.state.settings = resolved
         app.state.tenant_keys = resolved.tenant_keys()
+        operator_key = resolved.operator_key
+        app.state.operator_key = operator_key.get_secret_value() if operator_key else None
         app.state.retry_policy = RetryPolicy(resolved.database_retry_seconds)
         encoding()  # load the tokenizer now, not in the first request
         if resolved.summary_model != LOCAL_MODEL or resolved.responses_models():

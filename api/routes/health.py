@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from api import metrics, store
-from api.auth import Tenant
+from api.auth import Operator
 from api.db.models import SCHEMA_REVISION
 from api.db.transactions import RetryPolicy, retry_budget, retrying
 from api.deps import ReadDb
@@ -61,8 +61,9 @@ async def readyz(request: Request) -> Health:
         for error in (Unauthorized, Forbidden, ServiceUnavailable)
     },
 )
-async def prometheus_metrics(_tenant: Tenant, db: ReadDb) -> PlainTextResponse:
-    """Prometheus text; needs a key like every /v1 route (loopback only without API_KEYS)."""
+async def prometheus_metrics(_operator: Operator, db: ReadDb) -> PlainTextResponse:
+    """Prometheus text, every tenant's traffic: with API_KEYS only OPERATOR_KEY opens it (a
+    tenant's key is 403); without, loopback only."""
     # database down: the gauge keeps its last value
     with suppress(SQLAlchemyError, OSError), retry_budget(PROBE_RETRIES):
         metrics.PENDING_JOBS.set(await store.pending_job_count(db))

@@ -451,12 +451,14 @@ def sample_total(metrics_text: str, sample_name: str) -> float:
     )
 
 
-async def read_metrics(http: httpx.AsyncClient) -> httpx.Response:
-    """GET /metrics (it needs the API key like every route but /healthz)."""
-    return await http.get("/metrics")
+async def read_metrics(http: httpx.AsyncClient, operator_key: str) -> httpx.Response:
+    """GET /metrics (it answers the operator's key only: its counters are every tenant's)."""
+    return await http.get("/metrics", headers={"Authorization": f"Bearer {operator_key}"})
 
 
-async def drain(http: httpx.AsyncClient, session_ids: Sequence[str], seconds: float) -> bool:
+async def drain(
+    http: httpx.AsyncClient, session_ids: Sequence[str], seconds: float, operator_key: str
+) -> bool:
     """Wait until no summarization is pending anywhere; False if `seconds` ran out.
 
     Pending means: a session's history says `summarization_pending` (a job queued or running,
@@ -475,7 +477,7 @@ async def drain(http: httpx.AsyncClient, session_ids: Sequence[str], seconds: fl
                 still.append(session_id)
         pending = still
         if not pending:
-            metrics = await read_metrics(http)
+            metrics = await read_metrics(http, operator_key)
             if metrics.status_code == 200 and sample_total(metrics.text, PENDING_JOBS_METRIC) == 0:
                 return True
         if time.monotonic() >= deadline:
@@ -531,7 +533,7 @@ async def play(
     return sum(turns), time.monotonic() - started
 
 
-async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
+async def run_load(base_url: str, api_key: str, plan: Plan, operator_key: str) -> Outcome:
     stats = Stats()
     session_ids = new_session_ids(plan)
     async with load_client(base_url, api_key, plan) as http:
@@ -553,9 +555,11 @@ async def run_load(base_url: str, api_key: str, plan: Plan) -> Outcome:
         backends_done.set()
         chaos_tally = await chaos if chaos is not None else None
         restarted = spanning(await restart, stats) if restart is not None else None
-        drained = await drain(http, [*session_ids, "load-warm-up"], DRAIN_TIMEOUT_SECONDS)
+        drained = await drain(
+            http, [*session_ids, "load-warm-up"], DRAIN_TIMEOUT_SECONDS, operator_key
+        )
         contents = await read_back(http, stats)
-        metrics = await read_metrics(http)
+        metrics = await read_metrics(http, operator_key)
     metrics_text = metrics.text if metrics.status_code == 200 else ""
     return Outcome(
         stats=stats,
@@ -1005,7 +1009,7 @@ def run_and_judge(
     and its verdict; the exit status."""
     from tests.support.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
-    api_key = secrets.token_urlsafe(24)
+    api_key, operator_key = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="precis-load-") as folder:
         if args.database == "sqlite":
             database_url = f"sqlite+aiosqlite:///{Path(folder) / 'load.db'}"
@@ -1021,6 +1025,7 @@ def run_and_judge(
             migrate(database_url)
             settings = {
                 "api_keys": f"load:{api_key}",
+                "operator_key": operator_key,
                 "dynamic_summary_enabled": True,
                 "summary_message_limit": args.message_limit,
                 "summary_keep_last_n": args.keep_last_n,
@@ -1035,7 +1040,7 @@ def run_and_judge(
                 log_start = log_path.stat().st_size if log_path.exists() else 0
                 server = LiveServer(database_url, log_path, settings)
                 with server:
-                    outcome = asyncio.run(run_load(server.base_url, api_key, plan))
+                    outcome = asyncio.run(run_load(server.base_url, api_key, plan, operator_key))
                     exit_status = server.stop()
             log = scan_log(read_log(log_path, log_start))
             print(report(outcome, log, plan, args.database), flush=True)

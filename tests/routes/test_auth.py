@@ -23,11 +23,12 @@ from tests.helpers import assert_error, summary_draft, user
 KEYS = "tenant_a:key_a,tenant_b:key_b"
 A = {"Authorization": "Bearer key_a"}
 B = {"Authorization": "Bearer key_b"}
+OPERATOR = {"Authorization": "Bearer key_operator"}
 
 
 @pytest.fixture(scope="module")
 def module_settings() -> dict[str, Any]:
-    return {**QUIET, "api_keys": KEYS}
+    return {**QUIET, "api_keys": KEYS, "operator_key": "key_operator"}
 
 
 @asynccontextmanager
@@ -139,8 +140,22 @@ async def test_every_path_but_the_probes_needs_a_key(
     assert answer.headers["www-authenticate"] == "Bearer"
 
 
-async def test_metrics_are_served_with_a_key(api: httpx.AsyncClient) -> None:
-    answer = await api.get("/metrics", headers=A)
+async def test_metrics_refuse_a_tenants_key(api: httpx.AsyncClient) -> None:
+    """The counters are every tenant's traffic: no tenant reads them."""
+    for headers in (A, B):
+        answer = await api.get("/metrics", headers=headers)
+        assert_error(answer, 403, "OPERATOR_KEY")
+        assert "precis_" not in answer.text
+
+
+async def test_metrics_refuse_a_wrong_key_with_401(api: httpx.AsyncClient) -> None:
+    answer = await api.get("/metrics", headers={"Authorization": "Bearer key_operatoX"})
+    assert_error(answer, 401, "API key")
+
+
+async def test_the_operator_key_opens_metrics_and_nothing_else(api: httpx.AsyncClient) -> None:
+    assert_error(await api.get("/v1/sessions", headers=OPERATOR), 401, "API key")
+    answer = await api.get("/metrics", headers=OPERATOR)
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
     assert "precis_summaries_total" in answer.text
@@ -361,6 +376,13 @@ async def test_without_keys_the_probes_answer_non_loopback_clients(database_url:
     async with client_at(database_url, "203.0.113.9") as remote:
         assert (await remote.get("/healthz")).status_code == 200
         assert (await remote.get("/readyz")).status_code == 200
+
+
+@dev_mode
+async def test_with_keys_and_no_operator_key_metrics_answer_no_one(database_url: str) -> None:
+    async with client_at(database_url, "127.0.0.1", api_keys=KEYS) as local:
+        assert_error(await local.get("/metrics", headers=A), 403, "OPERATOR_KEY")
+        assert_error(await local.get("/metrics"), 401, "OPERATOR_KEY")
 
 
 @dev_mode
