@@ -297,7 +297,7 @@ class Responder:
             raise _too_long() from None
         except UpstreamFailed as exc:
             _count("model_failed", turn)
-            raise OpenAIError(exc.status, exc.message, code=exc.code) from None
+            raise OpenAIError(exc.status, exc.message, param=exc.param, code=exc.code) from None
 
     def _as_turn_answer(self, turn: Turn, response: dict[str, Any]) -> dict[str, Any]:
         """The model's response as this conversation's: Precis's response id, the conversation."""
@@ -356,8 +356,13 @@ async def _relayed(
             "type": "error",
             "code": exc.code,
             "message": exc.message,
-            "param": None,
-            "error": {"type": error_type(exc.status), "code": exc.code, "message": exc.message},
+            "param": exc.param,
+            "error": {
+                "type": error_type(exc.status),
+                "code": exc.code,
+                "message": exc.message,
+                "param": exc.param,
+            },
         }
 
 

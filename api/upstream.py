@@ -9,6 +9,9 @@ sees; neither ever holds the API key.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +44,15 @@ it came (`extra_body`), so a provider's newer parameters pass through."""
 
 RATE_LIMITED = 429
 BAD_GATEWAY = 502
+REFUSED_STATUSES = frozenset({400, 404, 422})
+"""The model's answers that say the request was wrong: the client's own 400."""
+KEY_REFUSED_STATUSES = frozenset({401, 403})
 REDACTED = "[redacted]"
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.\[\]-]{1,64}")
+"""A provider's `param` or `code` the client is shown: an identifier, never free text."""
+
+logger = logging.getLogger("precis.upstream")
 
 
 @dataclass(frozen=True)
@@ -64,11 +75,14 @@ class ContextTooLong(Exception):
 class UpstreamFailed(Exception):
     """The model call failed; `status` is what the client is answered."""
 
-    def __init__(self, status: int, message: str, code: str | None) -> None:
+    def __init__(
+        self, status: int, message: str, code: str | None, param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        self.param = param
 
 
 def _arguments(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,18 +104,71 @@ def _arguments(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]
     }
 
 
+def _identifier(value: object) -> str | None:
+    return value if isinstance(value, str) and _IDENTIFIER.fullmatch(value) else None
+
+
+def _unreachable(exc: BaseException, litellm: Any) -> bool:
+    """No connection to the provider: litellm reports a refused one as a 500 of its own, with
+    the transport's error below it."""
+    current: BaseException | None = exc
+    for _ in range(8):
+        if current is None:
+            return False
+        if isinstance(current, litellm.APIConnectionError | OSError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _provider_error(exc: BaseException) -> dict[str, Any]:
+    """The provider's `error` object: litellm keeps the answer's body only in its message
+    (`litellm.BadRequestError: OpenAIException - {"error": {...}}`)."""
+    text = str(exc)
+    start = text.find("{")
+    try:
+        body = json.loads(text[start:]) if start >= 0 else None
+    except ValueError:
+        return {}
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
 def _failure(upstream: Upstream, exc: BaseException, litellm: Any) -> Exception:
-    """Our exception for what litellm raised: the client's status and a key-free message."""
+    """Our exception for what litellm raised: the client's status, the provider's `param` and
+    `code` when they are identifiers, and a message of Precis's own.
+
+    The provider's words stay in the server log: they may quote the request, the server's
+    key in any encoding, or the provider's account details."""
     error = classify_error(exc, litellm)
-    message = upstream.redact(str(error))
-    if isinstance(error, ContextWindowError):
-        return ContextTooLong(message)
     status = getattr(exc, "status_code", None)
+    logger.warning(
+        "the model call failed (%s, status %s): %s",
+        type(exc).__name__,
+        status,
+        upstream.redact(str(error)),
+    )
+    if isinstance(error, ContextWindowError):
+        return ContextTooLong("the model's context window is too small for the request")
+    provider = _provider_error(exc)
+    param, code = _identifier(provider.get("param")), _identifier(provider.get("code"))
     if status == RATE_LIMITED:
-        return UpstreamFailed(RATE_LIMITED, f"the model is rate limited: {message}", "rate_limit")
-    if isinstance(error, LLMRequestError) and status in (400, 404, 422):
-        return UpstreamFailed(400, f"the model refused the request: {message}", "model_error")
-    return UpstreamFailed(BAD_GATEWAY, f"the model call failed: {message}", "upstream_error")
+        message = "the model's provider is rate limiting this server: retry later"
+        return UpstreamFailed(RATE_LIMITED, message, code or "rate_limit", param)
+    if isinstance(error, LLMRequestError) and status in REFUSED_STATUSES:
+        message = f"the model's provider refused the request (HTTP {status})"
+        return UpstreamFailed(400, message, code or "model_error", param)
+    if isinstance(exc, litellm.Timeout | TimeoutError):
+        message = "the model did not answer within MODEL_TIMEOUT_SECONDS"
+    elif _unreachable(exc, litellm):
+        message = "the model's provider could not be reached"
+    elif status in KEY_REFUSED_STATUSES:
+        message = f"the model's provider refused the server's key (HTTP {status})"
+    elif isinstance(status, int):
+        message = f"the model's provider failed (HTTP {status})"
+    else:
+        message = "the model call failed"
+    return UpstreamFailed(BAD_GATEWAY, message, "upstream_error")
 
 
 async def create_response(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,10 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__ or current.__context__
+        # `raise ... from None` says the exception it was raised under is not its cause (a
+        # model call's refused connection is not the database's)
+        context = None if current.__suppress_context__ else current.__context__
+        current = current.__cause__ or context
 
 
 def driver_error_means_connection_lost(error: BaseException) -> bool:

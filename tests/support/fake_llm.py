@@ -110,6 +110,9 @@ class _Fault:
     status: int | None = None
     retry_after: float | None = None
     delay: float = 0.0
+    message: str | None = None
+    """The error body's message, instead of the status's usual one."""
+    param: str | None = None
 
 
 @dataclass
@@ -256,11 +259,20 @@ class FakeLLM:
         """The most requests the server has handled at the same time."""
         return self._state.max_in_flight
 
-    def fail_next(self, status: int, times: int = 1, retry_after: float | None = None) -> None:
-        """Answer the next `times` requests with `status` (and `Retry-After` when given)."""
+    def fail_next(
+        self,
+        status: int,
+        times: int = 1,
+        retry_after: float | None = None,
+        message: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        """Answer the next `times` requests with `status` (and `Retry-After` when given), the
+        error body's `message` and `param` as given."""
         with self._lock:
             for _ in range(times):
-                self._state.faults.append(_Fault(status=status, retry_after=retry_after))
+                fault = _Fault(status, retry_after, message=message, param=param)
+                self._state.faults.append(fault)
 
     def slow_next(self, seconds: float, times: int = 1) -> None:
         """Delay the next `times` answers by `seconds` (to go past a client timeout)."""
@@ -362,7 +374,7 @@ class FakeLLM:
             headers = {}
             if fault.retry_after is not None:
                 headers["Retry-After"] = _seconds_header(fault.retry_after)
-            return fault.status, _error_body(fault.status), headers
+            return fault.status, _error_body(fault.status, fault.message, fault.param), headers
         window = state.context_window
         requested = prompt_tokens + int(max_tokens or 0)
         if window is not None and requested > window:
@@ -762,9 +774,11 @@ _ERROR_TYPES = {
 }
 
 
-def _error_body(status: int) -> dict[str, Any]:
-    kind, message = _ERROR_TYPES.get(status, ("invalid_request_error", f"Injected error {status}."))
-    return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+def _error_body(
+    status: int, message: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    kind, usual = _ERROR_TYPES.get(status, ("invalid_request_error", f"Injected error {status}."))
+    return {"error": {"message": message or usual, "type": kind, "param": param, "code": kind}}
 
 
 def _clip(text: str, max_tokens: int) -> str:
