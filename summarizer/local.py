@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import math
+import multiprocessing
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from summarizer.client import Completion, CompletionRequest, MergeTask
 from summarizer.text import OFFLOAD_CHARS, clip_tokens, text_chars
-from summarizer.tokens import count_messages, count_text
+from summarizer.tokens import count_messages, count_text, encoding
 from summarizer.transcript import TranscriptEntry
 
 LOCAL_MODEL = "local"
@@ -53,6 +57,10 @@ TOOLS_MAX_SHARE = 0.2
 GUIDED_SHARE = 0.5
 """Share of the target that sentences naming an instruction's keyword take first: the rest
 goes to the usual sections, so the user's requests keep room however much the keywords match."""
+
+OFFLOAD_PROCESSES = min(4, os.cpu_count() or 1)
+"""Processes that run large offline tasks (over `OFFLOAD_CHARS`): a thread would not do, since
+pattern matching holds the GIL and a megabyte message would stall every other request."""
 
 MIN_KEYWORD_CHARS = 3
 """Shorter words of an instruction are never keywords (articles, prepositions, "of", "to")."""
@@ -471,6 +479,52 @@ def merge_texts(texts: Sequence[str], target_tokens: int, instructions: str | No
     return extract
 
 
+def complete_task(request: CompletionRequest) -> Completion:
+    """Carry out `request.task` within its target (in this process)."""
+    target = min(request.max_tokens, request.target_tokens)
+    task = request.task
+    if isinstance(task, MergeTask):
+        text = merge_texts(task.summaries, target, task.instructions)
+    else:
+        text = summarize_transcript(
+            task.transcript, target, task.previous_summary, task.instructions
+        )
+    return Completion(text, count_messages(request.messages), count_text(text))
+
+
+class _Processes:
+    """The offline model's worker processes, started at the first large task."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def run(self, request: CompletionRequest) -> Completion:
+        """`complete_task(request)` in a worker process; a pool whose process died (killed,
+        out of memory) is replaced, and the task run once more."""
+        for attempt in (1, 2):
+            pool = self._pool or self._start()
+            try:
+                return await asyncio.get_running_loop().run_in_executor(
+                    pool, complete_task, request
+                )
+            except BrokenProcessPool:
+                if self._pool is pool:
+                    self._pool = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> ProcessPoolExecutor:
+        # spawn, not fork: the server's threads and event loop must not be copied mid-flight
+        context = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(OFFLOAD_PROCESSES, mp_context=context, initializer=encoding)
+        self._pool = pool
+        return pool
+
+
+_PROCESSES = _Processes()
+
+
 class LocalSummarizer:
     """The `local` model as an `LLMClient`: carries out summary and merge tasks offline."""
 
@@ -478,20 +532,9 @@ class LocalSummarizer:
         """Summarize or merge what `request.task` asks for, within its target.
 
         The work is CPU-bound (seconds on a large transcript): over `OFFLOAD_CHARS` it runs in
-        a worker thread, so the caller's event loop keeps serving meanwhile.
+        a worker process, so the caller's event loop keeps serving meanwhile (a thread would
+        hold the GIL through each pattern match).
         """
         if text_chars(request.messages) > OFFLOAD_CHARS:
-            return await asyncio.to_thread(self._complete, request)
-        return self._complete(request)
-
-    @staticmethod
-    def _complete(request: CompletionRequest) -> Completion:
-        target = min(request.max_tokens, request.target_tokens)
-        task = request.task
-        if isinstance(task, MergeTask):
-            text = merge_texts(task.summaries, target, task.instructions)
-        else:
-            text = summarize_transcript(
-                task.transcript, target, task.previous_summary, task.instructions
-            )
-        return Completion(text, count_messages(request.messages), count_text(text))
+            return await _PROCESSES.run(request)
+        return complete_task(request)

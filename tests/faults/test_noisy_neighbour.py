@@ -1,0 +1,90 @@
+"""One tenant's large, adversarial messages do not stall the others.
+
+Bob appends messages of a megabyte built to make backtracking patterns and token counting
+slow, and the offline summarizer (the default model) summarizes them in the background; Alice's
+requests meanwhile are answered as promptly as ever: the event loop is never held for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import user
+
+ALICE = {"Authorization": "Bearer key_alice"}
+BOB = {"Authorization": "Bearer key_bob"}
+
+MAX_DELAY_SECONDS = 0.25
+"""The longest Alice may wait for an answer while Bob's work runs."""
+
+MESSAGE_BYTES = 990_000
+"""Just under MAX_MESSAGE_BYTES (1,000,000) once encoded as JSON."""
+
+ADVERSARIAL = ("a-", "a_", "aA", "Tools used: a ×", "`a", "1.", "a")
+"""Runs that backtracking patterns scan again from every position."""
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    return {
+        "api_keys": "alice:key_alice,bob:key_bob",
+        "summary_message_limit": 2,
+        "summary_keep_last_n": 0,
+        "summary_max_context_tokens": 10_000_000,
+        "summary_workers": 2,
+    }
+
+
+def huge(unit: str) -> str:
+    return unit * (MESSAGE_BYTES // len(unit.encode()))
+
+
+async def bob_summary_count(client: httpx.AsyncClient) -> int:
+    answer = await client.get("/v1/sessions/bob-big", headers=BOB)
+    assert answer.status_code == 200, answer.text
+    count: int = answer.json()["summary_count"]
+    return count
+
+
+async def test_a_tenants_megabyte_messages_do_not_delay_another_tenant(
+    client: httpx.AsyncClient,
+) -> None:
+    answer = await client.post(
+        "/v1/sessions/alice-chat/messages", json={"messages": [user("hello")]}, headers=ALICE
+    )
+    assert answer.status_code == 201, answer.text
+    delays: list[float] = []
+    bob_done = asyncio.Event()
+
+    async def alice() -> None:
+        while not bob_done.is_set():
+            started = time.perf_counter()
+            answer = await client.get("/v1/sessions/alice-chat/history", headers=ALICE)
+            delays.append(time.perf_counter() - started)
+            assert answer.status_code == 200
+            await asyncio.sleep(0.01)
+
+    async def bob() -> None:
+        try:
+            for first, second in zip(ADVERSARIAL[::2], ADVERSARIAL[1::2], strict=False):
+                batch = {"messages": [user(huge(first)), user(huge(second))]}
+                answer = await client.post("/v1/sessions/bob-big/messages", json=batch, headers=BOB)
+                assert answer.status_code == 201, answer.text
+            deadline = time.monotonic() + 120
+            while await bob_summary_count(client) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        finally:
+            bob_done.set()
+
+    await asyncio.gather(alice(), bob())
+    assert await bob_summary_count(client) >= 2, "the offline summarizer ran on Bob's messages"
+    assert len(delays) > 20
+    slowest = max(delays)
+    assert slowest <= MAX_DELAY_SECONDS, (
+        f"Alice waited {slowest:.3f} s (of {len(delays)} requests) while Bob's work ran"
+    )
