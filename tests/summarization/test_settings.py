@@ -40,3 +40,16 @@ def test_model_windows_are_read_from_model_context_tokens() -> None:
 def test_a_malformed_model_window_stops_the_server_naming_the_setting() -> None:
     with pytest.raises(ValidationError, match="MODEL_CONTEXT_TOKENS"):
         Settings(_env_file=None, model_context_tokens="openai/gpt-4o=lots")
+
+
+def test_any_model_without_an_api_base_stops_the_server_unless_opted_in() -> None:
+    """A client could name any provider litellm knows, and MODEL_API_KEY would go there."""
+    with pytest.raises(ValidationError, match="MODEL_ALLOW_ANY_PROVIDER"):
+        settings(model_allowed="openai/gpt-4o, *", model_api_key="sk-x")
+    assert settings(model_allowed="*", model_api_base="http://127.0.0.1:4000").model_allowed
+    assert settings(model_allowed="*", model_allow_any_provider=True).model_allowed
+    assert settings(model_allowed="openai/gpt-4o").model_allowed
+
+
+def test_an_empty_operator_key_is_none() -> None:
+    assert settings(operator_key="").operator_key is None
