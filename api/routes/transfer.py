@@ -23,7 +23,7 @@ from api.routes.checks import COMMON, SessionPath, known_query_only, well_formed
 from api.schemas.common import SESSION_ID_PATTERN
 from api.schemas.transfer import ImportResult, TransferLine
 from api.transfer import export, importer
-from api.transfer.lines import NDJSON, spooled
+from api.transfer.lines import NDJSON, body_too_large, spooled
 
 LINE_MEDIA_TYPES = frozenset({NDJSON, "application/jsonl"})
 """What an import's body may be declared as (or nothing): JSON Lines under its two names."""
@@ -120,18 +120,25 @@ async def import_session(
 ) -> ImportResult:
     """Store an exported session (the body: what `GET /v1/sessions/{id}/export` answered) with
     the same seqs, contents, summaries and coverage, under its own id or `id`; 409 if that id
-    is taken. The body is read as a stream with no size limit, each line at most
-    MAX_REQUEST_BYTES (413). A file that is not JSON Lines of the export's shape, is cut
-    short (no `end` line, or counts that differ) or does not hold together (seqs out of
-    order, a summary covering a removed message, `superseded_by` naming no summary, ...)
-    answers 422 naming its first wrong line, and nothing of it is stored."""
-    body: AsyncIterator[bytes] = spooled(request.stream())
+    is taken. The body is read as a stream of at most MAX_IMPORT_BYTES and MAX_IMPORT_LINES,
+    each line at most MAX_REQUEST_BYTES, each message within the append's limits (413); each
+    message's tokens are counted again, as an append counts them. A file that is not JSON
+    Lines of the export's shape (a blank line included), is cut short (no `end` line, or
+    counts that differ) or does not hold together (seqs out of order, a summary covering a
+    removed message, `superseded_by` naming no summary, ...) answers 422 naming its first
+    wrong line, and nothing of it is stored."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > settings.max_import_bytes:
+        raise body_too_large(settings.max_import_bytes)
+    chunks: AsyncIterator[bytes] = request.stream()
     with database_faults_as_503():
-        return await importer.import_session(
-            database,
-            tenant,
-            body,
-            settings.max_request_bytes,
-            session_id,
-            allowed_models=settings.allowed_models(),
-        )
+        async with spooled(chunks, settings.max_import_bytes, settings.max_import_lines) as body:
+            return await importer.import_session(
+                database,
+                tenant,
+                body,
+                settings.max_request_bytes,
+                session_id,
+                allowed_models=settings.allowed_models(),
+                limits=importer.AppendLimits.of(settings),
+            )

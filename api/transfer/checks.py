@@ -14,9 +14,9 @@ from pydantic import TypeAdapter, ValidationError
 from api import items
 from api.db.models import utcnow
 from api.json_values import check_json_value, check_text
-from api.schemas.messages import MessageIn
+from api.schemas.messages import ChatMessageIn, ItemIn, MessageIn
 from api.schemas.transfer import MessageLine, SessionLine, SummaryLine
-from api.settings import SummaryOverrides, model_not_allowed
+from api.session_settings import SummaryOverrides, model_not_allowed
 
 
 class Refused(Exception):
@@ -76,9 +76,9 @@ _CHAT_MESSAGE: TypeAdapter[Any] = TypeAdapter(MessageIn)
 """The append's check of a chat message (its role's schema)."""
 
 
-def check_message(line: MessageLine, message_format: str | None) -> None:
+def check_message(line: MessageLine, message_format: str | None) -> ChatMessageIn | ItemIn:
     """A message the append would have stored: a chat message in an `openai` session, an item
-    whose chat reading the line holds in a `responses` one."""
+    whose chat reading the line holds in a `responses` one; answered as the append takes it."""
     _checked(check_json_value, line.metadata, "metadata")
     if line.client_id is not None:
         _checked(check_text, line.client_id, "client_id")
@@ -95,7 +95,9 @@ def check_message(line: MessageLine, message_format: str | None) -> None:
         }
         if {key: reading.get(key) for key in held} != held or line.name is not None:
             raise Refused("role, content, tool_calls and tool_call_id are not the item's reading")
-        return
+        return ItemIn.model_construct(
+            item=line.item, metadata=line.metadata, client_id=line.client_id
+        )
     if line.item is not None:
         raise Refused("item: an item in an `openai` session")
     message = {
@@ -106,11 +108,14 @@ def check_message(line: MessageLine, message_format: str | None) -> None:
         "tool_call_id": line.tool_call_id,
     }
     try:
-        _CHAT_MESSAGE.validate_python({k: v for k, v in message.items() if v is not None})
+        chat: ChatMessageIn = _CHAT_MESSAGE.validate_python(
+            {k: v for k, v in message.items() if v is not None}
+        )
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in error["loc"][1:])
         raise Refused(f"{where}: {error['msg']}" if where else error["msg"]) from None
+    return chat.model_copy(update={"metadata": line.metadata, "client_id": line.client_id})
 
 
 def check_summary(

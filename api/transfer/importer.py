@@ -11,9 +11,13 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import items
+from api.append.use_case import prepared
 from api.db.transactions import Database
-from api.errors import SessionExists, ValidationFailed
+from api.errors import PayloadTooLarge, SessionExists, ValidationFailed
+from api.limits import check_metadata_size
+from api.schemas.messages import ChatMessageIn, ItemIn
 from api.schemas.transfer import EndLine, ImportResult, MessageLine, SessionLine, SummaryLine
+from api.settings import Settings
 from api.store import transfer as store
 from api.transfer.checks import (
     Refused,
@@ -27,6 +31,19 @@ from api.transfer.lines import numbered_lines, parsed
 IMPORT_BATCH = 1000
 """Message lines inserted per round trip by an import: larger batches save little time and
 hold more lines in memory."""
+
+
+@dataclass(frozen=True)
+class AppendLimits:
+    """The append's limits, which an import through the API holds each message to (413 as
+    for an append), its token count made again as the append makes it."""
+
+    max_message_bytes: int
+    max_metadata_bytes: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> AppendLimits:
+        return cls(settings.max_message_bytes, settings.max_metadata_bytes)
 
 
 @dataclass
@@ -55,11 +72,13 @@ class Importer:
         tenant: str,
         external_id: str | None,
         allowed_models: frozenset[str] | None,
+        limits: AppendLimits | None,
     ) -> None:
         self.db = db
         self.tenant = tenant
         self.external_id = external_id
         self.allowed_models = allowed_models
+        self.limits = limits
         self.session: SessionLine | None = None
         self.session_key = 0
         self.ended = False
@@ -76,8 +95,6 @@ class Importer:
 
     async def take(self, number: int, raw: bytes) -> None:
         """Check and store one line; `ValidationFailed` naming it when it is wrong."""
-        if not raw.strip():
-            return
         line = parsed(number, raw)
         try:
             await self._take(number, line)
@@ -123,6 +140,8 @@ class Importer:
 
     async def _session(self, line: SessionLine) -> None:
         check_session(line, self.allowed_models)
+        if self.limits is not None:
+            _check_metadata(1, line.metadata, self.limits.max_metadata_bytes)
         external_id = self.external_id or line.id
         values = line.model_dump(exclude={"type", "version", "id"})
         values["external_id"] = external_id
@@ -143,11 +162,13 @@ class Importer:
                 f"role {line.role!r} in the pinned prefix (seqs up to pinned_seq "
                 f"{session.pinned_seq} are system or developer messages)"
             )
+        token_count = 0
         if line.removed_at is not None:
             check_tombstone(line)
             self.removed.append(line.seq)
         else:
-            check_message(line, session.format)
+            message = check_message(line, session.format)
+            token_count = await self._token_count(number, line, message)
         if line.removed_at is not None or line.orphaned_at is not None:
             self.hidden.append(line.seq)
         if line.client_id is not None:
@@ -169,7 +190,7 @@ class Importer:
                 "tool_call_id": line.tool_call_id,
                 "metadata": line.metadata,
                 "client_id": line.client_id,
-                "token_count": line.token_count,
+                "token_count": token_count,
                 "item": None if line.item is None else items.item_text(line.item),
                 "created_at": line.created_at,
                 "removed_at": line.removed_at,
@@ -178,6 +199,22 @@ class Importer:
         )
         if len(self.batch) >= IMPORT_BATCH:
             await self._store_batch()
+
+    async def _token_count(
+        self, number: int, line: MessageLine, message: ChatMessageIn | ItemIn
+    ) -> int:
+        """The message's tokens, counted as the append counts them once it passed the
+        append's size checks; the file's count only on the operator's own move (no limits)."""
+        if self.limits is None:
+            return line.token_count
+        _check_metadata(number, line.metadata, self.limits.max_metadata_bytes)
+        try:
+            (new,) = await prepared([message], self.limits.max_message_bytes)
+        except PayloadTooLarge as exc:
+            raise PayloadTooLarge(
+                f"line {number}: over MAX_MESSAGE_BYTES, as an append would be ({exc.detail})"
+            ) from None
+        return new.token_count
 
     async def _store_batch(self) -> None:
         if not await store.insert_messages(self.db, self.batch):
@@ -308,6 +345,14 @@ class Importer:
                 )
 
 
+def _check_metadata(number: int, metadata: dict[str, Any] | None, max_bytes: int) -> None:
+    """The append's metadata limit, its refusal naming the line."""
+    try:
+        check_metadata_size(metadata, "metadata", max_bytes)
+    except PayloadTooLarge as exc:
+        raise PayloadTooLarge(f"line {number}: {exc.detail} (MAX_METADATA_BYTES)") from None
+
+
 async def import_session(
     database: Database,
     tenant: str,
@@ -316,13 +361,16 @@ async def import_session(
     external_id: str | None = None,
     *,
     allowed_models: frozenset[str] | None,
+    limits: AppendLimits | None = None,
 ) -> ImportResult:
     """Store the session a JSON Lines file holds (under `external_id` when given), all of it
     or, at the first wrong line, none of it: one transaction, its lines stored in batches as
     they are read. A session naming a summary model outside `allowed_models` is refused, as
-    its creation would be (None, as for the operator's own moves: any model)."""
+    its creation would be; a message over `limits` is refused as its append would be, and its
+    tokens are counted again (None, for both, on the operator's own moves: a copy between
+    databases this service wrote keeps any model, its sizes and its counts)."""
     async with database.transaction() as db:
-        importer = Importer(db, tenant, external_id, allowed_models)
+        importer = Importer(db, tenant, external_id, allowed_models, limits)
         last = 0
         async for number, raw in numbered_lines(chunks, max_line_bytes):
             await importer.take(number, raw)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import AsyncIterator
-from typing import cast
+from contextlib import asynccontextmanager
+from typing import IO, cast
 
 from pydantic import ValidationError
 
@@ -106,16 +107,42 @@ def summary_line(
     )
 
 
-async def spooled(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """`chunks` (a request body) written to a temporary file first, then read back: the
-    import's transaction then lasts as long as the database work, not as long as the client
-    takes to send (on SQLite it holds the database's write lock)."""
+def body_too_large(max_bytes: int) -> PayloadTooLarge:
+    """An import body over MAX_IMPORT_BYTES, declared (Content-Length) or counted."""
+    return PayloadTooLarge(f"the body is over {max_bytes} bytes (MAX_IMPORT_BYTES)")
+
+
+@asynccontextmanager
+async def spooled(
+    chunks: AsyncIterator[bytes], max_bytes: int, max_lines: int
+) -> AsyncIterator[AsyncIterator[bytes]]:
+    """`chunks` (a request body) written to a temporary file, then read back from it.
+
+    Bytes and lines are counted as they come: past `max_bytes` or `max_lines` the body is
+    refused (413) at once, the rest of it unread. The import's transaction (on SQLite, the
+    database's write lock) begins once the whole body is here, so it lasts as long as the
+    database work, not as long as the client takes to send."""
     with tempfile.TemporaryFile() as spool:
+        size = newlines = 0
+        open_line = False
         async for chunk in chunks:
+            if not chunk:
+                continue
+            size += len(chunk)
+            if size > max_bytes:
+                raise body_too_large(max_bytes)
+            newlines += chunk.count(b"\n")
+            open_line = not chunk.endswith(b"\n")
+            if newlines + open_line > max_lines:
+                raise PayloadTooLarge(f"the body holds over {max_lines} lines (MAX_IMPORT_LINES)")
             await asyncio.to_thread(spool.write, chunk)
         await asyncio.to_thread(spool.seek, 0)
-        while block := await asyncio.to_thread(spool.read, SPOOL_CHUNK_BYTES):
-            yield block
+        yield _read_back(spool)
+
+
+async def _read_back(spool: IO[bytes]) -> AsyncIterator[bytes]:
+    while block := await asyncio.to_thread(spool.read, SPOOL_CHUNK_BYTES):
+        yield block
 
 
 async def numbered_lines(
@@ -137,7 +164,7 @@ async def numbered_lines(
         del pending[:start]
         if len(pending) > max_line_bytes:
             raise _too_long(number + 1, max_line_bytes)
-    if pending.strip():
+    if pending:
         yield number + 1, bytes(pending)
 
 
@@ -146,7 +173,10 @@ def _too_long(number: int, max_line_bytes: int) -> PayloadTooLarge:
 
 
 def parsed(number: int, raw: bytes) -> SessionLine | MessageLine | SummaryLine | EndLine:
-    """A line as its model; `ValidationFailed` naming the line and the first problem."""
+    """A line as its model; `ValidationFailed` naming the line and the first problem (a
+    blank line is one: refused at once, not skipped, so a body of them costs nothing)."""
+    if not raw.strip():
+        raise ValidationFailed(f"line {number}: a blank line (each line is one JSON object)")
     try:
         return TransferLine.model_validate_json(raw).root
     except ValidationError as exc:

@@ -1,10 +1,13 @@
 """Export and import: a session as JSON Lines comes back the same on any database, and a file
-that is malformed, cut short or inconsistent is refused at its line with nothing stored."""
+that is malformed, cut short or inconsistent is refused at its line with nothing stored; a body
+over the import's limits is refused as it streams in, a message over the append's limits as an
+append would be, and every message's tokens are counted again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -473,3 +476,240 @@ async def test_a_client_id_repeated_in_a_later_batch_is_refused_naming_its_line(
     assert_error(answer, 422, "line 1501:", "client_id is an earlier line's too")
     assert await rows(app_sessionmaker) == before
     await assert_session_absent(api, f"{sid}-copy")
+
+
+# --- limits on an import --------------------------------------------------------------------
+
+
+class Sent:
+    """A request body sent in chunks as the app reads them, counting what it read."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.read = 0
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            self.read += 1
+            yield chunk
+
+
+def in_chunks(body: bytes, size: int) -> list[bytes]:
+    return [body[at : at + size] for at in range(0, len(body), size)]
+
+
+async def import_streamed(
+    http: httpx.AsyncClient, sent: Sent, as_id: str, **headers: str
+) -> httpx.Response:
+    return await http.post(
+        "/v1/sessions/import",
+        content=sent.stream(),
+        params={"id": as_id},
+        headers={"content-type": "application/x-ndjson", **headers},
+    )
+
+
+async def exported_chat(http: httpx.AsyncClient, sid: str, messages: int) -> bytes:
+    await append(http, sid, *(user(f"message {n} " + "x" * 80) for n in range(messages)))
+    return await export(http, sid)
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_import_bytes": 2000}], indirect=True, ids=["2000-bytes"]
+)
+async def test_a_content_length_over_max_import_bytes_is_refused_before_the_body_is_read(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    body = await exported_chat(client, sid, 30)
+    sent = Sent(in_chunks(body, 100))
+
+    answer = await import_streamed(
+        client, sent, f"{sid}-copy", **{"content-length": str(len(body))}
+    )
+
+    assert_error(answer, 413, "2000 bytes", "MAX_IMPORT_BYTES")
+    assert sent.read == 0
+    await assert_session_absent(client, f"{sid}-copy")
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_import_bytes": 2000}], indirect=True, ids=["2000-bytes"]
+)
+async def test_a_streamed_body_over_max_import_bytes_is_refused_before_it_is_all_read(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    body = await exported_chat(client, sid, 30)
+    sent = Sent(in_chunks(body, 100))
+    before = await rows(sessionmaker)
+
+    answer = await import_streamed(client, sent, f"{sid}-copy")
+
+    assert_error(answer, 413, "2000 bytes", "MAX_IMPORT_BYTES")
+    assert sent.read == 21  # the chunk that passed the limit, and none after it
+    assert len(sent.chunks) > 21 * 2
+    assert await rows(sessionmaker) == before
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_import_lines": 10}], indirect=True, ids=["10-lines"]
+)
+async def test_a_body_of_more_than_max_import_lines_is_refused_at_the_line_past_it(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    body = await exported_chat(client, sid, 30)
+    sent = Sent(body.splitlines(keepends=True))
+    before = await rows(sessionmaker)
+
+    answer = await import_streamed(client, sent, f"{sid}-copy")
+
+    assert_error(answer, 413, "10 lines", "MAX_IMPORT_LINES")
+    assert sent.read == 11
+    assert await rows(sessionmaker) == before
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_import_lines": 10}], indirect=True, ids=["10-lines"]
+)
+async def test_a_body_of_exactly_max_import_lines_is_stored(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    body = await exported_chat(client, sid, 8)  # the session, 8 messages and the end line
+    assert body.count(b"\n") == 10 and body.endswith(b"\n")
+
+    answer = await import_file(client, body, as_id=f"{sid}-copy")
+
+    assert answer.status_code == 201, answer.text
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_import_lines": 10}], indirect=True, ids=["10-lines"]
+)
+async def test_blank_lines_count_toward_max_import_lines(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    first = (await exported_chat(client, sid, 1)).split(b"\n", 1)[0] + b"\n"
+    sent = Sent([first, *(b"\n" for _ in range(1000))])
+
+    answer = await import_streamed(client, sent, f"{sid}-copy")
+
+    assert_error(answer, 413, "MAX_IMPORT_LINES")
+    assert sent.read == 11
+    await assert_session_absent(client, f"{sid}-copy")
+
+
+async def test_a_blank_line_is_refused_at_once_naming_it(
+    api: httpx.AsyncClient, sid: str, app_sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    lines = (await exported_chat(api, sid, 2)).splitlines(keepends=True)
+    before = await rows(app_sessionmaker)
+
+    answer = await import_file(api, b"".join([lines[0], b"\n", *lines[1:]]), as_id=f"{sid}-x")
+
+    assert_error(answer, 422, "line 2:", "blank line")
+    await assert_session_absent(api, f"{sid}-x")
+    assert await rows(app_sessionmaker) == before
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_message_bytes": 2000}], indirect=True, ids=["2000-bytes"]
+)
+async def test_a_message_over_max_message_bytes_is_refused_as_its_append_is(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    lines = parsed(await exported_chat(client, sid, 3))
+    large = user("y" * 3000)
+    assert_error(await client.post(f"/v1/sessions/{sid}/messages", json={"messages": [large]}), 413)
+    lines[2]["content"] = large["content"]
+    before = await rows(sessionmaker)
+
+    answer = await import_file(client, unparsed(lines), as_id=f"{sid}-copy")
+
+    assert_error(answer, 413, "line 3:", "MAX_MESSAGE_BYTES", "the limit is 2000")
+    await assert_session_absent(client, f"{sid}-copy")
+    assert await rows(sessionmaker) == before
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_message_bytes": 2000}], indirect=True, ids=["2000-bytes"]
+)
+async def test_an_item_over_max_message_bytes_is_refused_as_its_append_is(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    await client.post("/v1/sessions", json={"id": sid, "format": "responses"})
+    await append_items(client, sid, {"type": "message", "role": "user", "content": "hi"})
+    lines = parsed(await export(client, sid))
+    lines[1]["item"]["content"] = lines[1]["content"] = "y" * 3000
+    before = await rows(sessionmaker)
+
+    answer = await import_file(client, unparsed(lines), as_id=f"{sid}-copy")
+
+    assert_error(answer, 413, "line 2:", "MAX_MESSAGE_BYTES", "the limit is 2000")
+    await assert_session_absent(client, f"{sid}-copy")
+    assert await rows(sessionmaker) == before
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"max_metadata_bytes": 100}], indirect=True, ids=["100-bytes"]
+)
+async def test_message_metadata_over_max_metadata_bytes_is_refused_as_its_append_is(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    lines = parsed(await exported_chat(client, sid, 2))
+    lines[2]["metadata"] = {"note": "z" * 200}
+
+    answer = await import_file(client, unparsed(lines), as_id=f"{sid}-copy")
+
+    assert_error(answer, 413, "line 3:", "metadata", "MAX_METADATA_BYTES")
+    await assert_session_absent(client, f"{sid}-copy")
+
+
+@pytest.mark.parametrize("claimed", [0, 10**9])
+async def test_an_imported_message_s_tokens_are_counted_again_not_read_from_the_file(
+    api: httpx.AsyncClient, sid: str, claimed: int
+) -> None:
+    await append(api, sid, user("a long question " * 500), assistant("short"))
+    lines = parsed(await export(api, sid))
+    counted = lines[1]["token_count"]
+    assert counted > 1000
+    lines[1]["token_count"] = lines[2]["token_count"] = claimed
+
+    answer = await import_file(api, unparsed(lines), as_id=f"{sid}-copy")
+
+    assert answer.status_code == 201, answer.text
+    copied = parsed(await export(api, f"{sid}-copy"))
+    assert [line["token_count"] for line in copied[1:3]] == [
+        line["token_count"] for line in parsed(await export(api, sid))[1:3]
+    ]
+    assert copied[1]["token_count"] == counted
+
+
+async def test_an_import_waiting_for_its_body_holds_no_write_lock(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    # the body is spooled before the import's transaction begins: on SQLite the process's
+    # writers queue on one lock, which a slow client must not hold
+    await append(api, sid, user("hello"))
+    body = await export(api, sid)
+    halfway, rest_sent = asyncio.Event(), asyncio.Event()
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        yield body[:10]
+        halfway.set()
+        await rest_sent.wait()
+        yield body[10:]
+
+    importing = asyncio.create_task(
+        api.post(
+            "/v1/sessions/import",
+            content=slow_body(),
+            params={"id": f"{sid}-copy"},
+            headers={"content-type": "application/x-ndjson"},
+        )
+    )
+    try:
+        await asyncio.wait_for(halfway.wait(), 5)
+        await asyncio.wait_for(append(api, f"{sid}-other", user("meanwhile")), 5)
+    finally:
+        rest_sent.set()
+        answer = await importing
+    assert answer.status_code == 201, answer.text
