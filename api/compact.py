@@ -64,8 +64,7 @@ async def compact(
     )
     # 404 if deleted meanwhile
     start = await store.session_for_history(db, tenant, external_id)
-    policy = summarization.settings.policy(start.session.settings)
-    loaded = await load_history(db, summarization, start, policy.summary_limit, None)
+    loaded = await load_history(db, summarization, start, None, None)
     if summary is not None:
         made = SummaryOut.from_row(summary, session.external_id)
         return CompactResult(summary=made, reason=None, history=loaded)
@@ -143,7 +142,7 @@ def previewed_rows(
     """What a load without `max_tokens` (`store.load_rows`) would read once `live` are the
     session's live summaries, taken from what a preview read: `plan`'s messages, and the
     pinned prefix (`pinned`), shown unless a loaded summary covers it."""
-    summaries = live[-plan.policy.summary_limit :]
+    summaries = live
     if any(summary.first_seq <= plan.session.pinned_seq for summary in summaries):
         pinned = []
     after_seq = summaries[-1].last_seq if summaries else plan.session.pinned_seq

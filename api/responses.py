@@ -42,11 +42,6 @@ DEFAULT_OUTPUT_SHARE = 4
 """Without `max_output_tokens`, the answer's room is MODEL_DEFAULT_OUTPUT_TOKENS, but never
 more than a quarter of the window (a small model keeps room for its context)."""
 
-EVERY_LIVE_SUMMARY = 100
-"""The summaries a turn loads: every live one (the API's largest `summary_limit`). Roll-ups
-keep them few; while one is pending, the newest SUMMARY_LIMIT alone would leave the facts of
-the oldest out of what the model receives."""
-
 STORED_STATUSES = frozenset({"completed", "incomplete"})
 """Responses whose output is a turn of the conversation: finished, or cut at
 `max_output_tokens`. A failed or cancelled one stores nothing."""
@@ -251,7 +246,7 @@ class Responder:
                 self.summarization,
                 tenant,
                 conversation_id,
-                EVERY_LIVE_SUMMARY,
+                None,
                 turn.budget,
                 "responses",
                 start,

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import uuid
 from contextlib import suppress
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
@@ -239,8 +239,9 @@ async def history(
     if start is None:
         start = await store.session_for_history(db, tenant, external_id)
     policy = summarization.settings.policy(start.session.settings)
-    limit = summary_limit or policy.summary_limit
-    loaded = await load_history(db, summarization, start, limit, max_tokens, message_format, edits)
+    loaded = await load_history(
+        db, summarization, start, summary_limit, max_tokens, message_format, edits
+    )
     if (
         max_tokens is not None
         and loaded.truncated_messages > 0
@@ -286,7 +287,7 @@ async def history(
                 # One summarization only: whatever it achieved, truncation does the rest.
                 start = await store.session_for_history(db, tenant, external_id)
                 loaded = await load_history(
-                    db, summarization, start, limit, max_tokens, message_format, edits
+                    db, summarization, start, summary_limit, max_tokens, message_format, edits
                 )
     return loaded
 
@@ -295,24 +296,35 @@ async def load_history(
     db: AsyncSession,
     summarization: Summarization,
     start: store.HistoryStart,
-    summary_limit: int,
+    summary_limit: int | None,
     max_tokens: int | None,
     message_format: MessageFormat | None = None,
     edit_overrides: EditOverrides | None = None,
 ) -> History:
     """Latest live summaries and the messages after them, assembled under `max_tokens`, in
     `message_format` (None: the session's own, chat messages until it holds any), with the
-    session's context editing (`edit_overrides` on top)."""
+    session's context editing (`edit_overrides` on top).
+
+    Every live summary is shown (more than the session's `summary_limit` only while a roll-up
+    is owed), or the newest `summary_limit` when one is asked for: `omitted.summaries` then
+    names the older ones, so nothing is left out without a word."""
     session = start.session
     policy = summarization.settings.policy(session.settings)
     edits = ContextEdits.of(policy, edit_overrides)
     # which parts are cleared depends on the whole unsummarized tail: then it is all read
     read_budget = None if edits.active else max_tokens
     rows = await store.load_rows(
-        db, session, summary_limit, read_budget, summarized=start.summarized
+        db, session, store.EVERY_LIVE_SUMMARY, read_budget, summarized=start.summarized
     )
+    left_out: list[int] = []
+    if summary_limit is not None and len(rows.summaries) > summary_limit:
+        left_out = [summary.id for summary in rows.summaries[:-summary_limit]]
+        rows = replace(rows, summaries=rows.summaries[-summary_limit:])
     message_format = message_format or session_format(session)
     context = loaded_context(rows, max_tokens, message_format, edits)
+    if left_out:
+        omitted = replace(context.omitted, summaries=left_out + context.omitted.summaries)
+        context = replace(context, omitted=omitted)
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],

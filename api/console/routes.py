@@ -242,10 +242,8 @@ async def _history(
     """What `GET /history?max_tokens=` answers, short of the inline summarization it may make
     when over budget (the console changes nothing): the same `service.load_history`."""
     summarization = request.app.state.summarization
-    settings: Settings = request.app.state.settings
     start = await store.session_for_history(db, tenant, session_id)
-    limit = settings.policy(start.session.settings).summary_limit
-    return await service.load_history(db, summarization, start, limit, max_tokens)
+    return await service.load_history(db, summarization, start, None, max_tokens)
 
 
 @router.get("/summaries/{summary_id}")

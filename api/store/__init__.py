@@ -26,7 +26,13 @@ from api.store.jobs import (
     release_job,
     renew_job_lease,
 )
-from api.store.loader import HistoryStart, LoadedRows, load_rows, session_for_history
+from api.store.loader import (
+    EVERY_LIVE_SUMMARY,
+    HistoryStart,
+    LoadedRows,
+    load_rows,
+    session_for_history,
+)
 from api.store.messages import (
     message_by_client_id,
     message_by_id,
@@ -61,6 +67,7 @@ from api.store.summaries import (
 )
 
 __all__ = [
+    "EVERY_LIVE_SUMMARY",
     "Backlog",
     "HistoryStart",
     "JobRow",

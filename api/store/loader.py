@@ -214,6 +214,12 @@ def load_parameters(
     }
 
 
+EVERY_LIVE_SUMMARY = 100
+"""The most live summaries a load reads (the API's largest `summary_limit`): every live one.
+Roll-ups keep them few; while one is pending (a crash before it, a lowered `summary_limit`),
+a load shows them all, or names in `omitted` those a smaller limit asked for leaves out."""
+
+
 async def load_rows(
     db: AsyncSession,
     session: SessionRow,

@@ -66,11 +66,11 @@ async def test_without_summaries_the_context_is_every_message(
     assert [m["seq"] for m in body["messages"]] == [1, 2, 3, 4]
 
 
-async def test_only_the_latest_summary_limit_summaries_come_oldest_first(
+async def test_a_summary_limit_asked_for_shows_the_newest_and_names_the_rest_as_omitted(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
-    await save_summaries(
+    ids = await save_summaries(
         app_db,
         sid,
         summary_draft(1, 2),
@@ -80,11 +80,14 @@ async def test_only_the_latest_summary_limit_summaries_come_oldest_first(
     )
     body = await history(api, sid, summary_limit=2)
     assert ranges(body["summaries"]) == [(5, 6), (7, 8)]
+    assert body["omitted"]["summaries"] == ids[:2]
 
 
-async def test_the_default_summary_limit_comes_from_the_settings(
+async def test_live_summaries_over_the_limit_all_load_until_their_roll_up_lands(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
+    """More live summaries than SUMMARY_LIMIT (a crash before the roll-up): none is dropped
+    from the context unasked."""
     await append(api, sid, *chat(10))
     await save_summaries(
         app_db,
@@ -94,17 +97,25 @@ async def test_the_default_summary_limit_comes_from_the_settings(
         summary_draft(5, 6),
         summary_draft(7, 8),
     )
-    assert ranges((await history(api, sid))["summaries"]) == [(3, 4), (5, 6), (7, 8)]
+    body = await history(api, sid)
+    assert ranges(body["summaries"]) == [(1, 2), (3, 4), (5, 6), (7, 8)]
+    assert body["omitted"]["summaries"] == []
+    shown = [m["content"] for m in body["context"] if m["role"] == "system"]
+    assert [text.split("\n")[0] for text in shown] == [
+        f"Summary of earlier conversation (messages {a}-{b}):" for a, b in ranges(body["summaries"])
+    ]
 
 
-async def test_a_session_summary_limit_setting_applies(
+async def test_a_lowered_session_summary_limit_leaves_no_live_summary_out(
     api: httpx.AsyncClient, sid: str, app_db: AsyncSession
 ) -> None:
     await append(api, sid, *chat(10))
     await save_summaries(app_db, sid, summary_draft(1, 2), summary_draft(3, 4))
     patched = await api.patch(f"/v1/sessions/{sid}", json={"settings": {"summary_limit": 1}})
     assert patched.status_code == 200
-    assert ranges((await history(api, sid))["summaries"]) == [(3, 4)]
+    body = await history(api, sid)
+    assert ranges(body["summaries"]) == [(1, 2), (3, 4)]
+    assert body["omitted"]["summaries"] == []
 
 
 async def test_only_messages_after_the_newest_summary_are_loaded(
@@ -123,6 +134,7 @@ async def test_messages_under_summaries_beyond_the_limit_are_not_loaded(
     body = await history(api, sid, summary_limit=1)
     assert ranges(body["summaries"]) == [(5, 6)]
     assert [m["seq"] for m in body["messages"]] == [7, 8, 9, 10]
+    assert len(body["omitted"]["summaries"]) == 2
 
 
 async def test_summaries_lead_the_context_as_system_messages(
