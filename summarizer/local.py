@@ -4,7 +4,9 @@ It reads a request's task, never its prompt text: the transcript's entries and t
 previous summary, or the summaries to merge, the instructions and the token target. It
 answers with the sentences that matter most, grouped and in order: user requests first, then
 decisions, then facts carrying numbers, names, paths, commands or identifiers, then the tools
-used, then the rest while the target allows. Instructions steer the choice by their keywords
+used, then the rest while the target allows. A merge keeps facts first (`_FactsFirst`): every
+bullet stating a new one, shortened around its facts as far as the target needs, before any
+bullet without one. Instructions steer the choice by their keywords
 (`instruction_keywords`): sentences naming one are kept first, tool results and later
 sentences of a reply included, within `GUIDED_SHARE` of the target. No network, no
 randomness: the same input always gives the same summary. It is the quality level without
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from summarizer.client import Completion, CompletionRequest, MergeTask
-from summarizer.text import OFFLOAD_CHARS, clip_tokens, text_chars
+from summarizer.text import ELLIPSIS, OFFLOAD_CHARS, clip_tokens, text_chars
 from summarizer.tokens import count_messages, count_text, encoding
 from summarizer.transcript import TranscriptEntry
 
@@ -53,6 +55,14 @@ TOOLS_MAX_TOKENS = 60
 
 TOOLS_MAX_SHARE = 0.2
 """Under a tight target the tools line is dropped when it would take more than this share."""
+
+FACT_WINDOWS = (4, 1, 0)
+"""Words kept on each side of a bullet's fact words as a merge shortens it, step by step: the
+words around a fact go before the fact does (0: the fact words alone)."""
+
+NUMBER_REACH = 1
+"""A number alone says little ("100"): even the shortest form keeps this many words on each side
+of one ("100 words", "port 8080")."""
 
 GUIDED_SHARE = 0.5
 """Share of the target that sentences naming an instruction's keyword take first: the rest
@@ -108,6 +118,7 @@ _COUNTS = re.compile(
 )
 _DIGITS = re.compile(r"\d+")
 _WORD = re.compile(r"\w+")
+_SPACED = re.compile(r"\S+")
 _DECISION = re.compile(
     r"\b(?:decid\w*|decision|agree[ds]?|chose|chosen|going with|we will|we'll|let's|settled"
     r"|conclu\w+|approved?|confirm\w*|plan(?:ned)? to|next steps?|todo|must|will use)\b"
@@ -276,26 +287,117 @@ def _normalized(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def _bullet(unit: _Unit) -> str:
+_EDGE_PUNCTUATION = "…,.;:!?()[]{}\"'`*"
+"""Stripped from a fact word before it is compared: `KEY-7781,` and `(KEY-7781)` are one fact."""
+
+
+def _fact_words(text: str) -> tuple[list[str], list[bool]]:
+    """The words of `text` (runs of non-space) and whether each carries a fact: a number, a
+    name, a path, a command or an identifier (any span a `_FEATURES` pattern matches)."""
+    marks = bytearray(len(text))
+    for feature in _FEATURES:
+        # a pattern's matches never overlap: every character is marked at most once per pattern
+        for match in feature.finditer(text):
+            marks[match.start() : match.end()] = b"\x01" * (match.end() - match.start())
+    words: list[str] = []
+    facts: list[bool] = []
+    for word in _SPACED.finditer(text):
+        words.append(word.group())
+        facts.append(marks.find(1, word.start(), word.end()) >= 0)
+    return words, facts
+
+
+def _fact_keys(text: str) -> frozenset[str]:
+    """The facts `text` states, as comparable keys (casefolded, edge punctuation dropped)."""
+    words, facts = _fact_words(text)
+    keys = (
+        word.strip(_EDGE_PUNCTUATION).casefold()
+        for word, fact in zip(words, facts, strict=True)
+        if fact
+    )
+    return frozenset(key for key in keys if key)
+
+
+def _around(words: Sequence[str], facts: Sequence[bool], window: int) -> str:
+    """The words within `window` words of a fact word (`NUMBER_REACH` more of a bare number),
+    every cut marked `…` (at the ends too, unless only the fact words are kept)."""
+    reach = [
+        window + (0 if any(map(str.isalpha, word)) else NUMBER_REACH) if fact else -1
+        for word, fact in zip(words, facts, strict=True)
+    ]
+    # a word is kept when a fact word reaches it from the left or from the right
+    kept = [False] * len(words)
+    furthest = -1
+    for index, extent in enumerate(reach):
+        furthest = max(furthest, index + extent) if extent >= 0 else furthest
+        kept[index] = index <= furthest
+    nearest = len(words)
+    for index in range(len(words) - 1, -1, -1):
+        extent = reach[index]
+        nearest = min(nearest, index - extent) if extent >= 0 else nearest
+        kept[index] = kept[index] or nearest <= index
+    pieces: list[str] = []
+    cut = False
+    for word, keep in zip(words, kept, strict=True):
+        if not keep:
+            cut = True
+            continue
+        if cut and (pieces or window):
+            pieces.append(ELLIPSIS)
+        pieces.append(word)
+        cut = False
+    if cut and window:
+        pieces.append(ELLIPSIS)
+    return " ".join(pieces)
+
+
+def _clip_words(text: str, max_tokens: int) -> str:
+    """`text` within `max_tokens`, cut after a whole word where it has spaces: half a fact is
+    none (`MARK…`)."""
+    clipped = clip_tokens(text, max_tokens)
+    if clipped == text or not clipped.endswith(ELLIPSIS):
+        return clipped
+    head = clipped[: -len(ELLIPSIS)]
+    if text[len(head) : len(head) + 1].isspace():
+        return clipped
+    whole, space, _ = head.rpartition(" ")
+    return f"{whole.rstrip()} {ELLIPSIS}" if space and whole.strip() else clipped
+
+
+def _forms(text: str, most: int = len(FACT_WINDOWS) + 1) -> tuple[str, ...]:
+    """At most `most` forms of a bullet's text, longest first, each within `UNIT_MAX_TOKENS`:
+    whole, then cut around its fact words at each of `FACT_WINDOWS` (without facts: one form).
+
+    A code line (in backticks) is cut inside its backticks, around the names and numbers it
+    holds: as a whole it is one fact, which no cut could shorten.
+    """
+    forms = [text] if count_text(text) <= UNIT_MAX_TOKENS else []
+    if len(forms) >= most:
+        return tuple(forms)
+    code = len(text) > 2 and text.startswith("`") and text.endswith("`")
+    words, facts = _fact_words(text[1:-1] if code else text)
+    for window in FACT_WINDOWS if any(facts) else ():
+        cut = _around(words, facts, window)
+        form = _clip_words(f"`{cut}`" if code else cut, UNIT_MAX_TOKENS)
+        if not forms or len(form) < len(forms[-1]):
+            forms.append(form)
+        if len(forms) >= most:
+            break
+    return tuple(forms) or (_clip_words(text, UNIT_MAX_TOKENS),)
+
+
+def _line(unit: _Unit, text: str) -> str:
     seq = f"#{unit.seq} " if unit.seq is not None else ""
     who = f"({unit.who}) " if unit.who else ""
-    return f"- {seq}{who}{clip_tokens(unit.text, UNIT_MAX_TOKENS)}"
+    return f"- {seq}{who}{text}"
 
 
-def _compose(
-    units: Sequence[_Unit],
-    counts: _Counts | None,
-    tools: Counter[str],
-    target_tokens: int,
-    previous: str | None = None,
-) -> tuple[str, bool]:
-    """The summary text and whether every unit made it in.
+Chosen = dict[Kind, list[tuple[_Unit, str]]]
+"""The units a summary keeps, by section, each with the text its bullet shows."""
 
-    The text holds the highest-priority units that fit, grouped and in order. Units the
-    instructions name go first, within `GUIDED_SHARE` of the budget; then a pass gives each
-    section its share of what is left (unused share moves on to the next section); a last
-    pass fills what remains in priority order.
-    """
+
+def _frame(counts: _Counts | None, tools: Counter[str], target_tokens: int) -> tuple[str, str, int]:
+    """The counts header, the tools line, and the tokens they leave for bullets."""
     header = counts.render() if counts else ""
     budget = target_tokens - (count_text(header + "\n") if header else 0)
     if budget < MIN_BULLET_TOKENS:
@@ -304,10 +406,41 @@ def _compose(
     tools_cost = count_text(tools_line + "\n") if tools_line else 0
     if tools_cost > budget * TOOLS_MAX_SHARE:
         tools_line, tools_cost = "", 0
-    budget -= tools_cost
+    return header, tools_line, budget - tools_cost
+
+
+def _render(header: str, tools_line: str, chosen: Chosen, target_tokens: int) -> str:
+    """The header, the sections in priority order (bullets in message order), the tools line
+    before "Other:"; clipped to the target, which the costs counted line by line respect."""
+    lines = [header] if header else []
+    for kind in Kind:
+        if kind is Kind.OTHER and tools_line:
+            lines.append(tools_line)
+        bullets = sorted(chosen[kind], key=lambda pair: pair[0].order)
+        if bullets:
+            lines.append(_HEADINGS[kind])
+            lines.extend(_line(unit, text) for unit, text in bullets)
+    return clip_tokens("\n".join(lines), target_tokens)
+
+
+def _compose(
+    units: Sequence[_Unit],
+    counts: _Counts | None,
+    tools: Counter[str],
+    target_tokens: int,
+    previous: str | None = None,
+) -> str:
+    """A leaf's text: the highest-priority units that fit, grouped and in order.
+
+    Units the instructions name go first, within `GUIDED_SHARE` of the budget; then a pass
+    gives each section its share of what is left (unused share moves on to the next section);
+    a last pass fills what remains in priority order. A sentence too long for a bullet is cut
+    around its facts.
+    """
+    header, tools_line, budget = _frame(counts, tools, target_tokens)
     seen = {_normalized(line) for line in (previous or "").splitlines()}
     known = _normalized(previous or "")
-    chosen: dict[Kind, list[_Unit]] = {kind: [] for kind in Kind}
+    chosen: Chosen = {kind: [] for kind in Kind}
     ranked = sorted(units, key=lambda unit: (unit.kind, -unit.score, unit.order))
     taken: set[int] = set()
 
@@ -315,14 +448,15 @@ def _compose(
         key = _normalized(unit.text)
         if unit.order in taken or key in seen or (len(key) > 20 and key in known):
             return 0
-        cost = count_text(_bullet(unit) + "\n")
+        text = _forms(unit.text, 1)[0]
+        cost = count_text(_line(unit, text) + "\n")
         if not chosen[unit.kind]:
             cost += count_text(_HEADINGS[unit.kind] + "\n")
         if cost > allowance:
             return 0
         seen.add(key)
         taken.add(unit.order)
-        chosen[unit.kind].append(unit)
+        chosen[unit.kind].append((unit, text))
         return cost
 
     allowance = math.floor(budget * GUIDED_SHARE)
@@ -344,21 +478,97 @@ def _compose(
         if budget < MIN_BULLET_TOKENS:
             break
         budget -= take(unit, budget)
-
-    lines = [header] if header else []
-    for kind in (Kind.REQUEST, Kind.DECISION, Kind.FACT):
-        lines.extend(_section(kind, chosen[kind]))
-    if tools_line:
-        lines.append(tools_line)
-    lines.extend(_section(Kind.OTHER, chosen[Kind.OTHER]))
-    complete = all(unit.order in taken or _normalized(unit.text) in seen for unit in units)
-    return clip_tokens("\n".join(lines), target_tokens), complete
+    return _render(header, tools_line, chosen, target_tokens)
 
 
-def _section(kind: Kind, units: list[_Unit]) -> list[str]:
-    if not units:
-        return []
-    return [_HEADINGS[kind]] + [_bullet(unit) for unit in sorted(units, key=lambda u: u.order)]
+class _FactsFirst:
+    """A merge's choice of bullets, facts first.
+
+    Every unit stating a fact not yet kept (a number, a name, an identifier, a path, a marker)
+    is taken in its shortest form before any is lengthened, and all of them are lengthened,
+    one step at a time, before any unit without a new fact is taken: the words around a fact
+    go before the fact does. Units the instructions name come first, within `GUIDED_SHARE`.
+    """
+
+    def __init__(self, units: Sequence[_Unit], budget: int) -> None:
+        self.budget = budget
+        self.units: list[_Unit] = []
+        seen: set[str] = set()
+        for unit in units:
+            key = _normalized(unit.text)
+            if key not in seen:
+                seen.add(key)
+                self.units.append(unit)
+        self.ranked = sorted(self.units, key=lambda unit: (unit.kind, -unit.score, unit.order))
+        self.step: dict[int, int] = {}
+        """The form each taken unit shows, by its order (0: whole)."""
+        self._forms: dict[int, tuple[str, ...]] = {}
+        self._headed: set[Kind] = set()
+
+    def forms(self, unit: _Unit) -> tuple[str, ...]:
+        """The forms of `unit`, longest first."""
+        if unit.order not in self._forms:
+            self._forms[unit.order] = _forms(unit.text)
+        return self._forms[unit.order]
+
+    def _cost(self, unit: _Unit, step: int) -> int:
+        return count_text(_line(unit, self.forms(unit)[step]) + "\n")
+
+    def take(self, unit: _Unit, steps: Iterable[int], allowance: int) -> int:
+        """Take `unit` in the first of its forms `steps` that fits `allowance`; the cost."""
+        heading = 0 if unit.kind in self._headed else count_text(_HEADINGS[unit.kind] + "\n")
+        for step in steps:
+            cost = self._cost(unit, step) + heading
+            if cost <= min(allowance, self.budget):
+                self._headed.add(unit.kind)
+                self.step[unit.order] = step
+                self.budget -= cost
+                return cost
+        return 0
+
+    def _lengthen(self) -> None:
+        for _ in FACT_WINDOWS:
+            for unit in self.ranked:
+                step = self.step.get(unit.order, 0)
+                if step > 0:
+                    extra = self._cost(unit, step - 1) - self._cost(unit, step)
+                    if extra <= self.budget:
+                        self.step[unit.order] = step - 1
+                        self.budget -= extra
+
+    def choose(self) -> Chosen:
+        """The bullets, by section."""
+        allowance = math.floor(self.budget * GUIDED_SHARE)
+        for unit in self.ranked:
+            if unit.guided:
+                allowance -= self.take(unit, range(len(self.forms(unit))), allowance)
+        kept: set[str] = set()
+        for unit in self.units:
+            if unit.order in self.step:
+                kept |= _fact_keys(unit.text)
+        rest: list[_Unit] = []
+        for unit in self.ranked:
+            if unit.order in self.step:
+                continue
+            keys = _fact_keys(unit.text) if unit.score else frozenset()
+            if keys <= kept:
+                rest.append(unit)  # no new fact: it waits with the units without one
+            elif self.take(unit, (len(self.forms(unit)) - 1,), self.budget):
+                kept |= keys
+        self._lengthen()
+        for unit in sorted(rest, key=lambda unit: (unit.kind, unit.order)):
+            if self.budget < MIN_BULLET_TOKENS:
+                break
+            self.take(unit, range(len(self.forms(unit))), self.budget)
+        chosen: Chosen = {kind: [] for kind in Kind}
+        for unit in self.units:
+            if unit.order in self.step:
+                chosen[unit.kind].append((unit, self.forms(unit)[self.step[unit.order]]))
+        return chosen
+
+    def complete(self) -> bool:
+        """Whether every unit is in, whole."""
+        return all(self.step.get(unit.order) == 0 for unit in self.units)
 
 
 def _verbatim(entries: Sequence[TranscriptEntry]) -> str:
@@ -385,7 +595,7 @@ def summarize_transcript(
     compact form is the answer: nothing is lost and nothing grows.
     """
     units = _entry_units(entries, _guide(instructions))
-    extract, _ = _compose(units, _counts(entries), _tool_counts(entries), target_tokens, previous)
+    extract = _compose(units, _counts(entries), _tool_counts(entries), target_tokens, previous)
     compact = _verbatim(entries)
     if len(compact) <= MAX_CHARS_PER_TOKEN * target_tokens and count_text(compact) <= min(
         count_text(extract), target_tokens
@@ -470,8 +680,10 @@ def merge_texts(texts: Sequence[str], target_tokens: int, instructions: str | No
         every_counted = every_counted and found is not None
         counts = found if position == 0 else _merge_counts(counts, found)
         tools.update(used)
-    extract, complete = _compose(units, counts if every_counted else None, tools, target_tokens)
-    if complete:
+    header, tools_line, budget = _frame(counts if every_counted else None, tools, target_tokens)
+    plan = _FactsFirst(units, budget)
+    extract = _render(header, tools_line, plan.choose(), target_tokens)
+    if plan.complete():
         return extract
     joined = "\n".join(text.strip() for text in texts)
     if len(joined) <= MAX_CHARS_PER_TOKEN * target_tokens and count_text(joined) <= target_tokens:

@@ -9,6 +9,9 @@ calls, failed calls, bisect depth, leaves, the lower bound `ceil(input / usable 
 leaves plus the merges they imply, and wall time with concurrent halves against
 sequential ones. The server adds `--latency` seconds to every answer, so the concurrency
 comparison means something. It uses the loopback fake LLM of `tests/support/fake_llm.py`.
+
+Then it measures the facts the offline `local` model keeps through leaves and roll-up merges
+(`scripts/bench/offline_merge.py`; alone: `python -m scripts.bench.offline_merge`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scripts.bench import offline_merge
 from summarizer import SummarizerSettings, SummaryResult, summarize
 from summarizer.prompts import summary_request
 from summarizer.run_state import output_cap
@@ -199,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per fake answer")
     parser.add_argument("--all-sequential", action="store_true", help="never skip sequential")
+    parser.add_argument(
+        "--no-offline-merge", action="store_true", help="skip the offline model's fact retention"
+    )
     args = parser.parse_args(argv)
     print(f"fake LLM latency {args.latency * 1000:.0f} ms per call; concurrency 4 vs 1\n")
     print(HEADER, flush=True)
@@ -217,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "unknown window: failed calls <= depth reached:",
         all(row.failed <= max(row.depth, 1) for row in unknown),
     )
+    if not args.no_offline_merge:
+        print()
+        offline_merge.main([])
 
 
 if __name__ == "__main__":

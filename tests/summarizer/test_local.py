@@ -21,7 +21,8 @@ from summarizer.local import LocalSummarizer, merge_texts, summarize_transcript
 from summarizer.prompts import merge_request, summary_request
 from summarizer.tokens import count_text
 from summarizer.transcript import TranscriptEntry, TranscriptOptions, join, transcript_entries
-from tests.summarizer.builders import assistant, call, filler, result, user
+from tests.summarizer.builders import assistant, call, filler, result, sharegpt, user
+from tests.support.fake_llm import MARKER_PATTERN
 
 
 def project_chat() -> list[dict[str, Any]]:
@@ -193,3 +194,96 @@ async def test_local_model_needs_no_network(monkeypatch: pytest.MonkeyPatch) -> 
     assert result_ is not None
     assert result_.metadata["llm_calls"] == 1 and not result_.metadata["truncated"]
     assert result_.summary_tokens <= 120
+
+
+CHATTER = (
+    "Thanks, that was a really helpful answer and I appreciate the effort you put into it, "
+    "so please keep going in the same direction as before"
+)
+"""A sentence without a fact: no number, name or identifier."""
+
+
+def marked_summary(first_seq: int, count: int) -> str:
+    """A summary as the local model writes it: requests without facts, then `count` fact
+    bullets, each a long sentence with one marker in its middle."""
+    last = first_seq + 2 * count - 1
+    lines = [
+        f"Messages #{first_seq}–#{last}: {2 * count} ({count} user, {count} assistant, 0 tool)."
+    ]
+    lines.append("Requests:")
+    lines += [
+        f"- #{first_seq + 2 * i} {CHATTER} with part {'abcdefgh'[i % 8]}." for i in range(count)
+    ]
+    lines.append("Facts:")
+    for i in range(count):
+        seq = first_seq + 2 * i + 1
+        lines.append(
+            f"- #{seq} The export went well and MARKER-s{seq} was noted in the review today."
+        )
+    return "\n".join(lines)
+
+
+def markers_in(text: str) -> set[str]:
+    return set(MARKER_PATTERN.findall(text))
+
+
+def test_a_merge_keeps_every_marker_that_fits_before_sentences_without_one() -> None:
+    first, second = marked_summary(1, 12), marked_summary(25, 12)
+    merged = merge_texts([first, second], 400)
+    assert markers_in(merged) == markers_in(first) | markers_in(second)
+
+
+def test_a_merge_keeps_no_sentence_without_a_fact_while_a_marker_is_left_out() -> None:
+    first, second = marked_summary(1, 40), marked_summary(81, 40)
+    merged = merge_texts([first, second], 300)
+    assert len(markers_in(merged)) < 80
+    assert "Thanks" not in merged and "Requests:" not in merged
+
+
+@pytest.mark.parametrize("target", [200, 250, 400])
+def test_a_tight_target_is_met_by_shortening_bullets_not_dropping_them(target: int) -> None:
+    first, second = marked_summary(1, 10), marked_summary(21, 10)
+    merged = merge_texts([first, second], target)
+    assert count_text(merged) <= target
+    assert markers_in(merged) == markers_in(first) | markers_in(second)
+
+
+def test_a_long_sentence_is_cut_around_its_facts_not_at_its_head() -> None:
+    sentence = f"{filler(60)} MARKER-deep {filler(20)}."
+    summary = summarize_transcript(entries_of([user(1, "Hi."), assistant(2, sentence)]), 60)
+    assert "MARKER-deep" in summary
+
+
+CHAIN_LEAVES = 9
+"""Leaves of a session whose roll-up the chain test follows (8 merges)."""
+
+CHAIN_FLOOR = 80
+"""Markers the last merge of the chain keeps at least, of the leaves' 120 (measured: 85; 22
+before facts came first)."""
+
+
+def planted_session() -> list[dict[str, Any]]:
+    """The fixture's conversations in turn, each message carrying a unique marker mid-text."""
+    source = [m for conversation in (19, 33, 32, 37) for m in sharegpt(conversation)]
+    messages = []
+    for seq in range(1, 16 * CHAIN_LEAVES + 1):
+        message = source[(seq - 1) % len(source)]
+        content = str(message["content"])
+        middle = content.find(" ", len(content) // 2)
+        middle = len(content) if middle < 0 else middle
+        planted = f"{content[:middle]} MARKER-c{seq}{content[middle:]}"
+        messages.append({"seq": seq, "role": message["role"], "content": planted})
+    return messages
+
+
+def test_a_chain_of_merges_keeps_the_markers_of_its_leaves() -> None:
+    """Roll-ups merge the previous roll-up with the next leaf, 8 times here."""
+    messages = planted_session()
+    leaves = [
+        summarize_transcript(entries_of(messages[i : i + 16]), 800)
+        for i in range(0, len(messages), 16)
+    ]
+    chain = leaves[0]
+    for leaf in leaves[1:]:
+        chain = merge_texts([chain, leaf], 1200)
+    assert len(markers_in(chain)) >= CHAIN_FLOOR
