@@ -29,7 +29,9 @@ deadline (2 s) plus one second. Then `tool-heavy` rows (`scripts/bench/fidelity_
 an agent session with tool-result clearing off and on), then `responses` rows
 (`scripts/bench/fidelity_responses.py`): a 200-turn conversation driven through
 `POST /v1/responses` at model windows of 4k and 16k (`--quick`: 4k), every fact checked in
-every request the model receives. Targets are printed
+every request the model receives, then `depth` rows (`scripts/bench/fidelity_depth.py`: sessions
+of 600 and 3,000 messages under a lossy model, the facts kept by age quarter, the deepest
+summary and what removing an early message costs; `--quick`: 600 messages). Targets are printed
 beside the figures, with `MISSED` where one is missed; the exit status is 0 unless the run
 itself fails. The results are also written as JSON to `bench_fidelity.json` (or `--output`).
 """
@@ -54,7 +56,7 @@ from typing import Any
 import httpx
 from alembic import command
 
-from scripts.bench import fidelity_responses, fidelity_tools
+from scripts.bench import fidelity_depth, fidelity_responses, fidelity_tools
 from scripts.bench.lib import in_process_app
 from tests.support import scratch_db
 from tests.support.fake_llm import FakeLLM, running_fake_llm
@@ -497,12 +499,17 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
         QUICK_RESPONSES_WINDOWS if quick else fidelity_responses.WINDOWS,
         fidelity_responses.TURNS,
     )
+    depth_rows = await fidelity_depth.run(
+        fidelity_depth.QUICK_ROWS if quick else fidelity_depth.ROWS
+    )
     print()
     print(render(rows, hang_row))
     print()
     print(fidelity_tools.render(tools_rows))
     print()
     print(fidelity_responses.render(responses_rows))
+    print()
+    print(fidelity_depth.render(depth_rows))
     report: dict[str, Any] = {
         "targets": {
             "fact_share": TARGET_SHARE,
@@ -517,6 +524,10 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
     report["hang"]["missed"] = hang_row.missed()
     report["tool_heavy"] = fidelity_tools.report(tools_rows)
     report["responses"] = [{**asdict(row), "missed": row.missed()} for row in responses_rows]
+    report["depth"] = {
+        "targets": fidelity_depth.targets(),
+        "rows": fidelity_depth.report(depth_rows),
+    }
     return report
 
 

@@ -22,6 +22,11 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
     - `"marker_echo"`: the perfect-recall model: every distinct token matching
       `MARKER-[A-Za-z0-9_-]+` found in the prompt, in order of first appearance, one per
       line (or `"no markers"`); like any model, it stops at `max_tokens`.
+    - `"lossy_echo"`: `marker_echo` with a lossy memory: each call keeps each marker it reads
+      with probability `keep_probability` (default 1: perfect recall), independently per call,
+      decided by a hash of the marker and the call's number (the lossy answers counted from 0,
+      in the order they are answered), so a fact that passes through d calls survives with
+      probability p^d and a replay of the same calls, in the same order, answers the same.
     - `"echo"`: the last user message verbatim (a degenerate answer).
     - `"empty"`: an empty answer (a degenerate answer).
     - `"long"`: `long_words` words of filler (longer than small inputs).
@@ -44,7 +49,9 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
 - Call log: `calls` is a list of `Call(messages, prompt_tokens, max_tokens, status, answer,
   request, path)`, one per request received (failed ones included; `request` is the body as
   received, `path` the endpoint); `prompts()` gives the user prompts,
-  `statuses()` the statuses answered, `max_in_flight` the most concurrent requests seen.
+  `statuses()` the statuses answered, `max_in_flight` the most concurrent requests seen,
+  `prompt_tokens_received()` the prompt tokens of every request (as the window check counts
+  them), of the answered ones only with `answered=True`.
 
 In tests, the `fake_llm` fixture of `tests/conftest.py` gives a fresh server per test:
 
@@ -57,6 +64,7 @@ Elsewhere: `with running_fake_llm() as server: ...`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -88,6 +96,9 @@ RESPONSES_PATH = "/responses"
 
 SUMMARY_WORDS = 24
 """Default length of a `summary` mode answer, in words."""
+
+_HASH_RANGE = 2**64
+"""The values a marker's keep hash takes (`_kept`): 8 bytes of BLAKE2b."""
 
 Responder = Callable[[list[dict[str, Any]]], str]
 
@@ -123,6 +134,9 @@ class _State:
     latency_seconds: float = 0.0
     summary_words: int = SUMMARY_WORDS
     long_words: int = 400
+    keep_probability: float = 1.0
+    lossy_calls: int = 0
+    """Answers `lossy_echo` has given: the number of the next one."""
     persistent_status: int | None = None
     window_in_error: bool = True
     in_flight: int = 0
@@ -247,6 +261,17 @@ class FakeLLM:
         self._state.long_words = words
 
     @property
+    def keep_probability(self) -> float:
+        """The chance that a `lossy_echo` call keeps one marker it reads (0 to 1)."""
+        return self._state.keep_probability
+
+    @keep_probability.setter
+    def keep_probability(self, probability: float) -> None:
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"keep_probability must be within 0 and 1, not {probability}")
+        self._state.keep_probability = probability
+
+    @property
     def window_in_error(self) -> bool:
         return self._state.window_in_error
 
@@ -320,6 +345,17 @@ class FakeLLM:
     def prompts(self) -> list[str]:
         """The last user message of every request, in order."""
         return [_last_user_text(call.messages) for call in self.calls]
+
+    def prompt_tokens_received(self, answered: bool = False) -> int:
+        """The prompt tokens of every request received (of those answered 200 with
+        `answered`), counted as the window check counts them."""
+        return sum(call.prompt_tokens for call in self.calls if not answered or call.status == 200)
+
+    def _next_lossy_call(self) -> int:
+        with self._lock:
+            number = self._state.lossy_calls
+            self._state.lossy_calls += 1
+            return number
 
     # request handling (server threads) ----------------------------------------------------
 
@@ -536,14 +572,33 @@ def _summary_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
     return f"Summary of {len(lines)} lines: " + " ".join(kept)
 
 
-def _marker_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+def _markers(messages: list[dict[str, Any]]) -> list[str]:
+    """Every distinct marker of the prompt, in order of first appearance."""
     seen: dict[str, None] = {}
     for message in messages:
         content = message.get("content")
         text = json.dumps(content) if isinstance(content, list) else str(content or "")
         for marker in MARKER_PATTERN.findall(text):
             seen.setdefault(marker, None)
-    return "\n".join(seen) if seen else "no markers"
+    return list(seen)
+
+
+def _marker_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+    return "\n".join(_markers(messages)) or "no markers"
+
+
+def _kept(marker: str, call: int, probability: float) -> bool:
+    """Whether call number `call` keeps `marker`: a hash of both, not a random draw, so a
+    replay keeps the same ones, and each call decides apart from every other."""
+    digest = hashlib.blake2b(f"{call}\0{marker}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < probability * _HASH_RANGE
+
+
+def _lossy_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
+    call = fake._next_lossy_call()
+    probability = fake.keep_probability
+    kept = [marker for marker in _markers(messages) if _kept(marker, call, probability)]
+    return "\n".join(kept) or "no markers"
 
 
 def _echo_answer(fake: FakeLLM, messages: list[dict[str, Any]]) -> str:
@@ -576,6 +631,7 @@ def recall_in_summaries_only(messages: list[dict[str, Any]]) -> str:
 _ANSWERS: dict[str, Callable[[FakeLLM, list[dict[str, Any]]], str]] = {
     "summary": _summary_answer,
     "marker_echo": _marker_answer,
+    "lossy_echo": _lossy_answer,
     "echo": _echo_answer,
     "empty": _empty_answer,
     "long": _long_answer,
