@@ -281,15 +281,27 @@ def _marker(responses: bool) -> Entry:
     return Entry(message, count_message(message), shown, added=True)
 
 
+def shown_summaries(rows: LoadedRows, summary_limit: int | None) -> tuple[LoadedRows, list[int]]:
+    """`rows` with the newest `summary_limit` of their live summaries (None: every one, more
+    than the session's limit only while a roll-up is owed), and the ids of those left out,
+    oldest first, for `omitted.summaries`."""
+    if summary_limit is None or len(rows.summaries) <= summary_limit:
+        return rows, []
+    left_out = [summary.id for summary in rows.summaries[:-summary_limit]]
+    return replace(rows, summaries=rows.summaries[-summary_limit:]), left_out
+
+
 def loaded_context(
     rows: LoadedRows,
     max_tokens: int | None,
     message_format: MessageFormat = "openai",
     edits: ContextEdits | None = None,
+    left_out: Sequence[int] = (),
 ) -> AssembledContext:
     """The context a history load answers in `message_format`: the pinned prefix, the
     summaries as messages and the loaded messages (as `edits` clears them, when given: `rows`
-    then hold the whole unsummarized tail), under `max_tokens`.
+    then hold the whole unsummarized tail), under `max_tokens`; `left_out`, the live summaries
+    a smaller `summary_limit` left out (`shown_summaries`), lead `omitted.summaries`.
 
     Raises `UnfaithfulView` when a message has no faithful shape in `message_format` (a
     Responses `reasoning` item in the `openai` format, a named chat message in the `responses`
@@ -312,6 +324,9 @@ def loaded_context(
     )
     if cleared:
         assembled = replace(assembled, cleared=cleared)
+    if left_out:
+        summaries = [*left_out, *assembled.omitted.summaries]
+        assembled = replace(assembled, omitted=replace(assembled.omitted, summaries=summaries))
     if not rows.not_loaded:
         return assembled
     # the unread lie between the newest loaded summary (or the prefix) and the oldest read

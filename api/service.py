@@ -7,14 +7,14 @@ import asyncio
 import logging
 import uuid
 from contextlib import suppress
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
-from api.context import loaded_context, session_format
+from api.context import loaded_context, session_format, shown_summaries
 from api.context_edits import ContextEdits, EditOverrides
 from api.db.faults import describe_fault
 from api.db.transactions import Database, connection_lost_or_commit_unknown, retrying
@@ -316,15 +316,9 @@ async def load_history(
     rows = await store.load_rows(
         db, session, store.EVERY_LIVE_SUMMARY, read_budget, summarized=start.summarized
     )
-    left_out: list[int] = []
-    if summary_limit is not None and len(rows.summaries) > summary_limit:
-        left_out = [summary.id for summary in rows.summaries[:-summary_limit]]
-        rows = replace(rows, summaries=rows.summaries[-summary_limit:])
+    rows, left_out = shown_summaries(rows, summary_limit)
     message_format = message_format or session_format(session)
-    context = loaded_context(rows, max_tokens, message_format, edits)
-    if left_out:
-        omitted = replace(context.omitted, summaries=left_out + context.omitted.summaries)
-        context = replace(context, omitted=omitted)
+    context = loaded_context(rows, max_tokens, message_format, edits, left_out)
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],

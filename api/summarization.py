@@ -32,6 +32,22 @@ from api.errors import (
 from api.locks import SessionLocks
 from api.session_settings import SummaryPolicy
 from api.settings import Settings
+from api.summary_forest import (
+    MAX_FOREST_STEPS,
+    Cover,
+    Forest,
+    Kind,
+    Merge,
+    Uncover,
+    after,
+    forest_metadata,
+    kind_of,
+    leaf_count,
+    leaves_of,
+    next_step,
+    read_forest,
+    shown,
+)
 from api.summary_plans import (
     Plan,
     Preview,
@@ -78,7 +94,8 @@ class Summarization:
         newest message from the user is the question being answered: it is never summarized.
         `instructions` (a caller's) follow the session's `summary_instructions`. With
         `defer_outage` (a background job), a summary the model was unavailable for is not
-        stored while `outage_defers` says so: `SummarizationDeferred`.
+        stored while `outage_defers` says so (`SummarizationDeferred`), and one leaf's worth
+        of messages is read at most (`Plan.leaf_sized`).
 
         Raises `SummarizationInProgress` when another summarization holds the session longer than
         `wait_seconds`. Returns the new summary, or None when nothing was left to summarize,
@@ -125,17 +142,26 @@ class Summarization:
         if plan is None:
             return None
         draft = await self._draft(plan, trigger, reason)
-        live = list(plan.live)
+        forest = plan.forest
         summary = None
         if draft is not None:
             summary = unsaved_row(draft, session_key, plan.messages)
-            live.append(summary)
+            forest = replace(forest, roots=(*forest.roots, summary))
         rollups: list[store.SummaryRow] = []
-        while (rollup := await self._rollup_draft(plan.policy, live, trigger)) is not None:
-            absorbed, live = live[: len(rollup.absorbs)], live[len(rollup.absorbs) :]
-            rollups.append(unsaved_row(rollup, session_key, absorbed))
-            live.insert(0, rollups[-1])
-        return Preview(plan, summary, rollups, live)
+        for _ in range(MAX_FOREST_STEPS):
+            step = next_step(forest, plan.policy.summary_limit)
+            if step is None:
+                break
+            if isinstance(step, Uncover):
+                forest = Forest(forest.roots)
+                continue
+            made = await self._merge_draft(plan.policy, step, trigger)
+            if made is None:
+                break
+            row = unsaved_row(made, session_key, step.sources)
+            rollups.append(row)
+            forest = after(forest, step, row)
+        return Preview(plan, summary, rollups, shown(forest))
 
     async def _plan(
         self,
@@ -151,6 +177,7 @@ class Summarization:
                 return None
             policy = self.settings.policy(session.settings)
             live = await store.live_summaries(db, session_key)
+            forest = await read_forest(db, session_key, live)
             # the first summary starts after the pinned prefix, which is never summarized
             after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
             messages = await store.messages_in_range(db, session_key, after_seq)
@@ -158,7 +185,7 @@ class Summarization:
         if keep_pending_turn and messages and messages[-1].role == "user":
             keep = max(keep, 1)
         guided = joined_instructions(policy.summary_instructions, instructions)
-        return Plan(session, policy, live, after_seq, messages, keep, guided)
+        return Plan(session, policy, live, after_seq, messages, keep, guided, forest)
 
     async def _run_held(
         self,
@@ -175,6 +202,7 @@ class Summarization:
         plan = await self._plan(session_key, keep_last_n, keep_pending_turn, instructions)
         if plan is None:
             return None
+        plan = replace(plan, leaf_sized=defer_outage)
         summary = None
         try:
             draft = await self._draft(plan, trigger, reason)
@@ -186,7 +214,7 @@ class Summarization:
                     )
                 summary = await self._store(session_key, draft, trigger, reason)
                 metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-            rolled_up = await self._roll_up(session_key, plan.policy, trigger)
+            rolled_up = await self._complete_forest(session_key, plan.policy, trigger)
         except SessionGone:
             return None
         if summary is not None and rolled_up:
@@ -205,15 +233,18 @@ class Summarization:
     async def _draft(
         self, plan: Plan, trigger: Trigger, reason: Reason
     ) -> store.SummaryDraft | None:
-        """The summary of `plan`'s messages but the last `plan.keep`, ready to store over the
-        seqs after `plan.after_seq`; None when nothing may be summarized."""
-        previous = plan.live[-1].summary_text if plan.live else None
+        """The leaf summary of `plan`'s messages but the last `plan.keep`, ready to store over
+        the seqs after `plan.after_seq`; None when nothing may be summarized.
+
+        Made from its messages alone, without the previous summary as context: no fact of an
+        earlier message travels into it, so removing a message reaches only the summaries
+        that cover it."""
         result = await summarize(
-            summarizer_input(plan.messages),
+            summarizer_input(plan.summarized),
             replace(
                 plan.policy.summarizer,
                 keep_last_n=plan.keep,
-                previous_summary=previous,
+                previous_summary=None,
                 instructions=plan.instructions,
             ),
             trigger=trigger,
@@ -224,32 +255,46 @@ class Summarization:
         self._count_llm(result.metadata)
         if not result.summary_text.strip():
             return None
-        return summary_draft(result, plan.policy, plan.keep, plan.after_seq + 1, plan.messages)
+        draft = summary_draft(result, plan.policy, plan.keep, plan.after_seq + 1, plan.summarized)
+        sources = sum(1 for message in plan.summarized if message.seq <= draft.last_seq)
+        leaves = leaf_count(sources, plan.policy.message_limit)
+        place = forest_metadata("leaf", leaves, (), 1 + int(result.metadata.get("max_depth", 0)))
+        return replace(draft, metadata={**draft.metadata, **place})
 
-    async def _roll_up(self, session_key: int, policy: SummaryPolicy, trigger: Trigger) -> bool:
-        """Merge the oldest live summaries into one of the next level while over the limit.
+    async def _complete_forest(
+        self, session_key: int, policy: SummaryPolicy, trigger: Trigger
+    ) -> bool:
+        """Store the nodes and the cover the forest owes (`api.summary_forest.next_step`), one
+        step at a time, each read again from the database.
 
-        Returns whether any roll-up was stored.
+        Returns whether anything was stored or deleted.
         """
-        rolled_up = False
-        while True:
+        changed = False
+        for _ in range(MAX_FOREST_STEPS):
             async with self.database.reading() as db:
                 live = await store.live_summaries(db, session_key)
-            draft = await self._rollup_draft(policy, live, trigger)
-            if draft is None:
-                return rolled_up
-            await self._store(session_key, draft, trigger, "rollup")
-            rolled_up = True
+                forest = await read_forest(db, session_key, live)
+            step = next_step(forest, policy.summary_limit)
+            if step is None:
+                return changed
+            if isinstance(step, Uncover):
+                async with self.locks.fenced(session_key) as db:
+                    await store.delete_covers(db, session_key, [s.id for s in step.covers])
+            else:
+                draft = await self._merge_draft(policy, step, trigger)
+                if draft is None:
+                    return changed
+                await self._store(session_key, draft, trigger, "rollup")
+            changed = True
+        logger.warning("session %s: the forest still owes steps after %s", session_key, changed)
+        return changed
 
-    async def _rollup_draft(
-        self, policy: SummaryPolicy, live: list[store.SummaryRow], trigger: Trigger
+    async def _merge_draft(
+        self, policy: SummaryPolicy, step: Merge | Cover, trigger: Trigger
     ) -> store.SummaryDraft | None:
-        """The roll-up of the oldest of `live` (oldest first) that a session over its
-        `summary_limit` is owed, with the session's instructions; None when within it (or the
-        merge gave no text)."""
-        if len(live) <= policy.summary_limit:
-            return None
-        absorbed = live[: max(2, len(live) - policy.summary_limit + 1)]
+        """The node or cover `step` makes of its sources, with the session's instructions;
+        None when the merge gave no text."""
+        absorbed = list(step.sources)
         merged = await merge_summaries(
             [summary.summary_text for summary in absorbed],
             replace(policy.summarizer, instructions=policy.summary_instructions),
@@ -262,6 +307,10 @@ class Summarization:
             logger.warning("roll-up of session %s gave an empty text; not stored", session_key)
             return None
         model, metadata = inherit_fallback(absorbed, merged.model, merged.metadata)
+        kind: Kind = "node" if isinstance(step, Merge) else "cover"
+        leaves = sum(map(leaves_of, absorbed))
+        depth = int(merged.metadata.get("max_depth", 1))
+        metadata = {**metadata, **forest_metadata(kind, leaves, absorbed, depth)}
         return store.SummaryDraft(
             first_seq=absorbed[0].first_seq,
             last_seq=absorbed[-1].last_seq,
@@ -323,9 +372,11 @@ class Summarization:
                     or draft.last_seq != fallback.last_seq
                 ):
                     return None
+                # the repair takes the fallback's place in the forest
+                place = {"kind": kind_of(fallback), "leaves": leaves_of(fallback)}
                 draft = replace(
                     draft,
-                    metadata={**draft.metadata, "repair_of": fallback.id},
+                    metadata={**draft.metadata, **place, "repair_of": fallback.id},
                     level=fallback.level + 1,
                     absorbs=(fallback.id,),
                 )

@@ -7,7 +7,7 @@ the `Summarization` (`api.summarization`) reads and stores around them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from api import store
@@ -16,6 +16,7 @@ from api.context_edits import ContextEdits
 from api.db.models import utcnow
 from api.items import joins_next
 from api.session_settings import SummaryPolicy
+from api.summary_forest import Forest
 from summarizer import SummaryResult
 from summarizer.cuts import JOINS_NEXT
 from summarizer.summarize import FALLBACK_MODEL
@@ -124,6 +125,19 @@ class Plan:
     keep: int
     instructions: str | None
     """What the summary must keep: the session's `summary_instructions`, then the caller's."""
+    forest: Forest = field(default_factory=lambda: Forest(()))
+    """The session's forest as read with `live` (`api.summary_forest`)."""
+    leaf_sized: bool = False
+    """Summarize at most `message_limit` messages (`summarized`): a background job, which
+    leaves a larger backlog (after a removal, an outage) to the jobs after it, leaf by leaf,
+    so no summary has to squeeze more facts into its target than a leaf does."""
+
+    @property
+    def summarized(self) -> list[store.MessageRow]:
+        """The messages the summary reads (it leaves out the newest `keep` of them)."""
+        if not self.leaf_sized:
+            return self.messages
+        return self.messages[: self.policy.message_limit + self.keep]
 
     @property
     def backlog(self) -> store.Backlog:

@@ -100,18 +100,42 @@ async def merge_pair(run: RunState, first: str, second: str) -> str:
     )
 
 
-def _merge_overhead(run: RunState) -> int:
-    """Prompt tokens of a merge request around two empty summaries."""
-    return count_messages(merge_request("", "", run.merge_target, run.settings.instructions))
+def _merge_overhead(run: RunState, count: int = 2) -> int:
+    """Prompt tokens of a merge request around `count` empty summaries."""
+    empty = [""] * count
+    return count_messages(merge_request(empty, run.merge_target, run.settings.instructions))
 
 
-def _merge_call(run: RunState, first: str, second: str) -> CompletionRequest:
+def _merge_call(run: RunState, *texts: str) -> CompletionRequest:
     return CompletionRequest(
-        messages=merge_request(first, second, run.merge_target, run.settings.instructions),
+        messages=merge_request(texts, run.merge_target, run.settings.instructions),
         max_tokens=run.merge_cap,
         target_tokens=run.merge_target,
-        task=MergeTask((first, second), run.settings.instructions),
+        task=MergeTask(texts, run.settings.instructions),
     )
+
+
+async def merge_at_once(run: RunState, texts: Sequence[str]) -> str | None:
+    """More than two consecutive summaries merged in one call, so each fact passes through one
+    model call, not one per round of pairs; None (nothing spent but a refused call) when they
+    do not fit the window together: merge them pairwise then."""
+    if run.llm_down:
+        return None
+    estimate = run.estimate(_merge_overhead(run, len(texts)) + sum(map(count_text, texts)))
+    budget = run.budget(run.merge_cap)
+    if budget is not None and estimate > budget:
+        return None
+    try:
+        text = await run.ask(_merge_call(run, *texts), estimate, None)
+    except Oversized:
+        return None
+    except ContextWindowError as error:
+        run.learn(error, estimate, run.merge_cap)
+        return None
+    except LLMError as error:
+        run.went_down(error)
+        return None
+    return run.finish(text, count_text("\n".join(texts)), run.merge_cap)
 
 
 def _clip_pair(run: RunState, first: str, second: str, budget: int) -> tuple[str, str] | None:

@@ -13,7 +13,9 @@ none of this text: the summarizer hands it the same material as data
 
 from __future__ import annotations
 
-PROMPT_VERSION = "2026-11.2"
+from collections.abc import Sequence
+
+PROMPT_VERSION = "2026-11.3"
 """Version of the prompt texts below; stored in every summary's metadata."""
 
 SUMMARY_PROMPT = """\
@@ -39,11 +41,11 @@ previous summary says."""
 )
 
 MERGE_PROMPT = """\
-You merge two summaries of consecutive parts of one chat (the first is older) into one \
-summary that replaces both. Write at most {target_tokens} tokens of plain text, in the \
+You merge summaries of consecutive parts of one chat (oldest first) into one summary \
+that replaces them. Write at most {target_tokens} tokens of plain text, in the \
 language of the summaries, without a preamble. Keep the chronology, every user request, \
 decision, number, name, path, command and identifier (copied exactly), and the open \
-questions; drop what the two repeat. Text marked […] was cut before it reached you."""
+questions; drop what they repeat. Text marked […] was cut before it reached you."""
 
 INSTRUCTIONS_PROMPT = """
 
@@ -93,9 +95,9 @@ def summary_request(
 
 
 def merge_request(
-    first: str, second: str, target_tokens: int, instructions: str | None = None
+    texts: Sequence[str], target_tokens: int, instructions: str | None = None
 ) -> list[dict[str, str]]:
-    """Chat messages asking to merge two consecutive summaries into one, as `instructions`
-    ask."""
-    parts = [_wrap(SUMMARY_TAG, first), _wrap(SUMMARY_TAG, second)]
+    """Chat messages asking to merge consecutive summaries (oldest first) into one, as
+    `instructions` ask."""
+    parts = [_wrap(SUMMARY_TAG, text) for text in texts]
     return _request(MERGE_PROMPT, target_tokens, parts, instructions)

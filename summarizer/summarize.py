@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from summarizer.bisection import BisectRun, merge_pair
+from summarizer.bisection import BisectRun, merge_at_once, merge_pair
 from summarizer.client import LLMClient
 from summarizer.cuts import summarizable_count
 from summarizer.prompts import CONTINUE_PROMPT, MERGE_PROMPT, PROMPT_VERSION, SUMMARY_PROMPT
@@ -187,7 +187,8 @@ async def merge_summaries(
     trigger_reason: str = "rollup",
     client: LLMClient | None = None,
 ) -> MergeResult:
-    """Consecutive summaries (oldest first) merged pairwise into one roll-up summary."""
+    """Consecutive summaries (oldest first) merged into one roll-up summary: in one call when
+    they fit the window together, else pairwise (each round of pairs one pass deeper)."""
     _check_trigger(trigger, trigger_reason)
     if not texts:
         raise ValueError("merge_summaries needs at least one summary")
@@ -199,6 +200,8 @@ async def merge_summaries(
         window_exact=window is not None,
     )
     level = [text.strip() for text in texts]
+    if len(level) > 2 and (at_once := await merge_at_once(run, level)) is not None:
+        run.max_depth, level = 1, [at_once]
     while len(level) > 1:
         run.max_depth += 1
         pairs = [level[i : i + 2] for i in range(0, len(level), 2)]

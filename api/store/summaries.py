@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     BigInteger,
     bindparam,
+    delete,
     func,
     insert,
     literal,
@@ -120,6 +121,33 @@ async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
         .order_by(SummaryMessage.message_id)
     )
     return list(rows)
+
+
+async def absorbed_by(db: AsyncSession, session_key: int, summary_id: int) -> list[SummaryRow]:
+    """The summaries `summary_id` absorbed (superseded by it), oldest first."""
+    result = await db.execute(
+        select(*SUMMARY_COLUMNS)
+        .where(_summaries.session_id == session_key, _summaries.superseded_by == summary_id)
+        .order_by(_summaries.first_seq)
+    )
+    return [SummaryRow._make(row) for row in result]
+
+
+async def delete_covers(db: AsyncSession, session_key: int, cover_ids: Sequence[int]) -> None:
+    """Delete live covers (`api.summary_forest`), under the session's lock: what they stood
+    for is live again (`superseded_by` is set null by its foreign key), their links go with
+    them. A cover is a view of forest roots that stay stored, so no fact's trace is lost."""
+    await db.execute(
+        update(Session).where(Session.id == session_key).values(last_seq=Session.last_seq)
+    )
+    await db.execute(
+        update(Summary)
+        .where(Summary.session_id == session_key, Summary.superseded_by.in_(cover_ids))
+        .values(superseded_by=None)
+    )
+    await db.execute(
+        delete(Summary).where(Summary.session_id == session_key, Summary.id.in_(cover_ids))
+    )
 
 
 async def summary_before(db: AsyncSession, session_key: int, first_seq: int) -> SummaryRow | None:

@@ -101,9 +101,11 @@ async def run_window(window: int, turns: int, folder: Path) -> ResponsesRow:
         transport = httpx2.ASGITransport(app=app)
         async with (
             app.router.lifespan_context(app),
-            httpx2.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as http,
+            httpx2.AsyncClient(
+                transport=transport, base_url="http://localhost", timeout=120
+            ) as http,
         ):
-            client = AsyncOpenAI(base_url="http://bench/v1", api_key="dev", http_client=http)
+            client = AsyncOpenAI(base_url="http://localhost/v1", api_key="dev", http_client=http)
             conversation = await client.conversations.create(
                 items=[{"type": "message", "role": "developer", "content": "Be brief."}]
             )

@@ -73,7 +73,7 @@ async def proactive(bench: Bench, backend: str, url: str, trials: int = 5) -> No
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client,
     ):
         for trial in range(trials):

@@ -280,6 +280,6 @@ async def in_process_app(
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as http,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=120) as http,
     ):
         yield http

@@ -42,7 +42,7 @@ from starlette.types import Receive, Scope, Send
 from api import metrics, store
 from api.append import store_batch
 from api.auth import authenticate
-from api.context import loaded_context
+from api.context import loaded_context, shown_summaries
 from api.db.engine import create_engine, create_read_sessionmaker, create_sessionmaker
 from api.db.transactions import Database
 from api.errors import PrecisError, Unauthorized
@@ -158,12 +158,11 @@ async def history(running: Running, scope: Scope, tenant: str, external_id: str)
         async with running.database.reading() as db:
             start = await store.session_for_history(db, tenant, external_id)
             session = start.session
-            policy = running.settings.policy(session.settings)
-            limit = summary_limit or policy.summary_limit
             rows = await store.load_rows(
-                db, session, limit, max_tokens, summarized=start.summarized
+                db, session, store.EVERY_LIVE_SUMMARY, max_tokens, summarized=start.summarized
             )
-        context = loaded_context(rows, max_tokens)
+        rows, left_out = shown_summaries(rows, summary_limit)
+        context = loaded_context(rows, max_tokens, left_out=left_out)
         return pydantic_core.to_json(
             {
                 "session_id": session.external_id,

@@ -28,6 +28,9 @@ MESSAGE_BYTES = 990_000
 ADVERSARIAL = ("a-", "a_", "aA", "Tools used: a ×", "`a", "1.", "a")
 """Runs that backtracking patterns scan again from every position."""
 
+BOB_MESSAGES = 2 * (len(ADVERSARIAL) // 2)
+"""Bob appends them two at a time."""
+
 
 @pytest.fixture
 def settings_overrides() -> dict[str, Any]:
@@ -44,11 +47,11 @@ def huge(unit: str) -> str:
     return unit * (MESSAGE_BYTES // len(unit.encode()))
 
 
-async def bob_summary_count(client: httpx.AsyncClient) -> int:
-    answer = await client.get("/v1/sessions/bob-big", headers=BOB)
+async def bob_summarized_to(client: httpx.AsyncClient) -> int:
+    """The last seq Bob's live summaries cover (0: none)."""
+    answer = await client.get("/v1/sessions/bob-big/summaries", headers=BOB)
     assert answer.status_code == 200, answer.text
-    count: int = answer.json()["summary_count"]
-    return count
+    return max((summary["last_seq"] for summary in answer.json()["summaries"]), default=0)
 
 
 async def test_a_tenants_megabyte_messages_do_not_delay_another_tenant(
@@ -72,18 +75,19 @@ async def test_a_tenants_megabyte_messages_do_not_delay_another_tenant(
     async def bob() -> None:
         try:
             for first, second in zip(ADVERSARIAL[::2], ADVERSARIAL[1::2], strict=False):
+                # summary_keep_last_n 0 and message_limit 2: every batch is summarized
                 batch = {"messages": [user(huge(first)), user(huge(second))]}
                 answer = await client.post("/v1/sessions/bob-big/messages", json=batch, headers=BOB)
                 assert answer.status_code == 201, answer.text
             for _ in range(1200):  # two minutes at most
-                if await bob_summary_count(client) >= 2:
+                if await bob_summarized_to(client) == BOB_MESSAGES:
                     break
                 await asyncio.sleep(0.1)
         finally:
             bob_done.set()
 
     await asyncio.gather(alice(), bob())
-    assert await bob_summary_count(client) >= 2, "the offline summarizer ran on Bob's messages"
+    assert await bob_summarized_to(client) == BOB_MESSAGES, "the offline summarizer ran"
     assert len(delays) > 20
     slowest = max(delays)
     assert slowest <= MAX_DELAY_SECONDS, (

@@ -97,6 +97,13 @@ def watch_lock_requests(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     return reached
 
 
+async def leaves(client: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
+    """The session's summaries made from messages (the forest merges them into a node)."""
+    return [
+        summary for summary in await session_summaries(client, session) if summary["level"] == 0
+    ]
+
+
 async def session_summaries(client: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
     """Every summary of the session, superseded ones included, oldest first."""
     answer = await client.get(
@@ -194,7 +201,7 @@ async def test_compact_waits_for_a_running_summarization_then_summarizes_what_is
     answer = await asyncio.wait_for(compact, WAIT_SECONDS)
     assert answer.status_code == 200, answer.text
 
-    background, compacted = await session_summaries(client, "wait")
+    background, compacted = await leaves(client, "wait")
     assert (background["first_seq"], background["last_seq"]) == (1, 3)
     assert background["metadata"]["trigger"] == "proactive"
     assert answer.json()["summary"]["id"] == compacted["id"]
@@ -274,7 +281,7 @@ async def test_compact_on_one_replica_waits_for_a_summarization_running_on_anoth
     answer = await asyncio.wait_for(compact, WAIT_SECONDS)
     assert answer.status_code == 200, answer.text
 
-    background, compacted = await session_summaries(client, "across")
+    background, compacted = await leaves(client, "across")
     assert (background["first_seq"], background["last_seq"]) == (1, 3)
     assert (compacted["first_seq"], compacted["last_seq"]) == (4, 6)
     assert answer.json()["summary"]["id"] == compacted["id"]
@@ -369,7 +376,9 @@ async def running_replica(
     await stack.enter_async_context(app.router.lifespan_context(app))
     transport = httpx.ASGITransport(app=app)
     http = await stack.enter_async_context(
-        httpx.AsyncClient(transport=transport, base_url=f"http://{name}", timeout=WAIT_SECONDS)
+        httpx.AsyncClient(
+            transport=transport, base_url=f"http://{name}.localhost", timeout=WAIT_SECONDS
+        )
     )
     return http
 

@@ -128,7 +128,7 @@ async def test_a_chat_session_comes_back_byte_for_byte(
     answer = await import_file(client, original, as_id=f"{sid}-copy")
 
     assert answer.status_code == 201, answer.text
-    assert answer.json() == {"id": f"{sid}-copy", "messages": 12, "summaries": 6}
+    assert answer.json() == {"id": f"{sid}-copy", "messages": 12, "summaries": 7}
     assert await export(client, f"{sid}-copy") == renamed(original, sid, f"{sid}-copy")
     lines = parsed(original)
     assert {line["type"] for line in lines} == {"session", "message", "summary", "end"}

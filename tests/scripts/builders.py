@@ -151,11 +151,12 @@ re-making a removal asks for (no message limit is reached)."""
 
 @dataclass(frozen=True)
 class Removed:
-    """A session built through the HTTP API: six messages summarized as 1..2 and 3..4 (rolled
-    up into 1..4, level 1) and 5..6; then seq 3 removed, which erased the roll-up, 3..4 and
+    """A session built through the HTTP API: six messages summarized as 1..2 and 3..4 (merged
+    into the node 1..4, level 1) and 5..6; then seq 3 removed, which erased the node, 3..4 and
     5..6 and made 1..2 live again; then 3..6 made again by the background job (trigger_reason
-    "erasure"); then a tool call and its result (seqs 7, 8) appended and popped one by one,
-    linked to no summary. Summaries are the API's, by name; messages as appended, by seq."""
+    "erasure") and merged with 1..2 into the node 1..6 (live); then a tool call and its result
+    (seqs 7, 8) appended and popped one by one, linked to no summary. Summaries are the API's,
+    by name; messages as appended, by seq."""
 
     external_id: str
     messages: dict[int, dict[str, Any]]
@@ -164,6 +165,7 @@ class Removed:
     rollup: dict[str, Any]
     third: dict[str, Any]
     remade: dict[str, Any]
+    node: dict[str, Any]
 
 
 async def every_summary(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
@@ -173,11 +175,17 @@ async def every_summary(client: httpx.AsyncClient, sid: str) -> list[dict[str, A
 
 
 async def wait_for_remake(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
-    """The live summary the background job made again after an erasure."""
+    """The summary the background job made again after an erasure (the forest may have
+    merged it into a node already)."""
     deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    listing = f"/v1/sessions/{sid}/summaries?include_superseded=true"
     while asyncio.get_running_loop().time() < deadline:
-        live = (await client.get(f"/v1/sessions/{sid}/summaries")).json()["summaries"]
-        remade = [s for s in live if s["metadata"]["trigger_reason"] == "erasure"]
+        every = (await client.get(listing)).json()["summaries"]
+        remade = [
+            s
+            for s in every
+            if s["metadata"].get("trigger_reason") == "erasure" and s["erased_at"] is None
+        ]
         if remade:
             return dict(remade[0])
         await asyncio.sleep(0.05)
@@ -197,7 +205,7 @@ async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
         await compact(client, sid, keep_last_n=0)
     removed = await client.delete(f"/v1/sessions/{sid}/messages/{messages[2]['id']}")
     assert removed.status_code == 204, removed.text
-    remade = await wait_for_remake(client, sid)
+    await wait_for_remake(client, sid)
     messages += (await append(client, sid, tool_call("c1"), tool_result("c1")))["messages"]
     for _ in range(2):  # the result, then the call it left hidden
         popped = await client.post(f"/v1/sessions/{sid}/messages/pop")
@@ -205,7 +213,8 @@ async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
     by_range = {
         (s["first_seq"], s["last_seq"], s["level"]): s for s in await every_summary(client, sid)
     }
-    assert set(by_range) == {(1, 2, 0), (3, 4, 0), (1, 4, 1), (5, 6, 0), (3, 6, 0)}
+    # the forest merged the first two leaves, then the remade one with the first
+    assert set(by_range) == {(1, 2, 0), (3, 4, 0), (1, 4, 1), (5, 6, 0), (3, 6, 0), (1, 6, 1)}
     return Removed(
         external_id=sid,
         messages={message["seq"]: message for message in messages},
@@ -213,5 +222,6 @@ async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
         second=by_range[3, 4, 0],
         rollup=by_range[1, 4, 1],
         third=by_range[5, 6, 0],
-        remade=remade,
+        remade=by_range[3, 6, 0],
+        node=by_range[1, 6, 1],
     )

@@ -301,7 +301,8 @@ async def test_an_erased_summary_shows_when_it_was_erased_instead_of_its_state_a
     live = (await trace_json(database_url, str(removed.first["id"])))["summary"]
     assert live["erased_at"] is None and live["summary_text"]
     _, live_text, _ = await trace(database_url, str(removed.first["id"]))
-    assert "seqs 1..2 · 2 messages · live" in live_text and "  text:" in live_text
+    shown = f"seqs 1..2 · 2 messages · superseded by {removed.node['id']}"
+    assert shown in live_text and "  text:" in live_text
 
 
 @REMOVALS
@@ -353,11 +354,12 @@ async def test_message_trace_lists_live_then_superseded_then_erased_summaries(
 
     assert answer["message"]["removed_at"] is None
     assert [s["id"] for s in answer["summaries"]] == [
+        removed.node["id"],
         removed.remade["id"],
         removed.rollup["id"],
         removed.second["id"],
     ]
-    assert [s["erased_at"] is None for s in answer["summaries"]] == [True, False, False]
+    assert [s["erased_at"] is None for s in answer["summaries"]] == [True, True, False, False]
 
 
 @REMOVALS
@@ -368,7 +370,7 @@ async def test_session_tree_shows_erased_summaries_and_the_summary_made_again_af
     answer = await trace_json(database_url, "--session", removed.external_id)
 
     assert code == 0, err
-    assert "8 messages (3 removed), 5 summaries (2 live, 3 erased)" in out
+    assert "8 messages (3 removed), 6 summaries (1 live, 3 erased)" in out
     table = out.splitlines()[2:]
     assert table[0].split() == list(trace_summary.SUMMARY_HEADERS)
     erased = ["erased", "at", *shown_time(removed.rollup["erased_at"]).split()]
@@ -376,6 +378,7 @@ async def test_session_tree_shows_erased_summaries_and_the_summary_made_again_af
     assert [row[:4] for row in rows] == [
         [str(removed.rollup["id"]), "1", "1..4", "4"],
         [str(removed.second["id"]), "0", "3..4", "2"],
+        [str(removed.node["id"]), "1", "1..6", "5"],
         [str(removed.first["id"]), "0", "1..2", "2"],
         [str(removed.remade["id"]), "0", "3..6", "3"],
         [str(removed.third["id"]), "0", "5..6", "2"],
@@ -383,16 +386,18 @@ async def test_session_tree_shows_erased_summaries_and_the_summary_made_again_af
     assert table[2].startswith(f"  {removed.second['id']} "), "under the roll-up that absorbed it"
     assert [row[4:8] for row in rows if row[4] == "erased"] == [erased] * 3
     assert rows[2][4] == "live"
-    assert rows[3][4:7] == ["live", "proactive", "erasure"], "the re-made summary says why"
+    node = str(removed.node["id"])
+    assert rows[4][4:9] == ["superseded", "by", node, "proactive", "erasure"], "says why"
     roots = answer["summaries"]
     assert [root["id"] for root in roots] == [
         removed.rollup["id"],
-        removed.first["id"],
-        removed.remade["id"],
+        removed.node["id"],
         removed.third["id"],
     ]
-    assert [root["erased_at"] is None for root in roots] == [False, True, True, False]
-    assert roots[2]["metadata"]["trigger_reason"] == "erasure"
+    assert [root["erased_at"] is None for root in roots] == [False, True, False]
+    children = roots[1]["children"]
+    assert [child["id"] for child in children] == [removed.first["id"], removed.remade["id"]]
+    assert children[1]["metadata"]["trigger_reason"] == "erasure"
     assert [child["id"] for child in roots[0]["children"]] == [removed.second["id"]]
 
 

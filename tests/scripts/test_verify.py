@@ -346,7 +346,7 @@ async def test_removed_messages_and_an_erased_rollup_verify_clean_and_are_counte
     alone = await run_verify(database_url, "--session", removed.external_id)
 
     assert (code, err) == (0, "")
-    counted = "8 messages, 3 removed; 5 summaries, 3 erased"
+    counted = "8 messages, 3 removed; 6 summaries, 3 erased"
     assert out == f"Checked 1 session ({counted}): no violations.\n"
     assert alone == (0, out, "")
 
@@ -433,11 +433,11 @@ async def test_a_removed_count_that_is_not_the_number_of_tombstones_is_named(
 async def test_a_removed_message_linked_to_a_live_summary_is_named(
     database_url: str, db: AsyncSession, removed: Removed
 ) -> None:
-    tombstone, remade = removed.messages[3]["id"], removed.remade["id"]
+    tombstone, node = removed.messages[3]["id"], removed.node["id"]
     await corrupt(
         db,
         "INSERT INTO session_summary_messages (summary_id, message_id) VALUES (:s, :m)",
-        s=remade,
+        s=node,
         m=tombstone,
     )
 
@@ -449,7 +449,7 @@ async def test_a_removed_message_linked_to_a_live_summary_is_named(
         f"1 removed message is in a live summary: seq 3 (message {tombstone})"
     ]
     assert report_lines(out, "links") == [
-        f"default/{removed.external_id}  links          summary {remade} (seqs 3..6) is not "
+        f"default/{removed.external_id}  links          summary {node} (seqs 1..6) is not "
         f"erased but links removed messages: seq 3 (message {tombstone})"
     ]
 
@@ -482,9 +482,12 @@ async def test_a_summary_left_absorbed_by_an_erased_rollup_is_named(
     code, out, _ = await run_verify(database_url)
 
     assert code == 1
+    # the node of 1..6 lost 1..2 to the erased roll-up: it is named too
     assert report_lines(out, "chain") == [
         f"default/{removed.external_id}  chain          summary {first} (seqs 1..2) is superseded "
-        f"by summary {rollup}, which is erased, but is neither erased nor live"
+        f"by summary {rollup}, which is erased, but is neither erased nor live",
+        f"default/{removed.external_id}  chain          roll-up summary {removed.node['id']} "
+        "(seqs 1..6) absorbed summaries covering 3..6",
     ]
 
 

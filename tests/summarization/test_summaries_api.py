@@ -26,14 +26,15 @@ async def test_summaries_list_newest_first_and_superseded_on_request(
         await compact(client, "list", trigger="manual", keep_last_n=0)
     live = (await client.get("/v1/sessions/list/summaries")).json()["summaries"]
     every = (await client.get("/v1/sessions/list/summaries?include_superseded=true")).json()
-    # Newest first means most recently created: the roll-up of 1..4 came after 5..6.
-    assert [(s["first_seq"], s["last_seq"], s["level"]) for s in live] == [(1, 4, 1), (5, 6, 0)]
+    # Newest first means most recently created: the node of 1..4 came before 5..6 (the
+    # forest merges two leaves as soon as the second is stored).
+    assert [(s["first_seq"], s["last_seq"], s["level"]) for s in live] == [(5, 6, 0), (1, 4, 1)]
     assert len(every["summaries"]) == 4
     assert [s["id"] for s in every["summaries"]] == sorted(
         (s["id"] for s in every["summaries"]), reverse=True
     )
     superseded = [s for s in every["summaries"] if s["superseded_by"] is not None]
-    assert {s["superseded_by"] for s in superseded} == {live[0]["id"]}
+    assert {s["superseded_by"] for s in superseded} == {live[1]["id"]}
     session = (await client.get("/v1/sessions/list")).json()
     assert session["summary_count"] == 2
 
@@ -51,12 +52,11 @@ async def test_summaries_list_paginates_with_cursor(client: httpx.AsyncClient) -
     for i in range(3):
         await append(client, "pages", user(f"m{i}"))
         await compact(client, "pages", trigger="manual", keep_last_n=0)
-    first = (await client.get("/v1/sessions/pages/summaries?limit=2")).json()
-    second = (
-        await client.get(f"/v1/sessions/pages/summaries?limit=2&cursor={first['next_cursor']}")
-    ).json()
+    listing = "/v1/sessions/pages/summaries?include_superseded=true&limit=2"
+    first = (await client.get(listing)).json()
+    second = (await client.get(f"{listing}&cursor={first['next_cursor']}")).json()
     ids = [s["id"] for s in first["summaries"] + second["summaries"]]
-    assert len(ids) == len(set(ids)) == 3
+    assert len(ids) == len(set(ids)) == 4  # three leaves, and the node of the first two
     assert second["next_cursor"] is None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from typing import Any
 
@@ -266,7 +267,15 @@ def marker_llm_overrides(fake_llm: FakeLLM) -> dict[str, Any]:
 
 
 @pytest.fixture
+def background_marker_overrides(marker_llm_overrides: dict[str, Any]) -> dict[str, Any]:
+    """The perfect-recall model, with a worker and a message limit of 4."""
+    return {**marker_llm_overrides, "summary_message_limit": 4, "summary_workers": 1}
+
+
+@pytest.fixture
 def settings_overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
+    if "background_marker_overrides" in request.fixturenames:
+        return dict(request.getfixturevalue("background_marker_overrides"))
     if "marker_llm_overrides" in request.fixturenames:
         return dict(request.getfixturevalue("marker_llm_overrides"))
     return dict(getattr(request, "param", {}))
@@ -292,6 +301,34 @@ async def test_rollups_keep_every_marker_within_summary_limit(
         assert await invariant_violations(db, session_key) == []
         levels = {s.level for s in await store.live_summaries(db, session_key)}
     assert max(levels) >= 1
+
+
+async def test_a_long_session_keeps_every_marker_at_a_depth_of_log2_leaves(
+    marker_llm_overrides: dict[str, Any],
+    client: httpx.AsyncClient,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """Forty leaves: every summary a load shows records its depth, none deeper than
+    ceil(log2(40)) + 2 passes, and every fact is loaded."""
+    await client.post("/v1/sessions", json={"id": "deep", "settings": {"summary_limit": 3}})
+    for batch in range(40):
+        await append(client, "deep", *(user(f"note MARKER-{batch * 3 + i}") for i in range(3)))
+        answer = await client.post("/v1/sessions/deep/compact", json={"trigger": "manual"})
+        assert answer.status_code == 200, answer.text
+    history = (await client.get("/v1/sessions/deep/history")).json()
+    assert len(history["summaries"]) <= 3
+    depths = [s["metadata"]["depth"] for s in history["summaries"]]
+    assert max(depths) <= math.ceil(math.log2(40)) + 2, depths
+    assert {s["metadata"]["kind"] for s in history["summaries"]} <= {"node", "cover", "leaf"}
+    context_text = " ".join(str(m["content"]) for m in history["context"])
+    assert {int(n) for n in re.findall(r"MARKER-(\d+)", context_text)} == set(range(120))
+    async with sessionmaker() as db:
+        session_key = await session_key_of(db, "deep")
+        assert await invariant_violations(db, session_key) == []
+        every = await store.list_summaries(db, session_key, True, 1000, None)
+    assert sum(1 for s in every if s.level == 0) == 40
+    merges = sum(1 for s in every if s.level > 0)
+    assert merges <= 40, "no more merges than a chain's one roll-up per leaf"
 
 
 @pytest.mark.parametrize("settings_overrides", [{"summary_limit": 1}], indirect=True)
@@ -418,3 +455,18 @@ async def test_a_session_may_summarize_where_the_server_does_not(
         None,
         "message_limit",
     ]
+
+
+async def test_a_background_job_summarizes_a_large_backlog_leaf_by_leaf(
+    background_marker_overrides: dict[str, Any], client: httpx.AsyncClient
+) -> None:
+    """A backlog three times the message limit (after a removal, an outage, a bulk append)
+    becomes three leaves, each holding no more than a leaf does, not one summary squeezing
+    all of it into one target."""
+    await append(client, "backlog", *(user(f"note MARKER-{n} of the plan") for n in range(12)))
+    history = await wait_for_summary(client, "backlog")
+    every = (await client.get("/v1/sessions/backlog/summaries?include_superseded=true")).json()
+    leaves = [s for s in every["summaries"] if s["level"] == 0]
+    assert sorted((s["first_seq"], s["last_seq"]) for s in leaves) == [(1, 4), (5, 8), (9, 12)]
+    context_text = " ".join(str(m["content"]) for m in history["context"])
+    assert {int(n) for n in re.findall(r"MARKER-(\d+)", context_text)} == set(range(12))

@@ -91,12 +91,27 @@ async def test_uneven_input_gives_three_leaves_merged_without_losing_a_marker(
     ]
 
 
-async def test_rollup_merges_five_summaries_pairwise(
+async def test_rollup_merges_five_summaries_that_fit_together_in_one_call(
     fake_llm: FakeLLM, llm_settings: Settings
 ) -> None:
+    """One call: each fact passes through the model once, not once per round of pairs."""
     fake_llm.mode = "marker_echo"
     texts = [f"Summary {i} mentions MARKER-s{i}." for i in range(5)]
     merged = await merge_summaries(texts, llm_settings())
+    assert merged.metadata["llm_calls"] == 1
+    assert merged.metadata["max_depth"] == 1
+    assert merged.metadata["chunk_count"] == 5
+    assert MARKER_PATTERN.findall(merged.summary_text) == [f"MARKER-s{i}" for i in range(5)]
+
+
+async def test_rollup_merges_five_summaries_pairwise_when_they_do_not_fit_together(
+    fake_llm: FakeLLM, llm_settings: Settings
+) -> None:
+    fake_llm.mode = "marker_echo"
+    texts = [f"Summary {i} mentions MARKER-s{i}. " + filler(500) for i in range(5)]
+    merged = await merge_summaries(
+        texts, llm_settings(model_context_tokens=1600, merge_target_tokens=200)
+    )
     assert merged.metadata["llm_calls"] == 4
     assert merged.metadata["max_depth"] == 3
     assert merged.metadata["chunk_count"] == 5

@@ -54,13 +54,13 @@ def test_instructions_follow_the_material_of_a_summary_request() -> None:
 
 
 def test_instructions_follow_the_summaries_of_a_merge_request() -> None:
-    system, asked = merge_request("first part", "second part", 100, ASKED)
+    system, asked = merge_request(["first part", "second part"], 100, ASKED)
     assert system["content"].endswith(INSTRUCTIONS_PROMPT)
     assert asked["content"].endswith(f"<instructions>\n{ASKED}\n</instructions>")
 
 
 def test_a_request_without_instructions_says_nothing_of_them() -> None:
-    for request in (summary_request("[#1 user] hi", 100), merge_request("a", "b", 100)):
+    for request in (summary_request("[#1 user] hi", 100), merge_request(["a", "b"], 100)):
         assert "instructions" not in str(request)
 
 
@@ -100,7 +100,7 @@ async def test_an_offline_merge_task_carries_the_instructions() -> None:
     first = summarize_transcript(entries(), 400, instructions=ASKED)
     second = "\n".join(f"- Port {8100 + i} is open on host-{i} at /srv/{i}." for i in range(30))
     request = CompletionRequest(
-        messages=merge_request("(not read)", "(not read)", 100),
+        messages=merge_request(["(not read)", "(not read)"], 100),
         max_tokens=120,
         target_tokens=100,
         task=MergeTask((first, second), ASKED),

@@ -143,7 +143,7 @@ async def test_local_client_merges_from_the_task_alone(prompt: list[dict[str, An
     first = summarize_transcript(entries_of(project_chat()[:4]), 120)
     second = summarize_transcript(entries_of([user(40, "Rotate the key KEY-7781.")]), 120)
     request = CompletionRequest(
-        messages=merge_request(first, second, 120),
+        messages=merge_request([first, second], 120),
         max_tokens=150,
         target_tokens=120,
         task=MergeTask((first, second)),

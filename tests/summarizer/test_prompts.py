@@ -7,7 +7,7 @@ import json
 
 from summarizer.prompts import PROMPT_VERSION, merge_request, summary_request
 
-PINNED = ("2026-11.2", "8780763f61ea2fc7eba24b6f3940085d0b285333fec58e07a6639d911ba9d3ff")
+PINNED = ("2026-11.3", "5cc57a68009713edbb2fffa4b5e523f25c1e692e9e77cc708313632ea7fbcb83")
 """(PROMPT_VERSION, sha256 of every request the prompts module builds) when last reviewed."""
 
 
@@ -16,10 +16,11 @@ def prompts_digest() -> str:
     requests = [
         summary_request("{transcript}", 800),
         summary_request("{transcript}", 800, "{previous_summary}"),
-        merge_request("{first}", "{second}", 1200),
+        merge_request(["{first}", "{second}"], 1200),
+        merge_request(["{first}", "{second}", "{third}"], 1200),
         summary_request("{transcript}", 800, None, "{instructions}"),
         summary_request("{transcript}", 800, "{previous_summary}", "{instructions}"),
-        merge_request("{first}", "{second}", 1200, "{instructions}"),
+        merge_request(["{first}", "{second}"], 1200, "{instructions}"),
     ]
     return hashlib.sha256(json.dumps(requests, sort_keys=True).encode()).hexdigest()
 
