@@ -26,6 +26,7 @@ from api.schemas import (
     MessageFormat,
     MessageOut,
     Omitted,
+    RemovalPreviewOut,
     SessionCreate,
     SessionOut,
     SessionUpdate,
@@ -34,6 +35,7 @@ from api.schemas import (
 )
 from api.settings import Settings
 from api.summarization import Summarization, schedule_summary
+from api.summary_plans import pinned_floor
 
 INLINE_WAIT_SECONDS = 30.0
 """How long an over-budget history load waits for a running summarization before truncating."""
@@ -181,6 +183,28 @@ async def _remove_message(
     if removal.erased_summaries and settings.policy(session.settings).dynamic_summary_enabled:
         await schedule_summary(db, session.id, "erasure")
     return removal
+
+
+async def preview_removal(
+    db: AsyncSession, settings: Settings, tenant: str, external_id: str, message_id: int
+) -> RemovalPreviewOut:
+    """What `remove_message` would erase and leave to be made again, nothing changed."""
+    session = await store.get_session(db, tenant, external_id)
+    policy = settings.policy(session.settings)
+    preview = await store.removal_preview(db, session.id, message_id, pinned_floor(session, policy))
+    if preview is None:
+        raise MessageNotFound(f"message {message_id} not found in session {external_id!r}")
+    remade = max(0, preview.messages - policy.keep_last_n) if preview.erased else 0
+    leaves = -(-remade // policy.message_limit)
+    return RemovalPreviewOut(
+        message_id=message_id,
+        seq=preview.seq,
+        erased_summaries=preview.erased,
+        remake_after_seq=preview.after_seq,
+        remake_messages=remade,
+        remake_tokens=preview.tokens if remade else 0,
+        remake_model_calls=2 * leaves if leaves else 0,
+    )
 
 
 async def list_messages(

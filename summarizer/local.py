@@ -683,12 +683,15 @@ def merge_texts(texts: Sequence[str], target_tokens: int, instructions: str | No
     header, tools_line, budget = _frame(counts if every_counted else None, tools, target_tokens)
     plan = _FactsFirst(units, budget)
     extract = _render(header, tools_line, plan.choose(), target_tokens)
-    if plan.complete():
-        return extract
     joined = "\n".join(text.strip() for text in texts)
-    if len(joined) <= MAX_CHARS_PER_TOKEN * target_tokens and count_text(joined) <= target_tokens:
-        return joined  # the extract would drop lines the plain texts still have room for
-    return extract
+    fits = len(joined) <= MAX_CHARS_PER_TOKEN * target_tokens
+    if not (fits and count_text(joined) <= target_tokens):
+        return extract
+    if plan.complete() and count_text(extract) <= count_text(joined):
+        return extract
+    # the plain texts still fit: the extract would drop lines, or (its headings added) be
+    # longer than what it merges, which a merge's answer may never be (`RunState.finish`)
+    return joined
 
 
 def complete_task(request: CompletionRequest) -> Completion:

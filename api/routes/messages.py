@@ -21,7 +21,14 @@ from api.routes.checks import (
     serialized,
     v1_router,
 )
-from api.schemas import AppendRequest, AppendResponse, MessageList, MessageOut, PoppedMessage
+from api.schemas import (
+    AppendRequest,
+    AppendResponse,
+    MessageList,
+    MessageOut,
+    PoppedMessage,
+    RemovalPreviewOut,
+)
 from api.settings import Settings
 from api.worker import Worker
 
@@ -84,6 +91,23 @@ async def remove_message(
     removable). Removing a removed message is a no-op (204)."""
     await _remove(database, settings, worker, tenant, session_id, message_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/sessions/{session_id}/messages/{message_id:int}/removal",
+    responses=responses(*COMMON, SessionNotFound, MessageNotFound),
+)
+async def preview_removal(
+    session_id: SessionPath,
+    message_id: MessageIdPath,
+    db: ReadDb,
+    tenant: Tenant,
+    settings: AppSettings,
+) -> RemovalPreviewOut:
+    """What removing the message would do, nothing changed: the summaries it would erase and
+    what the erasure job would summarize again (messages, tokens, about how many model
+    calls). 404 for a message removed already."""
+    return await service.preview_removal(db, settings, tenant, session_id, message_id)
 
 
 @router.post(

@@ -311,3 +311,24 @@ class MessageList(Schema):
     """The messages of this page, ascending by seq."""
     next_cursor: str | None
     """`after_seq` of the next page; null on the last."""
+
+
+class RemovalPreviewOut(Schema):
+    """What removing a message would do, nothing changed (`GET .../messages/{id}/removal`)."""
+
+    message_id: int
+    """The message."""
+    seq: int
+    """Its seq."""
+    erased_summaries: list[int]
+    """Ids of the summaries the removal would erase, oldest first (empty: none covers it)."""
+    remake_after_seq: int
+    """The newest seq the summaries left live would still cover; the erasure job summarizes
+    what follows, a leaf (`message_limit` messages) at a time."""
+    remake_messages: int
+    """Messages the erasure job would summarize again (the removed one left out)."""
+    remake_tokens: int
+    """Their stored token counts: what the model reads for the leaves."""
+    remake_model_calls: int
+    """About how many model calls that takes: one per leaf, one per merge of the forest,
+    one for a cover (with a window too small for a leaf's messages, bisecting adds more)."""

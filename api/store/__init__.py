@@ -39,7 +39,14 @@ from api.store.messages import (
     messages_before,
     messages_in_range,
 )
-from api.store.removal import Removal, message_exists, remake_owed, remove
+from api.store.removal import (
+    Removal,
+    RemovalPreview,
+    message_exists,
+    remake_owed,
+    removal_preview,
+    remove,
+)
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
     create_session,
@@ -77,6 +84,7 @@ __all__ = [
     "MessageRow",
     "NewMessage",
     "Removal",
+    "RemovalPreview",
     "SessionRow",
     "SourceSpan",
     "SummaryDraft",
@@ -107,6 +115,7 @@ __all__ = [
     "pending_job_count",
     "release_job",
     "remake_owed",
+    "removal_preview",
     "remove",
     "renew_job_lease",
     "save_summary",

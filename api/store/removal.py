@@ -67,8 +67,7 @@ async def remove(db: AsyncSession, session_key: int, message_id: int | None) -> 
     if target is None:
         return None
     orphaned = [m for m in await _exchange_of(db, session_key, target) if m.orphaned_at is None]
-    links = select(SummaryMessage.message_id).where(SummaryMessage.message_id == target.id)
-    linked = await db.scalar(select(links.exists()))
+    linked = await _linked(db, target.id)
     now = utcnow()
     await db.execute(
         update(Message)
@@ -99,6 +98,12 @@ async def remove(db: AsyncSession, session_key: int, message_id: int | None) -> 
     )
     erased = await _erase_from(db, session_key, target.seq, now) if linked else 0
     return Removal(target, orphaned, erased)
+
+
+async def _linked(db: AsyncSession, message_id: int) -> bool:
+    """Whether any summary (live or not) covers the message."""
+    links = select(SummaryMessage.message_id).where(SummaryMessage.message_id == message_id)
+    return bool(await db.scalar(select(links.exists())))
 
 
 async def _target(db: AsyncSession, session_key: int, message_id: int | None) -> MessageRow | None:
@@ -230,6 +235,77 @@ async def _erase_from(db: AsyncSession, session_key: int, seq: int, now: datetim
         .values(superseded_by=None)
     )
     return count
+
+
+@dataclass(frozen=True)
+class RemovalPreview:
+    """What removing a message would do, read without changing anything: the summaries it
+    would erase (`_erase_from`'s rule), and the range the erasure job would summarize again."""
+
+    seq: int
+    erased: list[int]
+    """Ids of the summaries the removal would erase, oldest first."""
+    after_seq: int
+    """The newest seq the summaries left live would still cover."""
+    messages: int
+    """Shown messages after `after_seq`, the removed one left out."""
+    tokens: int
+    """Their stored token counts."""
+
+
+async def removal_preview(
+    db: AsyncSession, session_key: int, message_id: int, floor: int
+) -> RemovalPreview | None:
+    """What `remove` would erase and leave to be made again; None when the session holds no
+    such message that is not removed yet. `floor`: where summaries may start after (the
+    pinned prefix)."""
+    target = await _target(db, session_key, message_id)
+    if target is None:
+        return None
+    linked = await _linked(db, target.id)
+    erased: list[int] = []
+    if linked:
+        erased = list(
+            await db.scalars(
+                select(Summary.id)
+                .where(
+                    Summary.session_id == session_key,
+                    Summary.last_seq >= target.seq,
+                    Summary.erased_at.is_(None),
+                )
+                .order_by(Summary.first_seq, Summary.id)
+            )
+        )
+    # what stays covers up to the newest summary ending before the message (it, or what
+    # absorbed it, stays: an erased summary's children that end before the seq are live again)
+    kept_end = await db.scalar(
+        select(func.max(Summary.last_seq)).where(
+            Summary.session_id == session_key,
+            Summary.last_seq < target.seq,
+            Summary.erased_at.is_(None),
+        )
+    )
+    if not erased:
+        return RemovalPreview(target.seq, [], await _live_end(db, session_key, floor), 0, 0)
+    after_seq = max(int(kept_end or 0), floor)
+    count, tokens = (
+        await db.execute(
+            select(func.count(), func.coalesce(func.sum(Message.token_count), 0)).where(
+                Message.session_id == session_key,
+                Message.seq > after_seq,
+                Message.id != target.id,
+                shown(Message),
+            )
+        )
+    ).one()
+    return RemovalPreview(target.seq, erased, after_seq, int(count), int(tokens))
+
+
+async def _live_end(db: AsyncSession, session_key: int, floor: int) -> int:
+    end = await db.scalar(
+        select(func.max(Summary.last_seq)).where(Summary.session_id == session_key, live(Summary))
+    )
+    return max(int(end or 0), floor)
 
 
 async def remake_owed(db: AsyncSession, session_key: int) -> bool:

@@ -173,7 +173,7 @@ async def test_a_conversation_keeps_tool_calls_paired_and_its_facts_after_summar
     summaries = [
         cast(dict[str, Any], item)["content"] for item in items if item.get("role") == "developer"
     ]
-    assert any(MARKER in summary for summary in summaries)
+    assert any(MARKER in summary for summary in summaries), summaries
     assert not any(MARKER in str(item) for item in items if item.get("role") != "developer")
     assert cast(dict[str, Any], items[-1])["content"][0]["text"] == "About 6 days."
 

@@ -240,6 +240,57 @@ async def test_erasure_through_a_roll_up_brings_back_the_summaries_it_did_not_re
     assert await violations(sessionmaker, sid) == []
 
 
+async def test_a_removal_preview_names_what_the_removal_erases_and_changes_nothing(
+    client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    await client.post("/v1/sessions", json={"id": sid, "settings": {"summary_limit": 2}})
+    ids = []
+    for part in range(3):
+        stored = await append(client, sid, user(f"part {part} a"), user(f"part {part} b"))
+        ids += [message["id"] for message in stored["messages"]]
+        await compact(client, sid, keep_last_n=0)
+    await append(client, sid, user("raw tail"))
+    before = (await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true")).json()
+
+    preview = await client.get(f"/v1/sessions/{sid}/messages/{ids[2]}/removal")
+    assert preview.status_code == 200, preview.text
+    answer = preview.json()
+    # seqs 4, 5, 6 and the raw 7 follow the summary of 1..2, which stays: keep_last_n (10)
+    # of them stay raw, so the erasure job has nothing it must summarize yet
+    assert (answer["seq"], answer["remake_after_seq"]) == (3, 2)
+    assert answer["remake_messages"] == 0 and answer["remake_model_calls"] == 0
+    after = (await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true")).json()
+    assert after == before, "a preview stores nothing"
+
+    assert (await client.delete(f"/v1/sessions/{sid}/messages/{ids[2]}")).status_code == 204
+    every = (await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true")).json()
+    erased = sorted(s["id"] for s in every["summaries"] if s["erased_at"])
+    assert sorted(answer["erased_summaries"]) == erased and erased
+    gone = await client.get(f"/v1/sessions/{sid}/messages/{ids[2]}/removal")
+    assert gone.status_code == 404
+    assert await violations(sessionmaker, sid) == []
+
+
+async def test_a_removal_preview_counts_the_messages_and_tokens_to_make_again(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    settings = {"summary_limit": 2, "keep_last_n": 0, "message_limit": 2}
+    await client.post("/v1/sessions", json={"id": sid, "settings": settings})
+    stored = []
+    for part in range(3):
+        stored += (await append(client, sid, user(f"part {part} a"), user(f"part {part} b")))[
+            "messages"
+        ]
+        await compact(client, sid, keep_last_n=0)
+    answer = (await client.get(f"/v1/sessions/{sid}/messages/{stored[2]['id']}/removal")).json()
+    remade = [m for m in stored if m["seq"] > 2 and m["seq"] != 3]
+    assert answer["remake_messages"] == len(remade) == 3
+    assert answer["remake_tokens"] == sum(m["token_count"] for m in remade)
+    assert answer["remake_model_calls"] == 4  # two leaves, about one merge each
+    untouched = (await client.get(f"/v1/sessions/{sid}/messages/{stored[5]['id']}/removal")).json()
+    assert untouched["erased_summaries"] and untouched["remake_after_seq"] >= 4
+
+
 async def test_removals_are_counted_in_the_metrics(client: httpx.AsyncClient, sid: str) -> None:
     before = metric((await client.get("/metrics")).text, "precis_removed_messages_total")
     await append(client, sid, user("q"), tool_call("c1"), tool_result("c1"))
