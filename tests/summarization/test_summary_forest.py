@@ -14,6 +14,7 @@ from api import store
 from api.summary_forest import (
     Cover,
     Forest,
+    Kind,
     Merge,
     Uncover,
     after,
@@ -59,7 +60,7 @@ def leaf(index: int) -> store.SummaryRow:
 
 
 def made(step: Merge | Cover) -> store.SummaryRow:
-    kind = "node" if isinstance(step, Merge) else "cover"
+    kind: Kind = "node" if isinstance(step, Merge) else "cover"
     sources = step.sources
     level = max(source.level for source in sources) + 1
     place = forest_metadata(kind, sum(map(leaves_of, sources)), sources, 1)
