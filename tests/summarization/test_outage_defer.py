@@ -142,13 +142,21 @@ async def test_past_the_outage_bound_a_background_summary_stores_its_fallback(
     assert created.status_code == 201, created.text
     await append(client, sid, *turns(MESSAGE_LIMIT, "a"))
     await deferred_job(sessionmaker)
-    # the backlog now holds twice the token trigger: the job's next run stores the fallback
+    # the backlog now holds twice the token trigger: the job's next run stores the fallback,
+    # of one leaf's worth of messages (a background job reads no more); the rest (88 tokens)
+    # is under the bound again, and waits raw for the model
     await append(client, sid, *turns(2 * MESSAGE_LIMIT, "b"))
-    [summary] = (await wait_for_summary(client, sid))["summaries"]
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while not (stored := await summaries(client, sid)):
+        assert asyncio.get_running_loop().time() < deadline, "no fallback was stored"
+        await asyncio.sleep(0.05)
+    [summary] = stored
     assert summary["model"] == "fallback"
     assert summary["metadata"]["fallback_reason"] == "llm_unavailable"
     assert summary["metadata"]["trigger"] == "proactive"
-    assert (summary["first_seq"], summary["last_seq"]) == (1, 3 * MESSAGE_LIMIT)
+    assert (summary["first_seq"], summary["last_seq"]) == (1, MESSAGE_LIMIT)
+    await deferred_job(sessionmaker, after=(await deferred_job(sessionmaker)).attempts)
+    assert len(await summaries(client, sid)) == 1, "under the bound again: nothing more stored"
 
 
 async def quiet_session(client: httpx.AsyncClient, sid: str) -> None:
