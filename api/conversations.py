@@ -26,7 +26,7 @@ from api.conversation_items import (
 from api.db.transactions import Database
 from api.errors import BadRequest, NotFound, SessionNotFound
 from api.items import parse_item
-from api.schemas import SESSION_ID_PATTERN
+from api.schemas import PATTERN_WORDS, SESSION_ID_PATTERN
 from api.schemas.conversations import Conversation, ConversationItemList
 from api.settings import Settings
 
@@ -35,6 +35,10 @@ CONVERSATION_ID_PREFIX = "conv_"
 
 CONVERSATION_ID_PATTERN = r"^conv_[A-Za-z0-9._:-]{1,123}$"
 """A conversation id: the prefix, then a session id's characters (128 in all at most)."""
+PATTERN_WORDS[CONVERSATION_ID_PATTERN] = (
+    "a conversation id is `conv_` then 1 to 123 characters, each a letter (A-Z, a-z), a digit "
+    "or one of `.` `_` `:` `-`"
+)
 
 CONVERSATION_ID_HEX_DIGITS = 48
 """Hex digits after the prefix of a generated conversation id (192 random bits)."""

@@ -7,7 +7,6 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -28,10 +27,10 @@ from api.openai_errors import OpenAIError, OpenAIGateErrors, openai_error, opena
 from api.openapi import document_with_server_rules
 from api.retention import Sweeper
 from api.routes import ROUTERS
-from api.schemas import PATTERN_WORDS, ROLES
 from api.settings import Settings, get_settings
 from api.store.retention import expire_idle_after
 from api.summarization import Summarization
+from api.validation_words import as_text, located_errors
 from api.worker import Worker
 from summarizer.llm import load_litellm
 from summarizer.local import LOCAL_MODEL
@@ -46,6 +45,8 @@ HTTP_ERROR_NAMES = {
     413: "PayloadTooLarge",
 }
 
+MAX_PATH_SHOWN = 200
+"""Characters of an unrouted path a 404 quotes back: enough to see the typo, not an echo."""
 
 API_DESCRIPTION = (
     "Persistent chat sessions with an SQL-backed, traceable summary store. Append messages "
@@ -165,23 +166,8 @@ async def _precis_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return _error(422, ValidationFailed.__name__, "; ".join(_describe(e) for e in exc.errors()))
-
-
-def _describe(error: Any) -> str:
-    if error.get("type") == "json_invalid":
-        position = error.get("loc", ("body", "?"))[-1]
-        reason = (error.get("ctx") or {}).get("error", "JSON decode error")
-        return f"body: invalid JSON at character {position}: {reason}"
-    location = ".".join(str(part) for part in error.get("loc", ()))
-    message = str(error.get("msg", "invalid"))
-    loc = error.get("loc", ())
-    if error.get("type") == "none_required" and len(loc) >= 2 and loc[-2] in ROLES:
-        message = f"not allowed on a {loc[-2]} message"
-    if error.get("type") == "string_pattern_mismatch":
-        pattern = str((error.get("ctx") or {}).get("pattern"))
-        message = PATTERN_WORDS.get(pattern, message)
-    return f"{location}: {message}" if location else message
+    said = located_errors(exc.errors(), exc.body)
+    return _error(422, ValidationFailed.__name__, "; ".join(as_text(*each) for each in said))
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -194,7 +180,24 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         # Starlette lists the methods of one route; a path may have several routes.
         headers["Allow"] = ", ".join(_allowed_methods(request.url.path)) or headers.get("Allow", "")
     name = HTTP_ERROR_NAMES.get(exc.status_code, "HTTPError")
-    return _error(exc.status_code, name, str(exc.detail), headers)
+    detail = str(exc.detail)
+    if exc.status_code == 404 and "endpoint" not in request.scope:
+        detail = _no_route(request.method, request.url.path)
+    return _error(exc.status_code, name, detail, headers)
+
+
+def _no_route(method: str, path: str) -> str:
+    """Which path matched no route, and where the routes of its family are listed."""
+    families = {
+        "/".join(route.path.split("/")[:3])
+        for router in ROUTERS
+        for route in router.routes
+        if isinstance(route, APIRoute)
+    }
+    family = next((f for f in sorted(families) if path == f or path.startswith(f + "/")), None)
+    where = f"the routes under {family}" if family else "the API's routes"
+    shown = path if len(path) <= MAX_PATH_SHOWN else path[:MAX_PATH_SHOWN] + "..."
+    return f"no route matches {method} {shown!r}; {where} are listed at /docs"
 
 
 def _allowed_methods(path: str) -> list[str]:

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.validation_words import located_errors
+
 OPENAI_PATH_PREFIXES = ("/v1/conversations", "/v1/responses")
 """Routes that answer errors in OpenAI's shape: the Conversations API and the Responses API."""
 
@@ -183,10 +185,9 @@ def reshaped(
 def _param_of(exc: Exception) -> str | None:
     """The field a validation error names first, as OpenAI writes a `param`."""
     if isinstance(exc, RequestValidationError):
-        for error in exc.errors():
-            location = [str(part) for part in error.get("loc", ())]
+        for location, _ in located_errors(exc.errors(), exc.body):
             if location:
-                return _as_param(location)
+                return _as_param([str(part) for part in location])
     if isinstance(exc, OpenAIError):
         return exc.param
     return None

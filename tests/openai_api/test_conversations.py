@@ -637,3 +637,47 @@ async def test_the_session_routes_keep_precis_error_shape(api: httpx.AsyncClient
     missing = await api.get("/v1/sessions/conv_missing")
     assert missing.status_code == 404
     assert set(missing.json()) == {"error", "detail"}
+
+
+# --- errors in words --------------------------------------------------------------------------
+
+
+async def test_a_malformed_conversation_id_is_described_in_words(client: AsyncOpenAI) -> None:
+    with pytest.raises(BadRequestError) as raised:
+        await client.conversations.retrieve("conv_has space")
+    error = error_of(raised)
+    assert error["param"] == "conversation_id"
+    assert "a conversation id is `conv_` then 1 to 123 characters" in error["message"]
+    assert "pattern" not in error["message"]
+
+
+async def test_a_truncated_body_is_not_valid_json_and_names_no_param(
+    api: httpx.AsyncClient,
+) -> None:
+    answer = await api.post(
+        "/v1/conversations", content=b'{"items": [', headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] is None
+    assert "invalid JSON at character 11" in error["message"]
+
+
+async def test_a_wrong_type_in_a_union_is_one_sentence_and_one_param(
+    api: httpx.AsyncClient,
+) -> None:
+    answer = await api.post("/v1/responses", json={"model": "m", "input": 5})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "input"
+    assert error["message"] == "body.input: must be a string or a list"
+
+
+async def test_a_path_no_route_serves_answers_openais_shape_in_words(
+    api: httpx.AsyncClient,
+) -> None:
+    answer = await api.get("/v1/conversations/a/b/c/d")
+    assert answer.status_code == 404
+    error = answer.json()["error"]
+    assert error["code"] == "not_found"
+    assert "no route matches GET '/v1/conversations/a/b/c/d'" in error["message"]
