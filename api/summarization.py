@@ -177,7 +177,7 @@ class Summarization:
                 return None
             policy = self.settings.policy(session.settings)
             live = await store.live_summaries(db, session_key)
-            forest = await read_forest(db, session_key, live)
+            forest = await read_forest(db, live)
             # the first summary starts after the pinned prefix, which is never summarized
             after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
             messages = await store.messages_in_range(db, session_key, after_seq)
@@ -273,7 +273,7 @@ class Summarization:
         for _ in range(MAX_FOREST_STEPS):
             async with self.database.reading() as db:
                 live = await store.live_summaries(db, session_key)
-                forest = await read_forest(db, session_key, live)
+                forest = await read_forest(db, live)
             step = next_step(forest, policy.summary_limit)
             if step is None:
                 return changed

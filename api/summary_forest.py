@@ -171,14 +171,14 @@ MAX_FOREST_STEPS = 64
 a leaf; a session whose roll-ups a long outage held back may owe a few dozen)."""
 
 
-async def read_forest(db: AsyncSession, session_key: int, live: list[store.SummaryRow]) -> Forest:
+async def read_forest(db: AsyncSession, live: list[store.SummaryRow]) -> Forest:
     """The session's forest: its live summaries, the oldest of them a cover standing for the
     leading roots when there is one (a repaired cover above the cover it repaired)."""
     if not live or kind_of(live[0]) != "cover":
         return Forest(tuple(live))
     covers = [live[0]]
-    under = await store.absorbed_by(db, session_key, live[0].id)
+    under = await store.absorbed_by(db, live[0])
     while len(under) == 1 and kind_of(under[0]) == "cover":
         covers.append(under[0])
-        under = await store.absorbed_by(db, session_key, under[0].id)
+        under = await store.absorbed_by(db, under[0])
     return Forest((*under, *live[1:]), tuple(covers), len(under))

@@ -207,17 +207,23 @@ async def _shown_beside(
     return None if row is None else MessageRow._make(row)
 
 
+def _reached(session_key: int, seq: int) -> ColumnElement[bool]:
+    """The summaries a removal of the message at `seq` erases (one it linked to reached):
+    those not erased yet whose range ends at or after it."""
+    return and_(
+        Summary.session_id == session_key,
+        Summary.last_seq >= seq,
+        Summary.erased_at.is_(None),
+    )
+
+
 async def _erase_from(db: AsyncSession, session_key: int, seq: int, now: datetime) -> int:
     """Erase every summary of the session whose range ends at or after `seq`, then make live
     again the summaries that a now-erased summary had absorbed and that end before `seq`.
     Returns how many summaries were erased."""
     erased = await db.execute(
         update(Summary)
-        .where(
-            Summary.session_id == session_key,
-            Summary.last_seq >= seq,
-            Summary.erased_at.is_(None),
-        )
+        .where(_reached(session_key, seq))
         .values(erased_at=now, summary_text="", summary_prompt="")
         .returning(Summary.id)
     )
@@ -268,11 +274,7 @@ async def removal_preview(
         erased = list(
             await db.scalars(
                 select(Summary.id)
-                .where(
-                    Summary.session_id == session_key,
-                    Summary.last_seq >= target.seq,
-                    Summary.erased_at.is_(None),
-                )
+                .where(_reached(session_key, target.seq))
                 .order_by(Summary.first_seq, Summary.id)
             )
         )

@@ -123,11 +123,16 @@ async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
     return list(rows)
 
 
-async def absorbed_by(db: AsyncSession, session_key: int, summary_id: int) -> list[SummaryRow]:
-    """The summaries `summary_id` absorbed (superseded by it), oldest first."""
+async def absorbed_by(db: AsyncSession, summary: SummaryRow) -> list[SummaryRow]:
+    """The summaries `summary` absorbed (superseded by it), oldest first: read in its range
+    of the index on `(session_id, last_seq)`."""
     result = await db.execute(
         select(*SUMMARY_COLUMNS)
-        .where(_summaries.session_id == session_key, _summaries.superseded_by == summary_id)
+        .where(
+            _summaries.session_id == summary.session_id,
+            _summaries.last_seq.between(summary.first_seq, summary.last_seq),
+            _summaries.superseded_by == summary.id,
+        )
         .order_by(_summaries.first_seq)
     )
     return [SummaryRow._make(row) for row in result]

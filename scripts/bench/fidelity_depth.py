@@ -60,7 +60,7 @@ from typing import Any
 import httpx
 from alembic import command
 
-from scripts.bench.lib import Payloads, in_process_app
+from scripts.bench.lib import Payloads, every_summary, in_process_app
 from tests.support import scratch_db
 from tests.support.fake_llm import MARKER_PATTERN, FakeLLM, running_fake_llm
 
@@ -308,20 +308,6 @@ async def settle(http: httpx.AsyncClient, session: str, fake: FakeLLM, quiet: fl
             return True
         await asyncio.sleep(POLL_SECONDS)
     return False
-
-
-async def every_summary(http: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
-    """Every summary of the session, superseded ones included."""
-    found: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"include_superseded": True, "limit": 1000}
-    while True:
-        answer = await http.get(f"/v1/sessions/{session}/summaries", params=params)
-        answer.raise_for_status()
-        body = answer.json()
-        found += body["summaries"]
-        if body["next_cursor"] is None:
-            return found
-        params["cursor"] = body["next_cursor"]
 
 
 # runs ---------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import httpx
 from alembic import command
 
-from scripts.bench.lib import in_process_app
+from scripts.bench.lib import every_summary, in_process_app
 from summarizer.tokens import count_text
 from tests.support import scratch_db
 from tests.support.fake_llm import MARKER_PATTERN, FakeLLM, running_fake_llm
@@ -387,20 +387,6 @@ def spent(summaries: list[dict[str, Any]]) -> int:
         int(s["metadata"].get("input_tokens") or 0) + int(s["metadata"].get("output_tokens") or 0)
         for s in summaries
     )
-
-
-async def every_summary(http: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
-    """Every summary of the session, superseded ones included."""
-    found: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"include_superseded": True, "limit": 1000}
-    while True:
-        answer = await http.get(f"/v1/sessions/{session}/summaries", params=params)
-        answer.raise_for_status()
-        body = answer.json()
-        found += body["summaries"]
-        if body["next_cursor"] is None:
-            return found
-        params["cursor"] = body["next_cursor"]
 
 
 async def replay(

@@ -283,3 +283,17 @@ async def in_process_app(
         httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=120) as http,
     ):
         yield http
+
+
+async def every_summary(http: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
+    """Every summary of the session, superseded ones included."""
+    found: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"include_superseded": True, "limit": 1000}
+    while True:
+        answer = await http.get(f"/v1/sessions/{session}/summaries", params=params)
+        answer.raise_for_status()
+        body = answer.json()
+        found += body["summaries"]
+        if body["next_cursor"] is None:
+            return found
+        params["cursor"] = body["next_cursor"]

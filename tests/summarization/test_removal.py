@@ -207,16 +207,25 @@ async def test_a_removal_erases_the_summary_that_covered_it_and_the_history_load
     assert await violations(sessionmaker, sid) == []
 
 
+async def three_parts(
+    client: httpx.AsyncClient, sid: str, settings: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A session of three parts of two messages, each compacted: the stored messages."""
+    await client.post("/v1/sessions", json={"id": sid, "settings": settings})
+    stored: list[dict[str, Any]] = []
+    for part in range(3):
+        stored += (await append(client, sid, user(f"part {part} a"), user(f"part {part} b")))[
+            "messages"
+        ]
+        await compact(client, sid, keep_last_n=0)
+    return stored
+
+
 @pytest.mark.parametrize("settings_overrides", [LOCAL_ONLY], indirect=True)
 async def test_erasure_through_a_roll_up_brings_back_the_summaries_it_did_not_reach(
     client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
-    await client.post("/v1/sessions", json={"id": sid, "settings": {"summary_limit": 2}})
-    ids = []
-    for part in range(3):
-        stored = await append(client, sid, user(f"part {part} a"), user(f"part {part} b"))
-        ids += [message["id"] for message in stored["messages"]]
-        await compact(client, sid, keep_last_n=0)
+    ids = [message["id"] for message in await three_parts(client, sid, {"summary_limit": 2})]
     live = (await client.get(f"/v1/sessions/{sid}/summaries")).json()["summaries"]
     assert sorted((s["first_seq"], s["last_seq"], s["level"]) for s in live) == [
         (1, 4, 1),
@@ -243,12 +252,7 @@ async def test_erasure_through_a_roll_up_brings_back_the_summaries_it_did_not_re
 async def test_a_removal_preview_names_what_the_removal_erases_and_changes_nothing(
     client: httpx.AsyncClient, sid: str, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> None:
-    await client.post("/v1/sessions", json={"id": sid, "settings": {"summary_limit": 2}})
-    ids = []
-    for part in range(3):
-        stored = await append(client, sid, user(f"part {part} a"), user(f"part {part} b"))
-        ids += [message["id"] for message in stored["messages"]]
-        await compact(client, sid, keep_last_n=0)
+    ids = [message["id"] for message in await three_parts(client, sid, {"summary_limit": 2})]
     await append(client, sid, user("raw tail"))
     before = (await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true")).json()
 
@@ -276,13 +280,7 @@ async def test_a_removal_preview_counts_the_messages_and_tokens_to_make_again(
     client: httpx.AsyncClient, sid: str
 ) -> None:
     settings = {"summary_limit": 2, "keep_last_n": 0, "message_limit": 2}
-    await client.post("/v1/sessions", json={"id": sid, "settings": settings})
-    stored = []
-    for part in range(3):
-        stored += (await append(client, sid, user(f"part {part} a"), user(f"part {part} b")))[
-            "messages"
-        ]
-        await compact(client, sid, keep_last_n=0)
+    stored = await three_parts(client, sid, settings)
     answer = (await client.get(f"/v1/sessions/{sid}/messages/{stored[2]['id']}/removal")).json()
     remade = [m for m in stored if m["seq"] > 2 and m["seq"] != 3]
     assert answer["remake_messages"] == len(remade) == 3
