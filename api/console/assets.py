@@ -29,11 +29,24 @@ overflow:auto}
 .track{position:relative;flex:1;height:1.5em;background:#eef1f4}
 .bar{display:inline-block;font-size:.75em;color:#fff;border-radius:3px;padding:0 .3em;
 overflow:hidden;white-space:nowrap;text-decoration:none;box-sizing:border-box;
-background:#2f7d4f;height:1.9em;line-height:1.9em}
+height:1.9em;line-height:1.9em}
 .track .bar{position:absolute;top:0;height:100%;line-height:2em;border:1px solid #fff}
-.bar.superseded{background:#8f9ba6}.bar.erased{background:#c9ced3;color:#333}
-.bar.fallback{background:#c7711b}.bar.repair{outline:2px solid #5a2ca0}
-.legend .bar{position:static}
+.bar,.swatch{background:#2f7d4f}
+.bar.superseded,.swatch.superseded{background:#8f9ba6}
+.bar.erased,.swatch.erased{background:#c9ced3;color:#333}
+.bar.fallback,.swatch.fallback{background:#c7711b}
+.bar.repair,.swatch.repair{box-shadow:inset 0 -.35em 0 #6f3cc0}
+.legend{display:flex;flex-wrap:wrap;gap:.4em 1.4em;font-size:.85em;color:#5a6570}
+.legend .key{display:inline-flex;align-items:center;gap:.4em}
+.swatch{display:inline-block;width:1.1em;height:.9em;border-radius:2px}
+details#erased-summaries{margin-top:.4em}
+details#erased-summaries>summary{cursor:pointer;color:#5a6570;font-size:.85em}
+.scroller{max-height:45vh;overflow:auto;border:1px solid #e1e4e8;background:#fff}
+.scroller table{margin:0;width:100%}
+.scroller thead th{position:sticky;top:0;background:#f1f3f5}
+td.item-id{font:12px ui-monospace,monospace;word-break:break-all;max-width:18em}
+tr.fork-point td{border-bottom:2px dashed #5a6570}
+tr:target td{background:#fff4c2}
 """
 """The console's stylesheet: removed messages greyed, summaries as bars by state."""
 
@@ -51,6 +64,18 @@ document.addEventListener("DOMContentLoaded", function () {
     bar.addEventListener("mouseenter", function () { mark(true); });
     bar.addEventListener("mouseleave", function () { mark(false); });
   });
+  var box = document.getElementById("timeline-box");
+  var context = document.getElementById("context");
+  if (box && box.dataset.open === "end" && !window.location.hash) {
+    box.scrollTop = box.scrollHeight;
+    if (context) {
+      var top = context.getBoundingClientRect().top;
+      if (top > window.innerHeight / 2) { window.scrollBy(0, top - window.innerHeight / 2); }
+    }
+  }
 });
 """
-"""Hovering a summary's bar highlights the timeline rows it covers."""
+"""Hovering a summary's bar highlights the timeline rows it covers. The newest page opens at
+its newest rows (unless the address names a row): the timeline's box scrolled to its end, and
+the window scrolled until the context preview starts at its middle, the box (at most 45% of
+the window high) just above it."""

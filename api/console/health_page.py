@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from api.console.html import attr, esc, link, session_path, when
-from api.console.labels import value_text
+from api.console.labels import fallback_reason
 from api.store.console import TenantJob, TenantSummary
 
 
@@ -50,7 +50,7 @@ def body(
         f'<li data-summary-id="{f.summary.id}"><a href="{link("/summaries/" + str(f.summary.id))}">'
         f"summary {f.summary.id}</a> of {esc(f.session_id)} · seqs {f.summary.first_seq}.."
         f"{f.summary.last_seq} · "
-        f"{esc(value_text((f.summary.metadata or {}).get('fallback_reason')))}"
+        f"{esc(fallback_reason(f.summary))}"
         "</li>"
         for f in fallbacks
     )

@@ -1,5 +1,5 @@
-"""How rows read on the console's pages: a message as one line of text, a summary's state and
-marks, a metadata value."""
+"""How rows read on the console's pages: a message as one line of text, a conversation item's
+id, a summary's state and marks, a fallback's reason."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import json
 from typing import Any
 
 from api.console.html import when
-from api.store.rows import MessageRow, SummaryRow
+from api.conversation_items import served_id
+from api.conversations import CONVERSATION_ID_PREFIX, RESPONSES_FORMAT
+from api.items import parse_item
+from api.store.rows import MessageRow, SessionRow, SummaryRow
 from summarizer.summarize import FALLBACK_MODEL
 
 
@@ -27,6 +30,22 @@ def message_text(message: MessageRow) -> str:
         function = call.get("function", {}) if isinstance(call, dict) else {}
         pieces.append(f"-> {function.get('name', '?')}({function.get('arguments', '')})")
     return " ".join(piece for piece in pieces if piece)
+
+
+def is_conversation(session: SessionRow) -> bool:
+    """A session the Conversations API serves, or that holds Responses items: its rows have
+    item ids."""
+    return session.format == RESPONSES_FORMAT or session.external_id.startswith(
+        CONVERSATION_ID_PREFIX
+    )
+
+
+def item_id(message: MessageRow) -> str | None:
+    """The id the Conversations API serves the row's item under (`msg_...`, `fc_...`: the id an
+    OpenAI SDK user holds); None for a row with no item (a tombstone, a chat message)."""
+    if message.item is None:
+        return None
+    return served_id(parse_item(message.item), message.client_id, message.id)
 
 
 def part_text(part: Any) -> str:
@@ -62,12 +81,9 @@ def message_class(message: MessageRow) -> str:
     return "orphaned" if message.orphaned_at is not None else "shown"
 
 
-def value_text(value: Any) -> str:
-    """A metadata value as the summary page shows it."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
+def fallback_reason(summary: SummaryRow) -> str:
+    """Why a fallback summary was written without the model, in its metadata's words."""
+    reason = (summary.metadata or {}).get("fallback_reason")
+    if reason is None:
+        return "no reason recorded"
+    return reason if isinstance(reason, str) else json.dumps(reason, ensure_ascii=False)

@@ -221,8 +221,8 @@ async def session(
     page: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     max_tokens: Annotated[int, Query(ge=1, le=MAX_HISTORY_TOKENS)] = DEFAULT_MAX_TOKENS,
 ) -> Response:
-    """A session: one page of its timeline (the newest by default), the summaries over it,
-    and the context `GET /history?max_tokens=` answers."""
+    """A session: one page of its timeline (the newest by default, opening at its newest
+    rows), the summaries over it, and the context `GET /history?max_tokens=` answers."""
 
     async def render(db: AsyncSession, tenant: str) -> Response:
         found = await store.get_session(db, tenant, session_id)
@@ -230,7 +230,7 @@ async def session(
         messages = await reads.timeline(db, found.id, window.first - 1, window.last)
         drawn = await reads.summaries_over(db, found.id, window.first, window.last, SUMMARIES_DRAWN)
         history = await _history(request, db, tenant, session_id, max_tokens)
-        body = session_page.body(found, window, messages, drawn, history, max_tokens)
+        body = session_page.body(found, window, messages, drawn, history, max_tokens, PAGE_SEQS)
         return _html(request, f"Session {session_id}", body)
 
     return await _page(request, render)

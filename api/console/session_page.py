@@ -1,5 +1,10 @@
 """A session's page: one window of its timeline, the summaries over it as bars, and the
-context `GET /history` answers."""
+context `GET /history` answers.
+
+The timeline is a box of its own height that opens at its newest rows on the newest page
+(`data-open="end"`, which the console's script scrolls to), with the context preview right
+below it: the newest messages and the context the next model call gets read on one screen.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ from typing import Any
 
 from api.console.html import Window, attr, esc, link, pager, session_path, when
 from api.console.labels import (
+    is_conversation,
     is_fallback,
     is_repair,
+    item_id,
     message_class,
     message_text,
     part_text,
@@ -22,6 +29,9 @@ from api.store.rows import MessageRow, SessionRow, SummaryRow
 TEXT_SHOWN = 300
 """Characters of a message shown in a timeline row; the summary page shows them whole."""
 
+STATE_ORDER = {"live": 0, "superseded": 1}
+"""The lanes drawn open, live coverage first; erased summaries are folded below them."""
+
 
 def body(
     session: SessionRow,
@@ -30,9 +40,11 @@ def body(
     summaries: Sequence[SummaryRow],
     history: History,
     max_tokens: int,
+    page_size: int,
 ) -> str:
-    """A session's page: its facts, the pager, the summaries over `window` as bars, the
-    timeline of `messages`, and the context `history` holds for `max_tokens`."""
+    """A session's page: its facts (a fork's parent and fork point linked), the pager, the
+    summaries over `window` as bars, the timeline of `messages` (pages of `page_size` seqs),
+    and the context `history` holds for `max_tokens`."""
     base = "/sessions/" + session_path(session.external_id)
     facts = (
         f'<p class="facts">{session.last_seq - session.removed_count} messages '
@@ -42,10 +54,26 @@ def body(
     )
     return (
         facts
+        + _fork(session, page_size)
         + pager(base, window, max_tokens=max_tokens)
         + _bars(window, summaries)
-        + _timeline(messages)
+        + _timeline(session, window, messages)
         + _context(base, window, history, max_tokens)
+    )
+
+
+def _fork(session: SessionRow, page_size: int) -> str:
+    """A fork's parent and fork point, each a link to the parent's page holding that seq."""
+    if session.forked_from is None or session.fork_seq is None:
+        return ""
+    seq = session.fork_seq
+    page = max(1, -(-seq // page_size))
+    parent = link("/sessions/" + session_path(session.forked_from), page=page)
+    return (
+        f'<p class="facts" id="fork">Fork of <a id="fork-parent" href="{parent}">'
+        f"{esc(session.forked_from)}</a> at seq "
+        f'<a id="fork-point" href="{parent}#seq-{seq}">{seq}</a>: seqs 1..{seq} are copies of '
+        "the parent's messages, the rest its own.</p>"
     )
 
 
@@ -72,36 +100,93 @@ def _bars(window: Window, summaries: Sequence[SummaryRow]) -> str:
             f'data-state="{kind}" title="{attr(title)}" '
             f'style="left:{left:.3f}%;width:{width:.3f}%">{esc(label)}</a>'
         )
-    order = {"live": 0, "superseded": 1, "erased": 2}
-    rows = "".join(
-        f'<div class="lane"><span class="lane-name">level {level} {kind}</span>'
-        f'<div class="track">{"".join(bars)}</div></div>'
-        for (level, kind), bars in sorted(lanes.items(), key=lambda i: (-i[0][0], order[i[0][1]]))
+    shown = sorted(
+        (lane for lane in lanes.items() if lane[0][1] != "erased"),
+        key=lambda lane: (STATE_ORDER[lane[0][1]], -lane[0][0]),
+    )
+    rows = "".join(_lane(level, kind, bars) for (level, kind), bars in shown)
+    erased = sorted(
+        (lane for lane in lanes.items() if lane[0][1] == "erased"), key=lambda lane: -lane[0][0]
     )
     if not rows:
-        rows = '<p id="no-summaries">No summary reaches into these seqs.</p>'
+        rows = (
+            '<p id="no-live-summaries">No live or superseded summary reaches into these seqs.</p>'
+            if erased
+            else '<p id="no-summaries">No summary reaches into these seqs.</p>'
+        )
     return (
         '<section id="coverage"><h2>Summaries over these seqs</h2>'
-        '<p class="legend"><span class="bar live">live</span> '
-        '<span class="bar superseded">superseded</span> <span class="bar erased">erased</span> '
-        '<span class="bar live fallback">fallback</span> '
-        '<span class="bar live repair">repair</span></p>'
+        f"{_LEGEND}"
         f'<div class="axis"><span>{window.first}</span><span>{window.last}</span></div>'
-        f"{rows}</section>"
+        f"{rows}{_erased(erased)}</section>"
     )
 
 
-def _timeline(messages: Sequence[MessageRow]) -> str:
-    rows = "".join(
-        f'<tr id="seq-{m.seq}" class="{message_class(m)}" data-seq="{m.seq}">'
-        f'<td class="n">{m.seq}</td><td class="n">{m.id}</td><td>{esc(m.role)}</td>'
-        f'<td class="n">{m.token_count}</td><td>{esc(_clipped(message_text(m)))}</td></tr>'
-        for m in messages
+_LEGEND = (
+    '<p class="legend" id="legend">'
+    + "".join(
+        f'<span class="key" data-key="{name}"><i class="swatch {marks}"></i>{name}</span>'
+        for name, marks in (
+            ("live", "live"),
+            ("superseded", "superseded"),
+            ("erased", "erased"),
+            ("fallback", "live fallback"),
+            ("repair", "live repair"),
+        )
     )
+    + "</p>"
+)
+"""What the bars' colours and marks mean: labels beside swatches, nothing that looks pressable."""
+
+
+def _lane(level: int, kind: str, bars: list[str]) -> str:
     return (
-        '<section><h2>Timeline</h2><table id="timeline"><thead><tr><th>seq</th><th>id</th>'
+        f'<div class="lane"><span class="lane-name">level {level} {kind}</span>'
+        f'<div class="track">{"".join(bars)}</div></div>'
+    )
+
+
+def _erased(lanes: list[tuple[tuple[int, str], list[str]]]) -> str:
+    """The erased summaries' lanes, folded (closed until opened): history a removal reached,
+    drawn below the live coverage rather than over it."""
+    if not lanes:
+        return ""
+    count = sum(len(bars) for _, bars in lanes)
+    noun = "summary" if count == 1 else "summaries"
+    drawn = "".join(_lane(level, kind, bars) for (level, kind), bars in lanes)
+    return (
+        f'<details id="erased-summaries"><summary>{count} erased {noun} (a removal reached '
+        f"them; their text is gone)</summary>{drawn}</details>"
+    )
+
+
+def _timeline(session: SessionRow, window: Window, messages: Sequence[MessageRow]) -> str:
+    """The window's messages, oldest first, in a box that opens at its newest rows on the
+    newest page; a conversation's rows show their item ids (`msg_...`, `fc_...`) beside the
+    row ids, and a fork's row at its fork point is marked."""
+    conversation = is_conversation(session)
+    rows = "".join(_row(m, conversation, session.fork_seq) for m in messages)
+    item_head = '<th class="item-id">item id</th>' if conversation else ""
+    opens = ' data-open="end"' if window.page == window.pages else ""
+    return (
+        '<section id="timeline-section"><h2>Timeline</h2>'
+        f'<div id="timeline-box" class="scroller"{opens}>'
+        f'<table id="timeline"><thead><tr><th>seq</th><th>id</th>{item_head}'
         "<th>role</th><th>tokens</th><th>content</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table></section>"
+        f"<tbody>{rows}</tbody></table></div></section>"
+    )
+
+
+def _row(m: MessageRow, conversation: bool, fork_seq: int | None) -> str:
+    kind = message_class(m) + (" fork-point" if m.seq == fork_seq else "")
+    item = ""
+    if conversation:
+        served = item_id(m)
+        item = f'<td class="item-id">{esc(served) if served else "-"}</td>'
+    return (
+        f'<tr id="seq-{m.seq}" class="{kind}" data-seq="{m.seq}">'
+        f'<td class="n">{m.seq}</td><td class="n">{m.id}</td>{item}<td>{esc(m.role)}</td>'
+        f'<td class="n">{m.token_count}</td><td>{esc(_clipped(message_text(m)))}</td></tr>'
     )
 
 

@@ -1,7 +1,8 @@
-"""A summary's page: its metadata, its text, and what it was made from."""
+"""A summary's page: its facts, its metadata as JSON, its text, and what it was made from."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 from api.console.html import Window, attr, esc, link, pager, session_path, when
@@ -11,7 +12,6 @@ from api.console.labels import (
     message_class,
     message_text,
     state,
-    value_text,
 )
 from api.store.rows import MessageRow, SummaryRow
 from summarizer import METADATA_KEYS
@@ -24,12 +24,10 @@ def body(
     sources: Sequence[MessageRow],
     window: Window,
 ) -> str:
-    """A summary as `trace_summary` shows it: its metadata, then the summaries it absorbed
-    (each a link to its own page) or, for one made from messages, its source messages of the
-    seqs `window` holds, with a pager over the summary's range."""
-    metadata = summary.metadata or {}
-    keys = [key for key in METADATA_KEYS if key in metadata]
-    keys += sorted(key for key in metadata if key not in METADATA_KEYS)
+    """A summary as `trace_summary` shows it: its facts and its metadata (as JSON, as the API
+    answers it), then the summaries it absorbed (each a link to its own page) or, for one made
+    from messages, its source messages of the seqs `window` holds, with a pager over the
+    summary's range."""
     kind = state(summary)
     status = (
         f'superseded by <a href="{link("/summaries/" + str(summary.superseded_by))}">'
@@ -49,7 +47,6 @@ def body(
         ("model", esc(summary.model)),
         ("tokens", str(summary.approx_tokens)),
         ("created", when(summary.created_at) + " UTC"),
-        *((key, esc(value_text(metadata[key]))) for key in keys),
     ]
     table = "".join(
         f'<tr data-key="{attr(k)}"><th>{esc(k)}</th><td>{v}</td></tr>' for k, v in facts
@@ -81,9 +78,20 @@ def body(
             f"<tbody>{rows}</tbody></table>"
         )
     return (
-        f'<p class="marks" id="marks">{marks}</p><table id="metadata">{table}</table>'
-        f"<h2>Text</h2>{text}{source}"
+        f'<p class="marks" id="marks">{marks}</p><table id="facts">{table}</table>'
+        f"<h2>Metadata</h2>{_metadata(summary)}<h2>Text</h2>{text}{source}"
     )
+
+
+def _metadata(summary: SummaryRow) -> str:
+    """The summary's metadata as JSON (`null`, `{}`, `true` as the API answers them), the
+    design's keys first in their order, then any others by name."""
+    metadata = summary.metadata or {}
+    keys = [key for key in METADATA_KEYS if key in metadata]
+    keys += sorted(key for key in metadata if key not in METADATA_KEYS)
+    ordered = {key: metadata[key] for key in keys}
+    text = json.dumps(ordered, ensure_ascii=False, indent=2)
+    return f'<pre id="metadata-json">{esc(text)}</pre>'
 
 
 def _summary_list(summaries: Iterable[SummaryRow], element_id: str) -> str:

@@ -1,7 +1,9 @@
 """The session the console's tests look at, seeded through the API and the store.
 
 Tenant A's session holds twelve messages (seq 11 a `<script>`, seq 12 removed), two summaries
-rolled up into a third, a fallback summary, and a job whose last attempt failed.
+rolled up into a third, a fallback summary, and a job whose last attempt failed. Its long
+session holds 250 messages (two pages) and eight summaries of 30 seqs each, seven of them
+erased by the removal of seq 45: the one of seqs 1..30 is the only live one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ MESSAGES = 12
 SCRIPT_SEQ = 11
 REMOVED_SEQ = 12
 JOB_ERROR = "summarizer model unavailable: <timeout>"
+LONG_MESSAGES = 250
+LONG_CHUNK = 30
+LONG_SUMMARIES = 8
+LONG_REMOVED_SEQ = 45
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,9 @@ class Seeded:
     leaves: tuple[int, int]
     rollup: int
     fallback: int
+    long_id: str
+    long_summaries: tuple[int, ...]
+    """The long session's summaries, oldest first: the first live, the others erased."""
 
 
 async def seed(http: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSession]) -> Seeded:
@@ -69,4 +78,27 @@ async def seed(http: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSe
         assert job is not None
         await store.release_job(db, job.id, utcnow(), JOB_ERROR, attempt=job.attempts)
         await db.commit()
-    return Seeded(sid, (first.id, second.id), rollup.id, made.id)
+    long_id, long_summaries = await _seed_long(http, sessionmaker)
+    return Seeded(sid, (first.id, second.id), rollup.id, made.id, long_id, long_summaries)
+
+
+async def _seed_long(
+    http: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSession]
+) -> tuple[str, tuple[int, ...]]:
+    """Tenant A's long session: its messages through `http`, its summaries through the store,
+    then the removal that erases all but the first of them."""
+    sid = f"console-paged-{uuid.uuid4().hex[:8]}"
+    batch = {"messages": [user(f"long {seq}") for seq in range(1, LONG_MESSAGES + 1)]}
+    answer = await http.post(f"/v1/sessions/{sid}/messages", json=batch, headers=A)
+    assert answer.status_code == 201, answer.text
+    async with sessionmaker() as db:
+        session = await store.get_session(db, "tenant_a", sid)
+        made = [
+            await store.save_summary(db, session.id, summary_draft(first, first + LONG_CHUNK - 1))
+            for first in range(1, LONG_SUMMARIES * LONG_CHUNK, LONG_CHUNK)
+        ]
+        await db.commit()
+    removed_id = answer.json()["messages"][LONG_REMOVED_SEQ - 1]["id"]
+    removed = await http.delete(f"/v1/sessions/{sid}/messages/{removed_id}", headers=A)
+    assert removed.status_code == 204
+    return sid, tuple(summary.id for summary in made)

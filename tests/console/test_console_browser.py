@@ -27,7 +27,15 @@ from selenium.webdriver.support.ui import WebDriverWait
 from api.auth import CONSOLE_COOKIE
 from api.db.engine import create_engine, create_sessionmaker
 from tests.conftest import QUIET, migrated_database
-from tests.console.seeding import KEYS, REMOVED_SEQ, SCRIPT_SEQ, A, Seeded, seed
+from tests.console.seeding import (
+    KEYS,
+    LONG_MESSAGES,
+    REMOVED_SEQ,
+    SCRIPT_SEQ,
+    A,
+    Seeded,
+    seed,
+)
 from tests.support.live_server import LiveServer
 
 WAIT_SECONDS = 10.0
@@ -116,6 +124,57 @@ def test_bars_cover_the_summaries_seq_ranges(
     assert rollup["x"] == pytest.approx(left["x"], abs=2)
     assert rollup["x"] + rollup["width"] == pytest.approx(right["x"] + right["width"], abs=2)
     assert left["x"] + left["width"] <= right["x"] + 1
+    # the legend's "repair" reads as a label beside a swatch, not as a focused button
+    legend = browser.find_element(By.ID, "legend")
+    repair = legend.find_element(By.CSS_SELECTOR, '.key[data-key="repair"]')
+    swatch = repair.find_element(By.CLASS_NAME, "swatch")
+    assert repair.text == "repair" and swatch.text == ""
+    assert repair.value_of_css_property("color") == legend.value_of_css_property("color")
+    assert repair.value_of_css_property("background-color") == "rgba(0, 0, 0, 0)"
+    for element in (repair, swatch):
+        assert element.value_of_css_property("outline-style") == "none"
+    assert swatch.size["height"] <= repair.size["height"]
+
+
+IN_VIEW = """
+var box = document.getElementById("timeline-box").getBoundingClientRect();
+var row = document.getElementById(arguments[0]).getBoundingClientRect();
+var context = document.getElementById("context").getBoundingClientRect();
+return {
+  rowInBox: row.top >= box.top - 1 && row.bottom <= box.bottom + 1,
+  rowOnScreen: row.top >= 0 && row.bottom <= window.innerHeight,
+  contextTop: context.top, rowBottom: row.bottom, height: window.innerHeight
+};
+"""
+"""Where a timeline row and the context preview are drawn, in the window's coordinates."""
+
+
+def test_a_long_session_opens_at_its_newest_rows_and_folds_erased_summaries(
+    browser: WebDriver, live: tuple[str, Seeded], tmp_path: Path
+) -> None:
+    base_url, seeded = live
+    log_in(browser, base_url, "key_a")
+    browser.get(f"{base_url}/console/sessions/{seeded.long_id}")
+    browser.save_screenshot(str(tmp_path / "newest.png"))
+    newest = browser.execute_script(IN_VIEW, f"seq-{LONG_MESSAGES}")
+    assert newest["rowInBox"] and newest["rowOnScreen"]
+    # the context preview starts below the newest row, with room to read it on the same screen
+    assert newest["rowBottom"] <= newest["contextTop"] <= newest["height"] * 0.6
+    browser.find_element(By.ID, "page-first").click()
+    WebDriverWait(browser, WAIT_SECONDS).until(expected_conditions.url_contains("page=1"))
+    browser.save_screenshot(str(tmp_path / "first-page.png"))
+    assert browser.execute_script(IN_VIEW, "seq-1")["rowInBox"]  # an older page opens at its top
+    live_id, *erased = seeded.long_summaries
+    visible = "return arguments[0].checkVisibility()"
+    live_bar = browser.find_element(By.CSS_SELECTOR, f'.bar[data-summary-id="{live_id}"]')
+    assert browser.execute_script(visible, live_bar)
+    folded = browser.find_element(By.ID, "erased-summaries")
+    erased_bar = folded.find_element(By.CSS_SELECTOR, f'.bar[data-summary-id="{erased[0]}"]')
+    assert not browser.execute_script(visible, erased_bar)
+    assert live_bar.location["y"] < folded.location["y"]  # live coverage first
+    folded.find_element(By.TAG_NAME, "summary").click()
+    assert browser.execute_script(visible, erased_bar)
+    browser.save_screenshot(str(tmp_path / "erased-opened.png"))
 
 
 def test_removed_message_is_grey_and_a_script_in_a_message_does_not_run(

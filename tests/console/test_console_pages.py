@@ -7,6 +7,7 @@ seeded once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -22,10 +23,12 @@ from fastapi import FastAPI
 from api import store
 from api.auth import CONSOLE_COOKIE
 from api.main import create_app
+from summarizer import METADATA_KEYS
 from tests.conftest import QUIET, make_settings
 from tests.console.seeding import (
     JOB_ERROR,
     KEYS,
+    LONG_MESSAGES,
     REMOVED_SEQ,
     SCRIPT,
     A,
@@ -175,12 +178,47 @@ async def test_rollup_page_lists_the_summaries_it_absorbed(
     assert ids == list(seeded.leaves)
 
 
+def _metadata(page: str) -> Any:
+    shown = re.search(r'<pre id="metadata-json">(.*?)</pre>', page, re.S)
+    assert shown is not None
+    return json.loads(unescape(shown.group(1)))
+
+
 async def test_fallback_summary_page_shows_its_fallback_reason(
     console_a: httpx.AsyncClient, seeded: Seeded
 ) -> None:
     page = await _page(console_a, f"/console/summaries/{seeded.fallback}")
     assert re.search(r'<p class="marks" id="marks">fallback</p>', page)
-    assert '<tr data-key="fallback_reason"><th>fallback_reason</th><td>llm_unavailable' in page
+    assert _metadata(page)["fallback_reason"] == "llm_unavailable"
+
+
+async def test_summary_metadata_is_shown_as_the_apis_json(
+    app: FastAPI, console_a: httpx.AsyncClient, api: httpx.AsyncClient
+) -> None:
+    sid = f"console-metadata-{uuid.uuid4().hex[:8]}"
+    batch = {"messages": [user(f"m{n}") for n in range(4)]}
+    assert (await api.post(f"/v1/sessions/{sid}/messages", json=batch, headers=A)).is_success
+    metadata = {
+        "extra": {"nested": [1, None]},
+        "trigger": "manual",
+        "truncated": False,
+        "repair_of": None,
+        "usage": {},
+        "compression_ratio": 0.125,
+    }
+    async with app.state.sessionmaker() as db:
+        session = await store.get_session(db, "tenant_a", sid)
+        draft = dataclasses.replace(summary_draft(1, 4), metadata=metadata)
+        made = await store.save_summary(db, session.id, draft)
+        await db.commit()
+    answer = await api.get(f"/v1/summaries/{made.id}", headers=A)
+    page = await _page(console_a, f"/console/summaries/{made.id}")
+    shown = _metadata(page)
+    assert shown == answer.json()["metadata"] == metadata
+    pre = re.search(r'<pre id="metadata-json">(.*?)</pre>', page, re.S)
+    assert pre is not None and "None" not in pre.group(1) and "null" in pre.group(1)
+    known = [key for key in METADATA_KEYS if key in metadata]
+    assert list(shown) == known + sorted(set(metadata) - set(known))  # the design's keys first
 
 
 async def test_health_page_shows_the_failing_job_and_the_fallback(
@@ -315,3 +353,100 @@ async def test_development_mode_serves_loopback_only(database_url: str) -> None:
             transport = httpx.ASGITransport(app=app, client=(host, 1234))
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 assert (await http.get("/console")).status_code == status
+
+
+async def test_the_newest_page_opens_at_its_newest_rows_with_the_context_below(
+    console_a: httpx.AsyncClient, seeded: Seeded
+) -> None:
+    newest = await _page(console_a, f"/console/sessions/{seeded.long_id}")
+    first = await _page(console_a, f"/console/sessions/{seeded.long_id}?page=1")
+    assert re.findall(r'<tr id="seq-(\d+)"', newest) == [
+        str(s) for s in range(201, LONG_MESSAGES + 1)
+    ]
+    # the newest page's box is scrolled to its end by the script; an older page's is not
+    assert '<div id="timeline-box" class="scroller" data-open="end">' in newest
+    assert '<div id="timeline-box" class="scroller">' in first
+    # the context preview comes right after the timeline's box
+    assert '</tbody></table></div></section><section id="context">' in newest
+    assert "page 1 of 2" in first and 'id="page-next"' in first and 'id="page-last"' in first
+
+
+async def test_erased_summaries_are_folded_below_the_live_coverage(
+    console_a: httpx.AsyncClient, seeded: Seeded
+) -> None:
+    live, *erased = seeded.long_summaries
+    first = await _page(console_a, f"/console/sessions/{seeded.long_id}?page=1")
+    newest = await _page(console_a, f"/console/sessions/{seeded.long_id}")
+    shown, folded = first.split('<details id="erased-summaries">')
+    assert {i: bar[3] for i, bar in _bars(shown).items()} == {live: "live"}
+    # closed until opened; the six erased summaries reaching into seqs 1..200
+    assert re.match(r"<summary>6 erased summaries ", folded)
+    assert set(_bars(folded)) == set(erased[:6])
+    assert {bar[3] for bar in _bars(folded).values()} == {"erased"}
+    assert '<details id="erased-summaries"><summary>2 erased summaries ' in newest
+    assert 'id="no-live-summaries"' in newest and 'id="no-summaries"' not in newest
+
+
+async def test_the_legend_holds_labels_not_bars(
+    console_a: httpx.AsyncClient, seeded: Seeded
+) -> None:
+    page = await _page(console_a, f"/console/sessions/{seeded.session_id}")
+    legend = re.search(r'<p class="legend" id="legend">(.*?)</p>', page)
+    assert legend is not None
+    assert re.findall(r"</i>(\w+)</span>", legend.group(1)) == [
+        "live",
+        "superseded",
+        "erased",
+        "fallback",
+        "repair",
+    ]
+    assert 'class="bar' not in legend.group(1) and "<a " not in legend.group(1)
+
+
+async def test_a_forks_page_links_its_parent_at_the_fork_point(
+    console_a: httpx.AsyncClient, api: httpx.AsyncClient, seeded: Seeded
+) -> None:
+    fork_id = f"console-fork-{uuid.uuid4().hex[:8]}"
+    made = await api.post(
+        f"/v1/sessions/{seeded.long_id}/fork", json={"seq": 230, "id": fork_id}, headers=A
+    )
+    assert made.status_code == 201, made.text
+    page = await _page(console_a, f"/console/sessions/{fork_id}")
+    parent = f"/console/sessions/{seeded.long_id}?page=2"  # seq 230 is on the parent's page 2
+    assert f'Fork of <a id="fork-parent" href="{parent}">{seeded.long_id}</a>' in page
+    assert f'at seq <a id="fork-point" href="{parent}#seq-230">230</a>' in page
+    assert re.search(r'<tr id="seq-230" class="shown fork-point"', page)
+    assert 'id="seq-230"' in await _page(console_a, parent)
+    plain = await _page(console_a, f"/console/sessions/{seeded.session_id}")
+    assert 'id="fork"' not in plain and "fork-point" not in plain
+
+
+async def test_a_conversations_rows_show_their_item_ids(
+    console_a: httpx.AsyncClient, api: httpx.AsyncClient, seeded: Seeded
+) -> None:
+    cid = f"conv_console_{uuid.uuid4().hex[:8]}"
+    question = {"type": "message", "role": "user", "content": "Weather in Paris?"}
+    derived = await api.post(  # no client_id: served under an id derived from the row id
+        f"/v1/sessions/{cid}/messages", json={"items": [{"item": question}]}, headers=A
+    )
+    assert derived.status_code == 201, derived.text
+    call = {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{}"}
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    answer = {"type": "message", "role": "assistant", "content": "Sunny.", "id": "msg_own"}
+    added = await api.post(
+        f"/v1/conversations/{cid}/items", json={"items": [call, result, answer]}, headers=A
+    )
+    assert added.status_code == 200, added.text
+    listed = await api.get(f"/v1/conversations/{cid}/items", params={"order": "asc"}, headers=A)
+    ids = [item["id"] for item in listed.json()["data"]]
+    page = await _page(console_a, f"/console/sessions/{cid}")
+    shown = re.findall(
+        r'<tr id="seq-\d+" [^>]*><td class="n">\d+</td><td class="n">\d+</td>'
+        r'<td class="item-id">([^<]*)</td>',
+        page,
+    )
+    assert shown == ids
+    assert ids[0].startswith("msg_") and ids[1].startswith("fc_") and ids[3] == "msg_own"
+    assert '<th class="item-id">item id</th>' in page
+    chat = await _page(console_a, f"/console/sessions/{seeded.session_id}")
+    assert "item-id" not in chat
