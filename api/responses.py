@@ -7,7 +7,8 @@ store `input` and the output together, once the response has completed. A turn t
 (the model, a cut stream, a client gone) stores nothing. When the model still answers that
 the context is too long, the stored history is summarized (trigger `overflow_retry`; the new
 input stays verbatim) and the call is retried once. Without `conversation`, the request goes
-to the model as it came and nothing is stored.
+to the model as it came and nothing is stored. `precis/offline` (development mode only) is
+answered by `api.offline_model` where the model would be called: the turn is the same.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
-from api import compact, metrics, service
+from api import compact, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
@@ -97,13 +98,12 @@ class Responder:
         """The response object of a non-streamed request, and its turn (None: passed through)."""
         self._check_supported(request)
         turn = await self._prepare(tenant, request)
+        call = _model_call(request, streamed=False)
         if turn is None:
-            answer = await self._call(
-                create_response, request.passed_through() | {"input": request.input}
-            )
+            answer = await self._call(call, request.passed_through() | {"input": request.input})
             _count("passed_through", None)
             return answer, None
-        answer = await self._with_overflow_retry(tenant, turn, create_response)
+        answer = await self._with_overflow_retry(tenant, turn, call)
         answer = self._as_turn_answer(turn, answer)
         if answer.get("status") in STORED_STATUSES:
             await self._store(tenant, turn, answer.get("output") or [])
@@ -118,12 +118,11 @@ class Responder:
         here, so the client gets a plain error answer); its events as JSON."""
         self._check_supported(request)
         turn = await self._prepare(tenant, request)
+        call = _model_call(request, streamed=True)
         if turn is None:
-            events = await self._call(
-                open_stream, request.passed_through() | {"input": request.input}
-            )
+            events = await self._call(call, request.passed_through() | {"input": request.input})
             return _relayed(events, None), None
-        events = await self._with_overflow_retry(tenant, turn, open_stream)
+        events = await self._with_overflow_retry(tenant, turn, call)
         return self._stored_when_done(tenant, turn, events), turn
 
     async def _stored_when_done(
@@ -143,7 +142,16 @@ class Responder:
 
     def _check_supported(self, request: ResponseRequest) -> None:
         allowed = self.settings.responses_models()
-        if "*" not in allowed and request.model not in allowed:
+        if request.model == offline_model.OFFLINE_MODEL:
+            if self.settings.tenant_keys():
+                raise OpenAIError(
+                    400,
+                    f"model {request.model!r} is Precis's offline model, for development mode "
+                    "only (no API_KEYS configured): name a model of MODEL_ALLOWED",
+                    param="model",
+                    code="model_not_allowed",
+                )
+        elif "*" not in allowed and request.model not in allowed:
             raise OpenAIError(
                 400,
                 f"model {request.model!r} is not allowed on this server (MODEL_ALLOWED)",
@@ -210,7 +218,10 @@ class Responder:
         return Turn(conversation_id, request, input_items, counted, budget)
 
     async def _window(self, model: str) -> int:
-        window = self.settings.model_windows().get(model) or await model_context_window(model)
+        window = self.settings.model_windows().get(model)
+        if window is None and model == offline_model.OFFLINE_MODEL:
+            window = offline_model.OFFLINE_WINDOW
+        window = window or await model_context_window(model)
         if window is None:
             raise OpenAIError(
                 400,
@@ -304,6 +315,13 @@ class Responder:
         batch = [*turn.stored_input, *answer]
         await store_batch(self.database, self.settings, tenant, turn.conversation_id, batch)
         _count("stored", turn)
+
+
+def _model_call(request: ResponseRequest, streamed: bool) -> ModelCall:
+    """The model the request names: Precis's own offline model, or one litellm reaches."""
+    if request.model == offline_model.OFFLINE_MODEL:
+        return offline_model.open_stream if streamed else offline_model.create_response
+    return open_stream if streamed else create_response
 
 
 def _without_placeholders_answered_by(

@@ -3,12 +3,14 @@
 litellm reaches any provider it knows: natively where the provider speaks the Responses API,
 through chat completions for the others. Its errors come out as `ContextTooLong` (the one a
 turn can recover from, by summarizing) or `UpstreamFailed` carrying the status the client
-sees; neither ever holds the API key.
+sees; neither ever holds the API key. A streamed call first mends litellm's own logging of
+streams (`_keep_stream_usage_typed`), which otherwise warns on every streamed response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -51,6 +53,9 @@ REDACTED = "[redacted]"
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\[\]-]{1,64}")
 """A provider's `param` or `code` the client is shown: an identifier, never free text."""
+
+STREAM_USAGE_MENDED = "_precis_keeps_usage_typed"
+"""Marks litellm's stream logging as mended by `_keep_stream_usage_typed` (mended once)."""
 
 logger = logging.getLogger("precis.upstream")
 
@@ -179,7 +184,7 @@ async def create_response(upstream: Upstream, request: Mapping[str, Any]) -> dic
             response = await litellm.aresponses(**_arguments(upstream, request))
     except Exception as exc:
         raise _failure(upstream, exc, litellm) from None
-    answer: dict[str, Any] = response.model_dump(mode="json", exclude_none=True, warnings=False)
+    answer: dict[str, Any] = response.model_dump(mode="json", exclude_none=True)
     return answer
 
 
@@ -192,6 +197,7 @@ async def open_stream(
     before the first event); a failure after that ends the iteration with `UpstreamFailed`.
     """
     litellm = await load_litellm()
+    _keep_stream_usage_typed(litellm)
     try:
         async with asyncio.timeout(upstream.timeout_seconds + TIMEOUT_GRACE_SECONDS):
             stream = await litellm.aresponses(**_arguments(upstream, request), stream=True)
@@ -203,7 +209,38 @@ async def open_stream(
 async def _events(upstream: Upstream, stream: Any, litellm: Any) -> AsyncIterator[dict[str, Any]]:
     try:
         async for event in stream:
-            data: dict[str, Any] = event.model_dump(mode="json", exclude_none=True, warnings=False)
+            data: dict[str, Any] = event.model_dump(mode="json", exclude_none=True)
             yield data
     except Exception as exc:
         raise _failure(upstream, exc, litellm) from None
+
+
+def _keep_stream_usage_typed(litellm: Any) -> None:
+    """Mend litellm's own logging of a streamed Responses API call (BerriAI/litellm#26784).
+
+    When a stream completes, litellm's success logging (run for every call, callbacks or none)
+    replaces the `usage` of its copy of the response, a `ResponseAPIUsage`, by a chat-completions
+    dict, then `model_dump`s that response: pydantic warns on every streamed response
+    (`PydanticSerializationUnexpectedValue(Expected ResponseAPIUsage ...)`). The mended step puts
+    a `ResponseAPIUsage` back, holding the chat keys besides its own (the type allows extra
+    fields), so the logging reads the keys it wrote and the field holds its type. A litellm
+    whose step is gone (moved, or fixed) is left as it is."""
+    logging_module = getattr(getattr(litellm, "litellm_core_utils", None), "litellm_logging", None)
+    logging_class: Any = getattr(logging_module, "Logging", None)
+    usage_type = getattr(litellm, "ResponseAPIUsage", None)
+    assemble = getattr(logging_class, "_get_assembled_streaming_response", None)
+    if usage_type is None or assemble is None or getattr(assemble, STREAM_USAGE_MENDED, False):
+        return
+
+    @functools.wraps(assemble)
+    def assembled(self: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
+        usage = getattr(getattr(result, "response", None), "usage", None)
+        response = assemble(self, result, *args, **kwargs)
+        rewritten = getattr(response, "usage", None)
+        if isinstance(usage, usage_type) and isinstance(rewritten, dict):
+            typed = {**rewritten, **usage.model_dump(exclude_none=True)}
+            response.usage = usage_type.model_validate(typed)
+        return response
+
+    setattr(assembled, STREAM_USAGE_MENDED, True)
+    logging_class._get_assembled_streaming_response = assembled

@@ -1,0 +1,205 @@
+"""`precis/offline`: a model Precis serves itself, to try `POST /v1/responses` without a key.
+
+Development mode only (no API_KEYS): `api.responses` refuses it otherwise. It calls nothing (no
+network, no litellm) and answers the request it is given, the conversation's fitted context
+then the new input, deterministically: the last user input echoed, and what the offline
+summarizer (`summarizer/local`) keeps of everything before it, so a user sees what the
+conversation remembers. Its own earlier replies are left out of that memory (they only repeat
+what it was told), known by the tag they begin with. It never calls a tool.
+
+`create_response` and `open_stream` take what `api.upstream`'s take and answer the same shapes:
+a Responses object with `usage`, or the events a streamed answer relays (created, in progress,
+the message and its text part added, the text in word deltas, the done events, completed; or
+`response.incomplete` when `max_output_tokens` cut the answer).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from api.conversation_items import ID_HEX_DIGITS, new_item_id
+from api.items import check_item, projection
+from api.upstream import Upstream, UpstreamFailed
+from summarizer.client import CompletionRequest, SummaryTask
+from summarizer.local import LocalSummarizer
+from summarizer.text import clip_tokens
+from summarizer.tokens import count_messages, count_text
+from summarizer.transcript import TranscriptOptions, content_text, transcript_entries
+
+OFFLINE_MODEL = "precis/offline"
+"""The model name that selects this model: `precis` is no provider litellm knows, so the name
+never shadows a model of MODEL_ALLOWED."""
+
+OFFLINE_WINDOW = 16_000
+"""The window a turn fits the conversation into for this model (MODEL_CONTEXT_TOKENS overrides
+it): room for a few dozen turns before the conversation loads summaries."""
+
+MEMORY_TOKENS = 300
+"""Longest memory part of a reply: the offline summarizer's target for the earlier context."""
+
+SAID_TOKENS = 200
+"""Longest echo of the user's input: a long paste is cut, not repeated whole."""
+
+REPLY_TAG = f"[{OFFLINE_MODEL}]"
+"""How each reply begins: says who answered, and marks the replies left out of the memory."""
+
+_WORDS = re.compile(r"\S+\s*|\s+")
+"""One text delta of a streamed reply: a word and the space after it."""
+
+
+async def create_response(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole response to `request` (as `api.upstream.create_response` answers one)."""
+    return await _answer(request)
+
+
+async def open_stream(
+    upstream: Upstream, request: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """The response to `request` as stream events (as `api.upstream.open_stream` opens one): the
+    answer is made before the first event, so a refused input is a plain error answer."""
+    return _events(await _answer(request))
+
+
+async def _answer(request: Mapping[str, Any]) -> dict[str, Any]:
+    items = _items(request.get("input"))
+    said_at = max((i for i, item in enumerate(items) if _is_user(item)), default=len(items))
+    said = content_text(items[said_at].get("content")).strip() if said_at < len(items) else ""
+    earlier = [projection(item) for i, item in enumerate(items) if i != said_at]
+    remembered = [message for message in earlier if not _own_reply(message)]
+    memory = await _memory(remembered) if remembered else None
+    text = _reply(said, len(remembered), memory)
+    cut = request.get("max_output_tokens")
+    status = "completed"
+    if isinstance(cut, int) and count_text(text) > cut:
+        text, status = clip_tokens(text, cut), "incomplete"
+    input_tokens = count_messages([projection(item) for item in items])
+    return _response(request, text, status, input_tokens)
+
+
+def _items(given: Any) -> list[dict[str, Any]]:
+    """The input as items, checked as a conversation's are (a request without `conversation`
+    reaches here unchecked)."""
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
+    for index, item in enumerate(items):
+        try:
+            check_item(item, f"input[{index}]")
+        except ValueError as exc:
+            raise UpstreamFailed(400, str(exc), "invalid_input", "input") from None
+    return items
+
+
+def _is_user(item: Mapping[str, Any]) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") == "user"
+
+
+def _own_reply(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "assistant" and content_text(message.get("content")).startswith(
+        REPLY_TAG
+    )
+
+
+async def _memory(messages: Sequence[dict[str, Any]]) -> str:
+    """What the offline summarizer keeps of `messages`, as it would summarize them."""
+    numbered = [{**message, "seq": seq} for seq, message in enumerate(messages, start=1)]
+    entries = transcript_entries(numbered, TranscriptOptions())
+    request = CompletionRequest(
+        messages=list(messages),
+        max_tokens=MEMORY_TOKENS,
+        target_tokens=MEMORY_TOKENS,
+        task=SummaryTask(transcript=tuple(entries)),
+    )
+    return (await LocalSummarizer().complete(request)).text.strip()
+
+
+def _reply(said: str, remembered: int, memory: str | None) -> str:
+    echo = f"You said: {clip_tokens(said, SAID_TOKENS)}" if said else "You said nothing new."
+    if memory is None:
+        recall = (
+            "Nothing came before it in the context Precis loaded: the conversation starts here."
+        )
+    else:
+        items = "item" if remembered == 1 else "items"
+        recall = (
+            f"What I remember from before it ({remembered} {items}, as Precis's offline "
+            f"summarizer keeps them):\n{memory}"
+        )
+    return f"{REPLY_TAG} {echo}\n{recall}"
+
+
+def _response(
+    request: Mapping[str, Any], text: str, status: str, input_tokens: int
+) -> dict[str, Any]:
+    output_tokens = count_text(text)
+    message = {
+        "type": "message",
+        "id": new_item_id({"type": "message"}),
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    response = {
+        "id": f"resp_{secrets.token_hex(ID_HEX_DIGITS // 2)}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": OFFLINE_MODEL,
+        "output": [message],
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        },
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "metadata": request.get("metadata") or {},
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "temperature": request.get("temperature"),
+        "text": request.get("text") or {"format": {"type": "text"}},
+        "tool_choice": request.get("tool_choice") or "auto",
+        "tools": request.get("tools") or [],
+        "top_p": request.get("top_p"),
+    }
+    if status == "incomplete":
+        response["incomplete_details"] = {"reason": "max_output_tokens"}
+    # as the litellm path answers: fields without a value left out
+    return {key: value for key, value in response.items() if value is not None}
+
+
+async def _events(response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """`response` as the Responses API streams it, numbered as it does."""
+    for number, event in enumerate(_event_list(response)):
+        yield {**event, "sequence_number": number}
+
+
+def _event_list(response: dict[str, Any]) -> list[dict[str, Any]]:
+    started = {**response, "status": "in_progress", "output": []}
+    started.pop("usage", None)
+    started.pop("incomplete_details", None)
+    message = response["output"][0]
+    part = message["content"][0]
+    text = part["text"]
+    at = {"item_id": message["id"], "output_index": 0, "content_index": 0}
+    return [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**message, "status": "in_progress", "content": []},
+        },
+        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+        *(
+            {"type": "response.output_text.delta", **at, "delta": word, "logprobs": []}
+            for word in _WORDS.findall(text)
+        ),
+        {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
+        {"type": "response.content_part.done", **at, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {"type": f"response.{response['status']}", "response": response},
+    ]

@@ -1,0 +1,165 @@
+"""`precis/offline`, the model Precis serves itself, through the official `openai` package: in
+development mode it answers `POST /v1/responses` with no key, no MODEL_* setting and no litellm
+call, through the same turn (context fitted, the turn stored once); with API_KEYS it is refused
+like any model not allowed (docs/design.md, "OpenAI Responses")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from fastapi import FastAPI
+from openai import AsyncOpenAI
+
+from api import responses, upstream
+from api.main import create_app
+from api.offline_model import OFFLINE_MODEL, REPLY_TAG
+from tests.conftest import make_settings
+from tests.helpers import text_of
+
+TENANT_KEY = "offline-test-key"
+"""The one key of the keyed server, which refuses the offline model."""
+
+FIRST = "My name is Ada and my order 1234 is late."
+"""What the first turn says: the second turn's answer must remember it."""
+
+
+@pytest.fixture(autouse=True)
+def no_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any use of litellm (a model call, a window looked up) fails the test."""
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the offline model used litellm")
+
+    monkeypatch.setattr(upstream, "load_litellm", refused)
+    monkeypatch.setattr(responses, "model_context_window", refused)
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[AsyncOpenAI]:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        yield AsyncOpenAI(
+            base_url="http://localhost/v1", api_key="dev", http_client=http, max_retries=0
+        )
+
+
+async def items_of(client: AsyncOpenAI, conversation_id: str) -> list[dict[str, Any]]:
+    listed = client.conversations.items.list(conversation_id, order="asc")
+    return [item.model_dump(mode="json", exclude_none=True) async for item in listed]
+
+
+async def test_a_second_turn_answers_from_the_stored_first_one_with_usage(
+    client: AsyncOpenAI,
+) -> None:
+    conversation = await client.conversations.create()
+    first = await client.responses.create(
+        model=OFFLINE_MODEL, input=FIRST, conversation=conversation.id
+    )
+    assert first.status == "completed" and first.model == OFFLINE_MODEL
+    assert first.output_text.startswith(f"{REPLY_TAG} You said: {FIRST}")
+    assert "the conversation starts here" in first.output_text
+    second = await client.responses.create(
+        model=OFFLINE_MODEL, input="What is my name?", conversation=conversation.id
+    )
+    assert second.conversation is not None and second.conversation.id == conversation.id
+    assert second.output_text.startswith(f"{REPLY_TAG} You said: What is my name?")
+    assert f"user: {FIRST}" in second.output_text, "the memory holds the stored first turn"
+    assert REPLY_TAG not in second.output_text.split("\n", 1)[1], "its own replies left out"
+    usage = second.usage
+    assert usage is not None and usage.input_tokens > 0 and usage.output_tokens > 0
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+    assert usage.input_tokens > first.usage.input_tokens  # type: ignore[union-attr]
+    stored = await items_of(client, conversation.id)
+    assert [text_of(item) for item in stored] == [
+        FIRST,
+        first.output_text,
+        "What is my name?",
+        second.output_text,
+    ]
+
+
+async def test_a_streamed_turn_sends_the_events_of_a_real_stream_and_is_stored_once(
+    client: AsyncOpenAI,
+) -> None:
+    conversation = await client.conversations.create()
+    await client.responses.create(model=OFFLINE_MODEL, input=FIRST, conversation=conversation.id)
+    stream = await client.responses.create(
+        model=OFFLINE_MODEL, input="Where is my order?", conversation=conversation.id, stream=True
+    )
+    kinds: list[str] = []
+    deltas: list[str] = []
+    numbers: list[int] = []
+    completed = None
+    async for event in stream:
+        kinds.append(event.type)
+        numbers.append(event.sequence_number)
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        if event.type == "response.completed":
+            completed = event.response
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * len(deltas),
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert len(deltas) > 1 and numbers == list(range(len(kinds)))
+    assert completed is not None and completed.conversation is not None
+    assert completed.conversation.id == conversation.id
+    assert "".join(deltas) == completed.output_text
+    assert f"user: {FIRST}" in completed.output_text
+    assert completed.usage is not None and completed.usage.output_tokens > 0
+    stored = await items_of(client, conversation.id)
+    assert [text_of(item) for item in stored][2:] == ["Where is my order?", completed.output_text]
+
+
+async def test_an_answer_cut_at_max_output_tokens_is_incomplete_and_stored(
+    client: AsyncOpenAI,
+) -> None:
+    conversation = await client.conversations.create()
+    answer = await client.responses.create(
+        model=OFFLINE_MODEL, input=FIRST, conversation=conversation.id, max_output_tokens=8
+    )
+    assert answer.status == "incomplete"
+    assert answer.incomplete_details is not None
+    assert answer.incomplete_details.reason == "max_output_tokens"
+    assert answer.usage is not None and answer.usage.output_tokens <= 8
+    assert len(await items_of(client, conversation.id)) == 2
+
+
+async def test_without_a_conversation_it_answers_the_input_alone(client: AsyncOpenAI) -> None:
+    answer = await client.responses.create(model=OFFLINE_MODEL, input="hello")
+    assert answer.output_text.startswith(f"{REPLY_TAG} You said: hello")
+    assert "the conversation starts here" in answer.output_text
+
+
+async def test_with_api_keys_it_is_refused_as_a_model_not_allowed(database_url: str) -> None:
+    settings = make_settings(
+        database_url, api_keys=f"a:{TENANT_KEY}", summary_workers=0, model_allowed=OFFLINE_MODEL
+    )
+    app = create_app(settings)
+    transport = httpx2.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http,
+    ):
+        client = AsyncOpenAI(
+            base_url="http://localhost/v1", api_key=TENANT_KEY, http_client=http, max_retries=0
+        )
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.responses.create(
+                model=OFFLINE_MODEL, input="hi", conversation="conv_never_created"
+            )
+    assert refused.value.status_code == 400
+    body: Any = refused.value.body
+    assert body["param"] == "model" and body["code"] == "model_not_allowed"
+    assert "development mode only" in body["message"]
