@@ -1,16 +1,18 @@
 """Trace a summary back to its source messages, a session's summary tree, or a message's summaries.
 
     python -m scripts.trace_summary SUMMARY_ID [--full] [--json]
-    python -m scripts.trace_summary --session ID [--tenant T] [--json]
+    python -m scripts.trace_summary --session ID [--tenant T] [--full] [--json]
     python -m scripts.trace_summary --message MESSAGE_ID [--json]
 
 `--session` is looked up in every tenant unless `--tenant` names one; an id that several
-tenants have must be given with `--tenant`.
+tenants have must be given with `--tenant`. It prints the session's forest of summaries as a
+tree that fits the terminal (80 columns when piped; `scripts.summary_tree`), with `--json` a
+flat list of the summaries that rebuilds it.
 
 Removals show as they are stored: a removed message is a tombstone, `[removed at <time>]`
 without content; a summary a removal reached is erased, its state `erased at <time>` and its
-text gone, and the summaries made again after it (trigger_reason `erasure`) follow it in the
-session's tree.
+text gone; the session's tree lists the erased summaries after the live ones, one group per
+erasure, folded unless `--full`, and marks the summaries made again after them.
 
 Reads DATABASE_URL (or --database-url) and never writes: the database is opened read-only.
 Exit status: 0 on success, 2 when the id is unknown or ambiguous or the database cannot be
@@ -29,10 +31,8 @@ import argparse
 import json
 import shutil
 import textwrap
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -43,13 +43,27 @@ from api.db.engine import create_sessionmaker
 from api.settings import Settings
 from api.store import audit
 from api.store.rows import MessageRow, SessionRow, SummaryRow
+from scripts import summary_tree
 from scripts.cli import run_command
+from scripts.summary_tree import SummaryTree
+from scripts.terminal import (
+    clip,
+    display_width,
+    optional_time,
+    pad,
+    short_time,
+    timestamp,
+)
 from summarizer import METADATA_KEYS
 
 PROG = "trace_summary"
 
 DEFAULT_WIDTH = 120
 """Line width when stdout is not a terminal: one-line contents are clipped to fit it."""
+
+TREE_WIDTH = 80
+"""Line width of a session's tree when stdout is not a terminal: the narrowest terminal in
+common use, so a tree pasted or paged anywhere keeps its shape."""
 
 METADATA_ORDER = METADATA_KEYS
 """Summary metadata keys in the order docs/design.md lists them; other keys follow, sorted."""
@@ -60,40 +74,6 @@ class NotFound(Exception):
 
 
 # --- text helpers (also used by scripts.demo) -----------------------------------------------
-
-
-def display_width(text: str) -> int:
-    """Columns a string takes on a terminal: CJK wide characters take two."""
-    width = 0
-    for char in text:
-        if unicodedata.combining(char):
-            continue
-        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-    return width
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def clip(text: str, width: int) -> str:
-    """`text` on one line, cut to `width` columns with an ellipsis."""
-    flat = one_line(text)
-    if display_width(flat) <= width:
-        return flat
-    kept: list[str] = []
-    used = 0
-    for char in flat:
-        char_width = display_width(char)
-        if used + char_width > width - 1:
-            break
-        kept.append(char)
-        used += char_width
-    return "".join(kept) + "…"
-
-
-def pad(text: str, width: int) -> str:
-    return text + " " * max(0, width - display_width(text))
 
 
 def format_table(
@@ -122,19 +102,10 @@ def _table_line(row: Sequence[str], widths: Sequence[int], last: str) -> str:
     return "  ".join([*cells, last])
 
 
-def line_width(out: TextIO) -> int:
+def line_width(out: TextIO, default: int = DEFAULT_WIDTH) -> int:
     if out.isatty():
-        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
-    return DEFAULT_WIDTH
-
-
-def timestamp(value: datetime) -> datetime:
-    """Stored timestamps are UTC; SQLite hands them back without a time zone."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def short_time(value: datetime) -> str:
-    return timestamp(value).strftime("%Y-%m-%d %H:%M:%S")
+        return shutil.get_terminal_size((default, 24)).columns
+    return default
 
 
 def describe_content(
@@ -186,9 +157,7 @@ class SummaryTrace:
 @dataclass
 class SessionTrace:
     session: SessionRow
-    roots: list[Node]
-    summary_count: int
-    erased_count: int = 0
+    tree: SummaryTree
 
 
 @dataclass
@@ -223,32 +192,7 @@ async def trace_session(db: AsyncSession, external_id: str, tenant: str | None) 
     """The summary tree of a session; raises audit.SessionLookupError (see audit.find_session)."""
     session = await audit.find_session(db, external_id, tenant)
     summaries = await audit.session_summaries(db, session.id)
-    return SessionTrace(
-        session=session,
-        roots=summary_forest(summaries),
-        summary_count=len(summaries),
-        erased_count=sum(1 for summary in summaries if summary.erased_at is not None),
-    )
-
-
-def summary_forest(summaries: Sequence[SummaryRow]) -> list[Node]:
-    """Summaries absorbed by none (live or erased) with the trees they absorbed, in seq order;
-    orphans and cycles show up as roots too."""
-    by_id = {summary.id: summary for summary in summaries}
-    children: dict[int, list[SummaryRow]] = {}
-    for summary in summaries:
-        if summary.superseded_by is not None and summary.superseded_by in by_id:
-            children.setdefault(summary.superseded_by, []).append(summary)
-    placed: set[int] = set()
-
-    def build(summary: SummaryRow) -> Node:
-        placed.add(summary.id)
-        kids = [build(kid) for kid in children.get(summary.id, []) if kid.id not in placed]
-        return Node(summary, children=kids, messages=None)
-
-    roots = [build(s) for s in summaries if s.superseded_by is None or s.superseded_by not in by_id]
-    roots.extend(build(s) for s in summaries if s.id not in placed)
-    return roots
+    return SessionTrace(session=session, tree=summary_tree.build(summaries))
 
 
 async def trace_message(db: AsyncSession, message_id: int) -> MessageTrace:
@@ -276,10 +220,6 @@ def session_json(session: SessionRow) -> dict[str, Any]:
         "internal_id": session.id,
         "last_seq": session.last_seq,
     }
-
-
-def optional_time(value: datetime | None) -> str | None:
-    return None if value is None else timestamp(value).isoformat()
 
 
 def message_json(message: MessageRow) -> dict[str, Any]:
@@ -332,7 +272,7 @@ def trace_json(trace: Trace) -> dict[str, Any]:
     if isinstance(trace, SessionTrace):
         return {
             "session": session_json(trace.session),
-            "summaries": [node_json(root) for root in trace.roots],
+            "summaries": summary_tree.flat_json(trace.tree),
         }
     return {
         "session": session_json(trace.session),
@@ -380,10 +320,6 @@ def status(summary: SummaryRow) -> str:
     if summary.erased_at is not None:
         return f"erased at {short_time(summary.erased_at)}"
     return "live" if summary.superseded_by is None else f"superseded by {summary.superseded_by}"
-
-
-def is_live(summary: SummaryRow) -> bool:
-    return summary.superseded_by is None and summary.erased_at is None
 
 
 def summary_heading(summary: SummaryRow) -> str:
@@ -477,14 +413,6 @@ def summary_row(summary: SummaryRow, indent: str = "") -> list[str]:
     ]
 
 
-def tree_rows(nodes: Sequence[Node], depth: int = 0) -> list[list[str]]:
-    rows: list[list[str]] = []
-    for node in nodes:
-        rows.append(summary_row(node.summary, "  " * depth))
-        rows.extend(tree_rows(node.children or [], depth + 1))
-    return rows
-
-
 def session_title(session: SessionRow) -> str:
     return f"session {session.external_id} (tenant {session.tenant}, session key {session.id})"
 
@@ -493,22 +421,31 @@ def render(trace: Trace, width: int, full: bool) -> list[str]:
     if isinstance(trace, SummaryTrace):
         return [session_title(trace.session), "", *render_node(trace.root, 0, width, full)]
     if isinstance(trace, SessionTrace):
-        return render_session(trace, width)
+        return render_session(trace, width, full)
     return render_message(trace, width, full)
 
 
-def render_session(trace: SessionTrace, width: int) -> list[str]:
-    session = trace.session
-    live = sum(1 for root in trace.roots if is_live(root.summary))
+def render_session(trace: SessionTrace, width: int, full: bool) -> list[str]:
+    """The title, what a load shows, and the tree; `full` unfolds the erased summaries."""
+    session, tree = trace.session, trace.tree
+    statuses = [summary_tree.status_of(summary) for summary in tree.summaries.values()]
     removed = f" ({session.removed_count} removed)" if session.removed_count else ""
-    erased = f", {trace.erased_count} erased" if trace.erased_count else ""
+    erased = statuses.count("erased")
+    live = f"{statuses.count('live')} live" + (f", {erased} erased" if erased else "")
     lines = [
-        f"{session_title(session).capitalize()}: {session.last_seq} messages{removed}, "
-        f"{trace.summary_count} summaries ({live} live{erased})"
+        *summary_tree.wrap(session_title(session).capitalize(), width),
+        *summary_tree.wrap(
+            f"{session.last_seq} messages{removed}, {len(statuses)} summaries ({live})", width
+        ),
     ]
-    if not trace.roots:
+    if not statuses:
         return [*lines, "No summaries yet."]
-    return [*lines, "", *format_table(SUMMARY_HEADERS, tree_rows(trace.roots), width)]
+    return [
+        *lines,
+        *summary_tree.wrap(summary_tree.overview(tree), width),
+        "",
+        *summary_tree.render(tree, width, unfold_erased=full),
+    ]
 
 
 def render_message(trace: MessageTrace, width: int, full: bool) -> list[str]:
@@ -571,7 +508,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "--tenant", help="tenant of --session (default: whichever tenant has that session id)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--full", action="store_true", help="whole message contents")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="whole message contents; with --session, erased summaries unfolded",
+    )
     parser.add_argument("--database-url", help="default: DATABASE_URL (or .env)")
     args = parser.parse_args(argv)
     return Options(
@@ -616,7 +557,8 @@ async def run(options: Options, out: TextIO, err: TextIO) -> int:
         json.dump(trace_json(trace), out, ensure_ascii=False, indent=2)
         out.write("\n")
     else:
-        out.write("\n".join(render(trace, line_width(out), options.full)) + "\n")
+        width = line_width(out, TREE_WIDTH if isinstance(trace, SessionTrace) else DEFAULT_WIDTH)
+        out.write("\n".join(render(trace, width, options.full)) + "\n")
     return 0
 
 

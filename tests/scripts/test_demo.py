@@ -121,7 +121,7 @@ async def assert_verified_and_rolled_up(database_url: str, commands: dict[str, l
     options_trace = trace_summary.parse_args([*commands["scripts.trace_summary"], *where])
     assert await trace_summary.run(options_trace, trace_out, err) == 0, err.getvalue()
     assert f"(tenant {TENANT}," in trace_out.getvalue()
-    assert " rollup " in trace_out.getvalue()
+    assert "└─ leaf " in trace_out.getvalue(), "a node over the leaves it was made from"
 
 
 async def test_a_wrong_api_key_stops_the_demo_with_exit_2(server_url: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.store import audit
-from scripts import trace_summary
+from scripts import summary_tree, trace_summary
+from scripts.terminal import short_time
 from tests.helpers import (
     append,
     append_batch,
@@ -31,9 +34,13 @@ from tests.scripts.builders import (
     REMOVALS,
     Removed,
     Seeded,
+    draft,
+    every_summary,
     new_message,
+    save,
     seed_session,
 )
+from tests.support.fake_llm import FakeLLM
 from tests.support.scratch_db import REPO_ROOT
 
 
@@ -115,34 +122,52 @@ async def test_trace_json_nests_absorbed_summaries_with_their_messages(
 # --- by session -----------------------------------------------------------------------------
 
 
-async def test_session_tree_shows_levels_ranges_and_metadata_of_live_and_superseded(
+async def test_session_tree_shows_each_summary_under_the_one_made_from_it(
     database_url: str, seeded: Seeded
 ) -> None:
     code, out, err = await trace(database_url, "--session", "chat-1")
 
     assert code == 0, err
-    assert "10 messages, 3 summaries (1 live)" in out
-    table = out.splitlines()[2:]
-    assert table[0].split() == list(trace_summary.SUMMARY_HEADERS)
+    lines = out.splitlines()
+    assert lines[:3] == [
+        f"Session chat-1 (tenant default, session key {seeded.session_key})",
+        "10 messages, 3 summaries (1 live)",
+        "A load shows 1 root: 2 leaves, deepest 2 passes.",
+    ]
+    table = lines[4:]
+    assert table[0].split() == list(summary_tree.HEADERS)
     rollup, first, second = (line.split() for line in table[1:4])
-    assert rollup[:5] == [str(seeded.rollup.id), "1", "1..8", "8", "live"]
-    assert rollup[5:10] == ["proactive", "rollup", "3", "no", "0.250"]
-    assert table[2].startswith(f"  {seeded.first.id} ")
-    assert first[:4] == [str(seeded.first.id), "0", "1..4", "4"]
-    assert first[4:7] == ["superseded", "by", str(seeded.rollup.id)]
-    assert first[7:12] == ["proactive", "message_limit", "3", "yes", "0.250"]
-    assert second[7:12] == ["manual", "-", "-", "-", "-"], "missing metadata keys show as -"
+    assert rollup[:6] == ["node", str(seeded.rollup.id), "1..8", "2", "2", "live"]
+    assert " ".join(rollup[6:]) == "Summary of seqs 1..8. Second line.", "the text on one line"
+    assert first[:7] == ["├─", "leaf", str(seeded.first.id), "1..4", "1", "1", "merged"]
+    assert second[:7] == ["└─", "leaf", str(seeded.second.id), "5..8", "1", "1", "merged"]
+    assert len(table) == 4
 
 
-async def test_session_tree_json_has_live_roots_with_absorbed_children(
+async def test_session_tree_json_is_a_flat_list_with_parent_and_source_ids(
     database_url: str, seeded: Seeded
 ) -> None:
     answer = await trace_json(database_url, "--session", "chat-1")
 
-    [root] = answer["summaries"]
-    assert root["id"] == seeded.rollup.id and root["messages"] is None
-    assert [child["id"] for child in root["children"]] == [seeded.first.id, seeded.second.id]
-    assert all(child["superseded_by"] == seeded.rollup.id for child in root["children"])
+    rollup, first, second = answer["summaries"]
+    assert (rollup["id"], rollup["parent_id"]) == (seeded.rollup.id, None)
+    assert rollup["source_ids"] == [seeded.first.id, seeded.second.id]
+    assert (rollup["kind"], rollup["status"], rollup["leaves"], rollup["depth"]) == (
+        "node",
+        "live",
+        2,
+        2,
+    ), "a summary made before the forest recorded it: kind, leaves and depth from its level"
+    assert [first["id"], second["id"]] == [seeded.first.id, seeded.second.id]
+    for child in (first, second):
+        assert (child["kind"], child["status"], child["parent_id"]) == (
+            "leaf",
+            "superseded",
+            seeded.rollup.id,
+        )
+        assert child["source_ids"] == [] and "children" not in child
+    assert second["metadata"] == {"trigger": "manual"}
+    assert first["summary_text"] == "Summary of seqs 1..4.\nSecond line."
 
 
 async def test_session_ids_are_looked_up_in_the_given_tenant(
@@ -167,7 +192,7 @@ async def test_without_tenant_a_session_id_is_found_in_whichever_tenant_has_it(
 
     assert answer["session"]["tenant"] == "acme"
     assert answer["session"]["internal_id"] == seeded.session_key
-    assert [root["id"] for root in answer["summaries"]] == [seeded.rollup.id]
+    assert [s["id"] for s in answer["summaries"] if s["status"] == "live"] == [seeded.rollup.id]
 
 
 async def test_a_session_id_in_several_tenants_without_tenant_exits_2_naming_them(
@@ -244,7 +269,7 @@ def parsed_time(value: str) -> datetime:
 
 def shown_time(value: str) -> str:
     """An API or JSON timestamp as the text output shows it."""
-    return trace_summary.short_time(parsed_time(value))
+    return short_time(parsed_time(value))
 
 
 @REMOVALS
@@ -363,42 +388,66 @@ async def test_message_trace_lists_live_then_superseded_then_erased_summaries(
 
 
 @REMOVALS
-async def test_session_tree_shows_erased_summaries_and_the_summary_made_again_after_them(
-    database_url: str, removed: Removed
+async def test_session_tree_lists_erased_summaries_after_the_live_tree_folded_by_erasure(
+    database_url: str, client: httpx.AsyncClient, removed: Removed
 ) -> None:
+    every = {s["id"]: s for s in await every_summary(client, removed.external_id)}
     code, out, err = await trace(database_url, "--session", removed.external_id)
-    answer = await trace_json(database_url, "--session", removed.external_id)
 
     assert code == 0, err
-    assert "8 messages (3 removed), 6 summaries (1 live, 3 erased)" in out
-    table = out.splitlines()[2:]
-    assert table[0].split() == list(trace_summary.SUMMARY_HEADERS)
-    erased = ["erased", "at", *shown_time(removed.rollup["erased_at"]).split()]
-    rows = [line.split() for line in table[1:]]
-    assert [row[:4] for row in rows] == [
-        [str(removed.rollup["id"]), "1", "1..4", "4"],
-        [str(removed.second["id"]), "0", "3..4", "2"],
-        [str(removed.node["id"]), "1", "1..6", "5"],
-        [str(removed.first["id"]), "0", "1..2", "2"],
-        [str(removed.remade["id"]), "0", "3..6", "3"],
-        [str(removed.third["id"]), "0", "5..6", "2"],
+    erased = [s for s in every.values() if s["erased_at"] is not None]
+    live = [s for s in every.values() if s["superseded_by"] is None and s["erased_at"] is None]
+    removed_count = 3  # seq 3, then the tool call and its result
+    assert out.splitlines()[1] == (
+        f"{max(removed.messages)} messages ({removed_count} removed), {len(every)} summaries "
+        f"({len(live)} live, {len(erased)} erased)"
+    )
+    live_tree, history = out.split("\n\nErased at ")
+    assert f"node {removed.node['id']} " in live_tree
+    assert not any("erased" in found.string for found in tree_lines(live_tree))
+    assert f"leaf {removed.remade['id']} " in live_tree
+    remade = next(line for line in live_tree.splitlines() if f" {removed.remade['id']} " in line)
+    assert "[made again]" in remade, "says why it was made"
+    heading, *rows = history.splitlines()
+    erased_at = shown_time(removed.rollup["erased_at"])
+    assert heading == (f"{erased_at} UTC: {len(erased)} summaries, folded (--full unfolds them):")
+    tops = sorted(
+        (s for s in erased if s["superseded_by"] is None), key=lambda s: (s["first_seq"], s["id"])
+    )
+    assert [row.split()[1] for row in rows] == [str(s["id"]) for s in tops], "one line a tree"
+    rollup = next(row for row in rows if row.split()[1] == str(removed.rollup["id"]))
+    assert rollup.split()[2:] == ["1..4", "2", "2", "erased", "[+1", "folded]"]
+
+
+@REMOVALS
+async def test_session_tree_with_full_unfolds_the_erased_summaries(
+    database_url: str, removed: Removed
+) -> None:
+    _, out, _ = await trace(database_url, "--session", removed.external_id, "--full")
+    answer = await trace_json(database_url, "--session", removed.external_id)
+
+    history = out.split("\n\nErased at ")[1].splitlines()
+    assert "folded" not in history[0]
+    rows = tree_lines("\n".join(history))
+    under = [int(found["id"]) for found in rows].index(removed.rollup["id"]) + 1
+    assert rows[under].string.split()[:7] == [
+        "└─",
+        "leaf",
+        str(removed.second["id"]),
+        "3..4",
+        "1",
+        "1",
+        "erased",
     ]
-    assert table[2].startswith(f"  {removed.second['id']} "), "under the roll-up that absorbed it"
-    assert [row[4:8] for row in rows if row[4] == "erased"] == [erased] * 3
-    assert rows[2][4] == "live"
-    node = str(removed.node["id"])
-    assert rows[4][4:9] == ["superseded", "by", node, "proactive", "erasure"], "says why"
-    roots = answer["summaries"]
-    assert [root["id"] for root in roots] == [
-        removed.rollup["id"],
-        removed.node["id"],
-        removed.third["id"],
-    ]
-    assert [root["erased_at"] is None for root in roots] == [False, True, False]
-    children = roots[1]["children"]
-    assert [child["id"] for child in children] == [removed.first["id"], removed.remade["id"]]
-    assert children[1]["metadata"]["trigger_reason"] == "erasure"
-    assert [child["id"] for child in roots[0]["children"]] == [removed.second["id"]]
+    erased = [s for s in answer["summaries"] if s["status"] == "erased"]
+    assert len(rows) == len(history) - 1 == len(erased), "every erased summary, once"
+    by_id = {s["id"]: s for s in answer["summaries"]}
+    second = by_id[removed.second["id"]]
+    assert (second["parent_id"], second["erased_at"] is not None) == (removed.rollup["id"], True)
+    assert by_id[removed.rollup["id"]]["source_ids"] == [removed.second["id"]]
+    assert by_id[removed.remade["id"]]["metadata"]["trigger_reason"] == "erasure"
+    assert by_id[removed.first["id"]]["parent_id"] == removed.node["id"]
+    assert [s["status"] for s in answer["summaries"]][-len(erased) :] == ["erased"] * len(erased)
 
 
 # --- errors and entry points ----------------------------------------------------------------
@@ -478,3 +527,165 @@ async def test_the_hidden_half_of_a_tool_exchange_shows_as_hidden_with_its_conte
     assert code == 0
     [row] = [line for line in out.splitlines() if line.split()[:2] == ["2", str(call["id"])]]
     assert f"[hidden since {shown_time(call['orphaned_at'])}]" in row
+
+
+# --- a long session's forest ----------------------------------------------------------------
+
+FOREST_LEAVES = 40
+"""Leaves of the long session: a cover over five levels of nodes."""
+
+TREE_LINE = re.compile(r"^(?P<prefix>[│├└─… ]*)(?P<kind>leaf|node|cover) (?P<id>\d+) ")
+"""A line of the session's tree: its glyphs, then the summary's kind and id."""
+
+
+@pytest.fixture
+def settings_overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The app of `client`: the perfect-recall model for the long session, else as asked."""
+    if "forest" not in request.fixturenames:
+        return dict(getattr(request, "param", {}))
+    fake_llm: FakeLLM = request.getfixturevalue("fake_llm")
+    fake_llm.mode = "marker_echo"
+    return {
+        "summary_model": "openai/fake",
+        "summary_api_base": fake_llm.base_url,
+        "summary_api_key": "test",
+        "summary_limit": 2,
+        "summary_keep_last_n": 0,
+        "summary_message_limit": 10_000,
+        "summary_workers": 0,
+    }
+
+
+@pytest.fixture
+async def forest(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    """A session of `FOREST_LEAVES` leaves of three messages each, made by `compact` through
+    the service (nodes and a cover follow each leaf); its summaries as the API lists them."""
+    for batch in range(FOREST_LEAVES):
+        notes = (user(f"note MARKER-{batch * 3 + index} of the plan") for index in range(3))
+        await append(client, sid, *notes)
+        await compact(client, sid, trigger="manual", keep_last_n=0)
+    return await every_summary(client, sid)
+
+
+def tree_lines(out: str) -> list[re.Match[str]]:
+    return [found for line in out.splitlines() if (found := TREE_LINE.match(line))]
+
+
+def levels(found: re.Match[str]) -> int:
+    return len(found["prefix"]) // len(summary_tree.BRANCH)
+
+
+async def test_a_long_sessions_tree_fits_80_columns(
+    database_url: str, sid: str, forest: list[dict[str, Any]]
+) -> None:
+    code, out, err = await trace(database_url, "--session", sid)
+
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert len(tree_lines(out)) == len(forest)
+
+
+async def test_a_long_sessions_tree_is_as_deep_as_the_forest(
+    database_url: str, sid: str, forest: list[dict[str, Any]]
+) -> None:
+    _, out, _ = await trace(database_url, "--session", sid)
+
+    deepest = max(levels(found) for found in tree_lines(out))
+    assert deepest <= math.ceil(math.log2(FOREST_LEAVES)) + 3, out
+    assert deepest >= math.floor(math.log2(FOREST_LEAVES)), "nodes sit over their sources"
+
+
+async def test_a_long_sessions_tree_shows_every_live_summary_once_on_top(
+    database_url: str, sid: str, forest: list[dict[str, Any]]
+) -> None:
+    _, out, _ = await trace(database_url, "--session", sid)
+
+    live = {s["id"] for s in forest if s["superseded_by"] is None and s["erased_at"] is None}
+    lines = tree_lines(out)
+    shown = [int(found["id"]) for found in lines]
+    assert sorted(shown) == sorted(s["id"] for s in forest), "each summary once"
+    assert {int(found["id"]) for found in lines if levels(found) == 0} == live
+    assert all(found.string.split()[5] == "live" for found in lines if levels(found) == 0)
+    [cover] = [s for s in forest if s["id"] in live and s["metadata"]["kind"] == "cover"]
+    under_cover = [found for found in lines if levels(found) == 1]
+    assert {int(found["id"]) for found in under_cover} == {
+        s["id"] for s in forest if s["superseded_by"] == cover["id"]
+    }
+    assert all(found.string.split()[6] == "covered" for found in under_cover)
+
+
+async def test_a_long_sessions_tree_lists_sources_under_the_summary_made_from_them(
+    database_url: str, sid: str, forest: list[dict[str, Any]]
+) -> None:
+    _, out, _ = await trace(database_url, "--session", sid)
+
+    above: list[int] = []
+    parents: dict[int, int | None] = {}
+    for found in tree_lines(out):
+        depth = levels(found)
+        del above[depth:]
+        parents[int(found["id"])] = above[-1] if above else None
+        above.append(int(found["id"]))
+    assert parents == {s["id"]: s["superseded_by"] for s in forest}
+
+
+async def test_a_long_sessions_json_is_flat_and_rebuilds_the_forest(
+    database_url: str, sid: str, forest: list[dict[str, Any]]
+) -> None:
+    answer = await trace_json(database_url, "--session", sid)
+
+    listed = answer["summaries"]
+    by_id = {s["id"]: s for s in forest}
+    assert sorted(s["id"] for s in listed) == sorted(by_id)
+    assert all("children" not in s and "messages" not in s for s in listed), "flat"
+    for summary in listed:
+        stored = by_id[summary["id"]]
+        assert summary["parent_id"] == stored["superseded_by"]
+        assert summary["source_ids"] == sorted(
+            (s["id"] for s in forest if s["superseded_by"] == summary["id"]),
+            key=lambda i: by_id[i]["first_seq"],
+        )
+        assert (summary["kind"], summary["leaves"], summary["depth"]) == (
+            stored["metadata"]["kind"],
+            stored["metadata"]["leaves"],
+            stored["metadata"]["depth"],
+        )
+        assert (summary["first_seq"], summary["last_seq"], summary["level"]) == (
+            stored["first_seq"],
+            stored["last_seq"],
+            stored["level"],
+        )
+        assert summary["status"] == ("live" if stored["superseded_by"] is None else "superseded")
+        assert datetime.fromisoformat(summary["created_at"]).tzinfo is not None
+    leaves = [s for s in listed if s["kind"] == "leaf"]
+    assert len(leaves) == FOREST_LEAVES and all(s["source_ids"] == [] for s in leaves)
+
+
+CHAIN_ROLLUPS = 16
+"""Roll-ups of a session summarized before the forest: each absorbed the one before it."""
+
+
+async def test_a_chain_made_before_the_forest_still_fits_80_columns_cut_on_the_left(
+    database_url: str, db: AsyncSession
+) -> None:
+    spec = {"role": "user", "content": "note " * 40}
+    outcome = await append_batch(
+        db, "default", "chain", [new_message(spec) for _ in range(2 * CHAIN_ROLLUPS + 2)]
+    )
+    key = outcome.session.id
+    older = await save(db, key, draft(1, 2, {}))
+    for index in range(1, CHAIN_ROLLUPS + 1):
+        leaf = await save(db, key, draft(2 * index + 1, 2 * index + 2, {}))
+        older = await save(
+            db, key, draft(1, 2 * index + 2, {}, level=index, absorbs=(older.id, leaf.id))
+        )
+
+    code, out, err = await trace(database_url, "--session", "chain")
+
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    lines = tree_lines(out)
+    assert len(lines) == 2 * CHAIN_ROLLUPS + 1
+    assert lines[0]["prefix"] == "" and lines[0]["id"] == str(older.id)
+    assert any(found["prefix"].startswith("…") for found in lines), "the outer levels cut"
+    assert all(found.string.split()[-1] != "merged" for found in lines), "text keeps room"
