@@ -114,7 +114,7 @@ def _system_message_tokens(content: str) -> int:
 
 
 def assemble(
-    summaries: Sequence[Entry],
+    summaries: Sequence[Entry | Sequence[Entry]],
     messages: Sequence[Entry],
     max_tokens: int | None,
     not_loaded: int = 0,
@@ -124,10 +124,12 @@ def assemble(
     """The pinned prefix, summaries, then the messages with tool pairs repaired; fit to
     `max_tokens`.
 
+    `summaries` are summary entries, oldest first, with the units of the messages of a hole
+    between them (a list of entries each, shown in place until the hole's leaf is made again).
     The pinned prefix always stays, verbatim. Over budget, the oldest message units (a
     tool call with its results counts as one) are dropped behind one marker message; the
-    newest unit always stays. If that is not enough, the oldest summaries go too.
-    `not_loaded` counts older messages the loader left unread because the budget was
+    newest unit always stays. If that is not enough, the oldest summaries (and hole units)
+    go too. `not_loaded` counts older messages the loader left unread because the budget was
     already spent: they are dropped as well. With `responses`, the marker and the placeholder
     results the context adds are Responses items.
 
@@ -139,11 +141,13 @@ def assemble(
         max_tokens -= pinned_tokens
     units = _responses_units(messages) if responses else tool_safe_units(messages)
     unsendable = _unsendable(messages, units)
-    kept_summaries = list(summaries)
+    head = [[item] if isinstance(item, Entry) else list(item) for item in summaries]
+    kept_head = list(head)
     dropped_units: list[list[Entry]] = []
-    if max_tokens is not None and (not_loaded or _tokens(kept_summaries, units) > max_tokens):
-        marker = _marker(responses)
-        budget = max_tokens - marker.tokens - sum(entry.tokens for entry in kept_summaries)
+    marker: list[list[Entry]] = []
+    if max_tokens is not None and (not_loaded or _tokens(kept_head, units) > max_tokens):
+        marker = [[_marker(responses)]]
+        budget = max_tokens - _tokens(marker, kept_head)
         kept: list[list[Entry]] = []
         for unit in reversed(units):
             unit_tokens = sum(entry.tokens for entry in unit)
@@ -154,20 +158,21 @@ def assemble(
         kept.reverse()
         dropped_units = units[: len(units) - len(kept)]
         units = kept
-        while kept_summaries and budget < 0:
-            budget += kept_summaries.pop(0).tokens
-        if not_loaded or dropped_units or len(kept_summaries) < len(summaries):
-            kept_summaries.append(marker)
-    dropped = [entry for unit in dropped_units for entry in unit if not entry.added]
-    left_out = summaries[: len(summaries) - len([s for s in kept_summaries if not s.added])]
-    entries = [*pinned, *kept_summaries] + [entry for unit in units for entry in unit]
+        while kept_head and budget < 0:
+            budget += sum(entry.tokens for entry in kept_head.pop(0))
+        if not (not_loaded or dropped_units or len(kept_head) < len(head)):
+            marker = []
+    left_out = [entry for unit in head[: len(head) - len(kept_head)] for entry in unit]
+    dropped = [entry for entry in left_out if entry.seq is not None]
+    dropped += [entry for unit in dropped_units for entry in unit if not entry.added]
+    entries = [*pinned] + [entry for unit in [*kept_head, *marker, *units] for entry in unit]
     return AssembledContext(
         messages=[shown for entry in entries for shown in entry.shown or (entry.message,)],
         token_estimate=sum(entry.tokens for entry in entries),
         truncated_messages=not_loaded + len(dropped),
         omitted=Omitted(
             messages=_ids(dropped),
-            summaries=_ids(left_out),
+            summaries=_ids([entry for entry in left_out if entry.seq is None]),
             unsendable=unsendable,
         ),
     )
@@ -263,10 +268,8 @@ def _responses_units(messages: Sequence[Entry]) -> list[list[Entry]]:
     return units
 
 
-def _tokens(summaries: Sequence[Entry], units: Sequence[Sequence[Entry]]) -> int:
-    return sum(entry.tokens for entry in summaries) + sum(
-        entry.tokens for unit in units for entry in unit
-    )
+def _tokens(*parts: Sequence[Sequence[Entry]]) -> int:
+    return sum(entry.tokens for units in parts for unit in units for entry in unit)
 
 
 def _placeholder(call_id: str, responses: bool = False, call_type: str = "function_call") -> Entry:
@@ -281,14 +284,21 @@ def _marker(responses: bool) -> Entry:
     return Entry(message, count_message(message), shown, added=True)
 
 
-def shown_summaries(rows: LoadedRows, summary_limit: int | None) -> tuple[LoadedRows, list[int]]:
+def shown_summaries(
+    rows: LoadedRows, summary_limit: int | None
+) -> tuple[LoadedRows, list[int], list[int]]:
     """`rows` with the newest `summary_limit` of their live summaries (None: every one, more
     than the session's limit only while a roll-up is owed), and the ids of those left out,
-    oldest first, for `omitted.summaries`."""
+    oldest first, for `omitted.summaries`, and of the hole messages before them, for
+    `omitted.messages`."""
     if summary_limit is None or len(rows.summaries) <= summary_limit:
-        return rows, []
-    left_out = [summary.id for summary in rows.summaries[:-summary_limit]]
-    return replace(rows, summaries=rows.summaries[-summary_limit:]), left_out
+        return rows, [], []
+    kept = rows.summaries[-summary_limit:] if summary_limit else []
+    start = kept[0].first_seq if kept else rows.after_seq + 1
+    left_out = [summary.id for summary in rows.summaries[: len(rows.summaries) - len(kept)]]
+    holes = [message for message in rows.holes if message.seq > start]
+    gone = [message.id for message in rows.holes if message.seq < start]
+    return replace(rows, summaries=kept, holes=holes), left_out, gone
 
 
 def loaded_context(
@@ -297,6 +307,7 @@ def loaded_context(
     message_format: MessageFormat = "openai",
     edits: ContextEdits | None = None,
     left_out: Sequence[int] = (),
+    left_out_messages: Sequence[int] = (),
 ) -> AssembledContext:
     """The context a history load answers in `message_format`: the pinned prefix, the
     summaries as messages and the loaded messages (as `edits` clears them, when given: `rows`
@@ -311,11 +322,9 @@ def loaded_context(
     cleared: list[ClearedPart] = []
     if edits is not None and edits.active:
         messages, cleared = edit_context(messages, edits, responses)
+    head, hole_unsendable = _head(rows, message_format)
     assembled = assemble(
-        [
-            summary_message(s.first_seq, s.last_seq, s.summary_text, responses, s.id)
-            for s in rows.summaries
-        ],
+        head,
         messages,
         max_tokens,
         not_loaded=rows.not_loaded,
@@ -324,15 +333,48 @@ def loaded_context(
     )
     if cleared:
         assembled = replace(assembled, cleared=cleared)
-    if left_out:
-        summaries = [*left_out, *assembled.omitted.summaries]
-        assembled = replace(assembled, omitted=replace(assembled.omitted, summaries=summaries))
+    if hole_unsendable:
+        unsendable = [*hole_unsendable, *assembled.omitted.unsendable]
+        assembled = replace(assembled, omitted=replace(assembled.omitted, unsendable=unsendable))
+    if left_out or left_out_messages:
+        omitted = replace(
+            assembled.omitted,
+            summaries=[*left_out, *assembled.omitted.summaries],
+            messages=[*left_out_messages, *assembled.omitted.messages],
+        )
+        truncated = assembled.truncated_messages + len(left_out_messages)
+        assembled = replace(assembled, omitted=omitted, truncated_messages=truncated)
     if not rows.not_loaded:
         return assembled
     # the unread lie between the newest loaded summary (or the prefix) and the oldest read
     before_seq = rows.messages[0].seq if rows.messages else rows.after_seq + rows.not_loaded + 1
     unread = UnreadSpan(rows.after_seq + 1, before_seq - 1, rows.not_loaded)
     return replace(assembled, omitted=replace(assembled.omitted, unread=unread))
+
+
+def _head(
+    rows: LoadedRows, message_format: MessageFormat
+) -> tuple[list[Entry | list[Entry]], list[tuple[int, UnsendableReason]]]:
+    """The summaries as context entries, oldest first, with the units of the messages of each
+    hole before the summary that follows it; and the hole messages no unit could hold."""
+    responses = message_format == "responses"
+    head: list[Entry | list[Entry]] = []
+    unsendable: list[tuple[int, UnsendableReason]] = []
+    waiting = list(rows.holes)
+    for summary in rows.summaries:
+        hole = [
+            _context_entry(message, message_format)
+            for message in waiting
+            if message.seq < summary.first_seq
+        ]
+        waiting = waiting[len(hole) :]
+        if hole:
+            units = _responses_units(hole) if responses else tool_safe_units(hole)
+            unsendable += _unsendable(hole, units)
+            head += units
+        first, last, text = summary.first_seq, summary.last_seq, summary.summary_text
+        head.append(summary_message(first, last, text, responses, summary.id))
+    return head, unsendable
 
 
 def edited_tokens(messages: Sequence[MessageRow], edits: ContextEdits) -> int:

@@ -24,6 +24,7 @@ from api.schemas.sessions import SessionOut
 from api.settings import Settings
 from api.store import forks as fork_store
 from api.store.rows import SessionRow
+from api.summary_jobs import schedule_remake_if_owed
 
 
 class BadForkPoint(ValidationFailed):
@@ -63,6 +64,8 @@ async def _fork(
         await fork_store.repoint_superseded(db, parent.id, fork.id, fork_seq)
         await fork_store.link_carried(db, parent.id, fork.id, fork_seq)
         live = await fork_store.live_count(db, fork.id)
+        # a hole of the parent's before the fork point is the fork's too
+        await schedule_remake_if_owed(db, fork, settings.policy(fork.settings))
     return SessionOut.from_row(fork, live, settings.effective(fork.settings))
 
 

@@ -34,7 +34,9 @@ from api.schemas import (
     SummaryOut,
 )
 from api.settings import Settings
-from api.summarization import Summarization, schedule_summary
+from api.summarization import Summarization
+from api.summary_forest import kind_of
+from api.summary_jobs import schedule_summary
 from api.summary_plans import pinned_floor
 
 INLINE_WAIT_SECONDS = 30.0
@@ -194,16 +196,16 @@ async def preview_removal(
     preview = await store.removal_preview(db, session.id, message_id, pinned_floor(session, policy))
     if preview is None:
         raise MessageNotFound(f"message {message_id} not found in session {external_id!r}")
-    remade = max(0, preview.messages - policy.keep_last_n) if preview.erased else 0
-    leaves = -(-remade // policy.message_limit)
+    leaves = -(-preview.messages // policy.message_limit)
+    merges = sum(1 for summary in preview.erased if kind_of(summary) != "leaf")
     return RemovalPreviewOut(
         message_id=message_id,
         seq=preview.seq,
-        erased_summaries=preview.erased,
+        erased_summaries=[summary.id for summary in preview.erased],
         remake_after_seq=preview.after_seq,
-        remake_messages=remade,
-        remake_tokens=preview.tokens if remade else 0,
-        remake_model_calls=2 * leaves if leaves else 0,
+        remake_messages=preview.messages,
+        remake_tokens=preview.tokens,
+        remake_model_calls=leaves + merges if preview.erased else 0,
     )
 
 
@@ -340,14 +342,14 @@ async def load_history(
     rows = await store.load_rows(
         db, session, store.EVERY_LIVE_SUMMARY, read_budget, summarized=start.summarized
     )
-    rows, left_out = shown_summaries(rows, summary_limit)
+    rows, left_out, left_out_messages = shown_summaries(rows, summary_limit)
     message_format = message_format or session_format(session)
-    context = loaded_context(rows, max_tokens, message_format, edits, left_out)
+    context = loaded_context(rows, max_tokens, message_format, edits, left_out, left_out_messages)
     return History(
         session_id=session.external_id,
         pinned=[MessageOut.from_row(message) for message in rows.pinned],
         summaries=[SummaryOut.from_row(summary, session.external_id) for summary in rows.summaries],
-        messages=[MessageOut.from_row(message) for message in rows.messages],
+        messages=[MessageOut.from_row(message) for message in [*rows.holes, *rows.messages]],
         context=context.messages,
         token_estimate=context.token_estimate,
         truncated_messages=context.truncated_messages,

@@ -17,11 +17,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from api import metrics, store
-from api.context import edited_tokens
-from api.context_edits import ContextEdits
 from api.db.transactions import Database
 from api.errors import (
     SessionGone,
@@ -55,13 +51,12 @@ from api.summary_plans import (
     joined_instructions,
     outage_defers,
     pinned_floor,
-    proactive_reason,
     summarizer_input,
     summary_draft,
     unsaved_row,
 )
 from summarizer import merge_summaries, summarize
-from summarizer.triggers import ProactiveReason, Reason, Trigger
+from summarizer.triggers import Reason, Trigger
 
 logger = logging.getLogger("precis.summarization")
 
@@ -146,7 +141,8 @@ class Summarization:
         summary = None
         if draft is not None:
             summary = unsaved_row(draft, session_key, plan.messages)
-            forest = replace(forest, roots=(*forest.roots, summary))
+            roots = sorted((*forest.roots, summary), key=lambda root: root.first_seq)
+            forest = replace(forest, roots=tuple(roots))
         rollups: list[store.SummaryRow] = []
         for _ in range(MAX_FOREST_STEPS):
             step = next_step(forest, plan.policy.summary_limit)
@@ -170,7 +166,9 @@ class Summarization:
         keep_pending_turn: bool,
         instructions: str | None,
     ) -> Plan | None:
-        """What a run of the session summarizes now; None when the session is gone."""
+        """What a run of the session summarizes now; None when the session is gone. A hole a
+        removal left between live summaries comes first (`Plan.hole_end`): its leaf is made
+        again from all of its messages."""
         async with self.database.reading() as db:
             session = await store.get_session_by_key(db, session_key)
             if session is None:
@@ -179,13 +177,19 @@ class Summarization:
             live = await store.live_summaries(db, session_key)
             forest = await read_forest(db, live)
             # the first summary starts after the pinned prefix, which is never summarized
-            after_seq = live[-1].last_seq if live else pinned_floor(session, policy)
-            messages = await store.messages_in_range(db, session_key, after_seq)
+            floor = pinned_floor(session, policy)
+            opened = await store.open_holes(db, session_key, store.holes(live, floor))
+            hole_end = opened[0][1] if opened else None
+            after_seq = opened[0][0] - 1 if opened else (live[-1].last_seq if live else floor)
+            within = {} if hole_end is None else {"last_seq": hole_end}
+            messages = await store.messages_in_range(db, session_key, after_seq, **within)
         keep = policy.keep_last_n if keep_last_n is None else keep_last_n
         if keep_pending_turn and messages and messages[-1].role == "user":
             keep = max(keep, 1)
+        if hole_end is not None:
+            keep = 0
         guided = joined_instructions(policy.summary_instructions, instructions)
-        return Plan(session, policy, live, after_seq, messages, keep, guided, forest)
+        return Plan(session, policy, live, after_seq, messages, keep, guided, forest, hole_end)
 
     async def _run_held(
         self,
@@ -199,22 +203,29 @@ class Summarization:
     ) -> store.SummaryRow | None:
         """One run under the session's summarization lock (see `run`)."""
         started = time.perf_counter()
-        plan = await self._plan(session_key, keep_last_n, keep_pending_turn, instructions)
-        if plan is None:
-            return None
-        plan = replace(plan, leaf_sized=defer_outage)
         summary = None
         try:
-            draft = await self._draft(plan, trigger, reason)
-            if draft is not None:
-                if defer_outage and self._deferred(plan, draft):
-                    raise SummarizationDeferred(
-                        "the summarizer model is unavailable "
-                        f"({draft.metadata.get('fallback_detail')}); nothing was stored"
-                    )
-                summary = await self._store(session_key, draft, trigger, reason)
-                metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-            rolled_up = await self._complete_forest(session_key, plan.policy, trigger)
+            # the holes removals left first, one leaf each, then what follows the newest
+            for _ in range(MAX_FOREST_STEPS):
+                planned = await self._plan(
+                    session_key, keep_last_n, keep_pending_turn, instructions
+                )
+                if planned is None:
+                    return None
+                plan = replace(planned, leaf_sized=defer_outage)
+                draft = await self._draft(plan, trigger, reason)
+                if draft is not None:
+                    if defer_outage and self._deferred(plan, draft):
+                        raise SummarizationDeferred(
+                            "the summarizer model is unavailable "
+                            f"({draft.metadata.get('fallback_detail')}); nothing was stored"
+                        )
+                    summary = await self._store(session_key, draft, trigger, reason)
+                    metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
+                if plan.hole_end is None or draft is None:
+                    break
+            floor = pinned_floor(plan.session, plan.policy)
+            rolled_up = await self._complete_forest(session_key, plan.policy, trigger, floor)
         except SessionGone:
             return None
         if summary is not None and rolled_up:
@@ -224,9 +235,12 @@ class Summarization:
         return summary
 
     def _deferred(self, plan: Plan, draft: store.SummaryDraft) -> bool:
-        """Whether a background run's draft is a fallback the outage bound puts off."""
+        """Whether a background run's draft is a fallback the outage bound puts off: always
+        for a hole's leaf (a leaf's worth of messages loads raw meanwhile)."""
         if draft.metadata.get("fallback_reason") != "llm_unavailable":
             return False
+        if plan.hole_end is not None:
+            return True
         factor = self.settings.summary_outage_backlog_factor
         return outage_defers(plan.policy, plan.backlog, factor)
 
@@ -256,13 +270,17 @@ class Summarization:
         if not result.summary_text.strip():
             return None
         draft = summary_draft(result, plan.policy, plan.keep, plan.after_seq + 1, plan.summarized)
+        if plan.hole_end is not None:
+            if draft.last_seq != plan.summarized[-1].seq:
+                return None  # a hole's leaf is made of all of its messages, or not at all
+            draft = replace(draft, last_seq=plan.hole_end)
         sources = sum(1 for message in plan.summarized if message.seq <= draft.last_seq)
         leaves = leaf_count(sources, plan.policy.message_limit)
         place = forest_metadata("leaf", leaves, (), 1 + int(result.metadata.get("max_depth", 0)))
         return replace(draft, metadata={**draft.metadata, **place})
 
     async def _complete_forest(
-        self, session_key: int, policy: SummaryPolicy, trigger: Trigger
+        self, session_key: int, policy: SummaryPolicy, trigger: Trigger, floor: int
     ) -> bool:
         """Store the nodes and the cover the forest owes (`api.summary_forest.next_step`), one
         step at a time, each read again from the database.
@@ -273,6 +291,8 @@ class Summarization:
         for _ in range(MAX_FOREST_STEPS):
             async with self.database.reading() as db:
                 live = await store.live_summaries(db, session_key)
+                if await store.open_holes(db, session_key, store.holes(live, floor)):
+                    return changed  # no node is made across a hole before its leaf is
                 forest = await read_forest(db, live)
             step = next_step(forest, policy.summary_limit)
             if step is None:
@@ -408,39 +428,3 @@ class Summarization:
         metrics.LLM_CALLS.inc(int(metadata.get("llm_calls", 0)))
         for reason, count in metadata.get("failed_llm_calls_by_reason", {}).items():
             metrics.LLM_FAILURES.labels(reason).inc(count)
-
-
-async def schedule_summary(db: AsyncSession, session_key: int, reason: Reason) -> None:
-    """Leave the session's summarization to a background job, recorded in the caller's
-    transaction (durable once it commits); a job already pending or running stays."""
-    await store.enqueue_job(db, session_key, "proactive", reason)
-
-
-async def due_reason(
-    db: AsyncSession, session: store.SessionRow, policy: SummaryPolicy
-) -> ProactiveReason | None:
-    """`proactive_reason` of the session's backlog, read from `db`; None with summarization
-    off."""
-    if not policy.dynamic_summary_enabled:
-        return None
-    floor = pinned_floor(session, policy)
-    backlog = await store.backlog(db, session.id, session.last_seq, floor, policy.message_limit)
-    reason = proactive_reason(policy, backlog)
-    edits = ContextEdits.of(policy)
-    if reason == "token_limit" and edits.active:
-        # the trigger reads the tail as a history load shows it, old tool results cleared
-        tail = await store.messages_in_range(db, session.id, backlog.after_seq)
-        shown = replace(backlog, token_count=edited_tokens(tail, edits))
-        reason = proactive_reason(policy, shown)
-    return reason
-
-
-async def schedule_summary_if_due(
-    db: AsyncSession, session: store.SessionRow, policy: SummaryPolicy
-) -> ProactiveReason | None:
-    """Record a summarization job when the session's backlog reaches a limit, in the caller's
-    transaction; returns the reason."""
-    reason = await due_reason(db, session, policy)
-    if reason is not None:
-        await schedule_summary(db, session.id, reason)
-    return reason

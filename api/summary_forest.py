@@ -9,6 +9,9 @@ load shows one cover made from them (made again from the roots, never from the p
 whenever they change) and the smaller roots after it: at most `summary_limit` summaries, the
 whole past, contiguous, in order.
 
+A removal erases a leaf and the nodes above it (`api.store.removal`); once the leaf is made
+again, the merges owed are where the erased nodes were (`_merge`), from the same neighbours.
+
 `next_step` reads a `Forest` (no I/O) and says what to store next; `api.summarization` reads
 the forest (`read_forest`), stores each step, and reads it again.
 """
@@ -117,9 +120,9 @@ class Uncover:
 Step = Merge | Cover | Uncover
 
 
-def _merge(roots: Sequence[store.SummaryRow], group: int) -> tuple[store.SummaryRow, ...]:
-    """The roots to merge next, or none: a full group of small trailing roots, else the two
-    newest while the newer is as large as the older."""
+def _tail_merge(roots: Sequence[store.SummaryRow], group: int) -> tuple[store.SummaryRow, ...]:
+    """The roots to merge at the end of `roots`, or none: a full group of small trailing roots,
+    else the two newest while the newer is as large as the older."""
     small: list[store.SummaryRow] = []
     for root in reversed(roots):
         if leaves_of(root) >= group:
@@ -129,6 +132,29 @@ def _merge(roots: Sequence[store.SummaryRow], group: int) -> tuple[store.Summary
         return tuple(small)
     if len(roots) >= 2 and leaves_of(roots[-1]) >= leaves_of(roots[-2]):
         return tuple(roots[-2:])
+    return ()
+
+
+def _merge(roots: Sequence[store.SummaryRow], group: int) -> tuple[store.SummaryRow, ...]:
+    """The roots to merge next, or none, oldest first.
+
+    A forest grown leaf by leaf owes merges at its end only (`_tail_merge`); one a local
+    erasure opened owes them where the erased nodes were: a run of small roots a larger one
+    follows (the re-made leaf and its old siblings) is merged as one group, then the first
+    prefix of the roots whose end owes a merge gets it, so the erased nodes are made again
+    from the same neighbours, at the same depth."""
+    run: list[store.SummaryRow] = []
+    for root in roots:
+        if leaves_of(root) < group:
+            run.append(root)
+            continue
+        if len(run) > 1:
+            return tuple(run)
+        run = []
+    for end in range(2, len(roots) + 1):
+        merge = _tail_merge(roots[:end], group)
+        if merge:
+            return merge
     return ()
 
 

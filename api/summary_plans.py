@@ -127,6 +127,9 @@ class Plan:
     """What the summary must keep: the session's `summary_instructions`, then the caller's."""
     forest: Forest = field(default_factory=lambda: Forest(()))
     """The session's forest as read with `live` (`api.summary_forest`)."""
+    hole_end: int | None = None
+    """Set when the run makes a hole's leaf again (a removal erased the one there): the range
+    ends at this seq, right before the live summary after it, and holds every message."""
     leaf_sized: bool = False
     """Summarize at most `message_limit` messages (`summarized`): a background job, which
     leaves a larger backlog (after a removal, an outage) to the jobs after it, leaf by leaf,
@@ -135,7 +138,7 @@ class Plan:
     @property
     def summarized(self) -> list[store.MessageRow]:
         """The messages the summary reads (it leaves out the newest `keep` of them)."""
-        if not self.leaf_sized:
+        if not self.leaf_sized or self.hole_end is not None:
             return self.messages
         return self.messages[: self.policy.message_limit + self.keep]
 

@@ -34,7 +34,8 @@ from api.db.transactions import (
     retrying,
 )
 from api.errors import SummarizationDeferred, SummarizationInProgress
-from api.summarization import Summarization, schedule_summary, schedule_summary_if_due
+from api.summarization import Summarization
+from api.summary_jobs import schedule_remake_if_owed, schedule_summary_if_due
 from summarizer.retry import describe
 
 logger = logging.getLogger("precis.worker")
@@ -254,13 +255,8 @@ class Worker:
                 reason = await schedule_summary_if_due(db, session, policy)
             # A removal while the job ran found it queued: if it erased summaries whose range
             # no live summary covers again, that range is owed a job of its own.
-            if (
-                reason is None
-                and policy.dynamic_summary_enabled
-                and session.removed_count != seen_removed
-                and await store.remake_owed(db, session.id)
-            ):
-                await schedule_summary(db, session.id, "erasure")
+            if reason is None and session.removed_count != seen_removed:
+                await schedule_remake_if_owed(db, session, policy)
 
     async def _release(self, job: store.JobRow, delay: float, error: str | None) -> None:
         """Put the job back to pending; a lost connection is retried, or the job would wait

@@ -8,9 +8,10 @@ tenants have must be given with `--tenant`.
 Checks, per session: seqs are contiguous from 1 and `sessions.last_seq` is the newest seq;
 token counts are present; every summary's `first_message_id` and `last_message_id` are the
 messages at its first and last seq, and it links exactly the messages of its seq range;
-live summaries (neither superseded nor erased) are contiguous, non-overlapping and start at
-seq 1 (invariant 2); every message up to the newest live summary, unless removed, is linked
-to exactly one live summary, and no removed one is (invariant 1); superseded chains point to
+live summaries (neither superseded nor erased) are contiguous but for the holes removals
+opened (each holds a removed message), non-overlapping and start at seq 1 (invariant 2);
+every message up to the newest live summary, unless removed or in such a hole, is linked to
+exactly one live summary, and no removed one is (invariant 1); superseded chains point to
 a higher-level summary of the same session containing the range, without cycles, and a
 roll-up's absorbed summaries tile its range.
 
@@ -131,7 +132,7 @@ async def check_session(db: AsyncSession, session: SessionRow) -> SessionCheck:
         *check_erased(summaries),
         *await check_message_ids(db, session, summaries),
         *await check_links(db, session, summaries),
-        *check_live_ranges(session, summaries),
+        *await check_live_ranges(db, session, summaries),
         *await check_coverage(db, session, summaries),
         *await check_chains(db, summaries),
     ]
@@ -314,14 +315,20 @@ def live_of(summaries: Sequence[SummaryRow]) -> list[SummaryRow]:
     return sorted(live, key=lambda summary: (summary.first_seq, summary.last_seq))
 
 
-def check_live_ranges(session: SessionRow, summaries: Sequence[SummaryRow]) -> list[Violation]:
-    """Invariant 2: live summaries are contiguous, non-overlapping and start at seq 1 or
-    right after the pinned prefix."""
+async def check_live_ranges(
+    db: AsyncSession, session: SessionRow, summaries: Sequence[SummaryRow]
+) -> list[Violation]:
+    """Invariant 2: live summaries are contiguous (but for a hole a removal opened: one that
+    holds a removed message), non-overlapping and start at seq 1 or right after the pinned
+    prefix."""
     live = live_of(summaries)
     if not live:
         return []
     found: list[Violation] = []
-    if live[0].first_seq not in (1, session.pinned_seq + 1):
+    first = live[0].first_seq
+    if first not in (1, session.pinned_seq + 1) and not await integrity.removed_between(
+        db, session.id, session.pinned_seq + 1, first - 1
+    ):
         found.append(
             Violation(
                 LIVE,
@@ -335,7 +342,9 @@ def check_live_ranges(session: SessionRow, summaries: Sequence[SummaryRow]) -> l
             found.append(
                 Violation(LIVE, f"live {span(previous)} and {span(current)} overlap on {overlap}")
             )
-        elif current.first_seq > previous.last_seq + 1:
+        elif current.first_seq > previous.last_seq + 1 and not await integrity.removed_between(
+            db, session.id, previous.last_seq + 1, current.first_seq - 1
+        ):
             hole = seq_range(previous.last_seq + 1, current.first_seq - 1)
             found.append(
                 Violation(
@@ -353,6 +362,17 @@ def check_live_ranges(session: SessionRow, summaries: Sequence[SummaryRow]) -> l
     return found
 
 
+def _covered_runs(session: SessionRow, live: Sequence[SummaryRow]) -> list[tuple[int, int]]:
+    """The seq runs live summaries cover without a break, as (after_seq, last_seq)."""
+    runs = [(live[0].first_seq - 1, live[0].last_seq)]
+    for previous, current in pairwise(live):
+        if current.first_seq > previous.last_seq + 1:
+            runs.append((current.first_seq - 1, current.last_seq))
+        else:
+            runs[-1] = (runs[-1][0], current.last_seq)
+    return runs
+
+
 async def check_coverage(
     db: AsyncSession, session: SessionRow, summaries: Sequence[SummaryRow]
 ) -> list[Violation]:
@@ -363,9 +383,15 @@ async def check_coverage(
         return []
     found: list[Violation] = []
     through = max(summary.last_seq for summary in live)
-    # the pinned prefix before the oldest live summary is never summarized
-    pinned = min(live[0].first_seq - 1, session.pinned_seq)
-    total, problems = await integrity.coverage_problems(db, session.id, through, after_seq=pinned)
+    # the pinned prefix before the oldest live summary is never summarized, and the messages
+    # of a hole a removal opened are in none until its leaf is made again
+    total, problems = 0, list[integrity.CoverageProblem]()
+    for after_seq, run_end in _covered_runs(session, live):
+        count, some = await integrity.coverage_problems(
+            db, session.id, run_end, after_seq=after_seq
+        )
+        total += count
+        problems += some[: integrity.EXAMPLE_LIMIT - len(problems)]
     if total:
         shown = ", ".join(
             f"seq {p.message.seq} (message {p.message.id}) is in {p.live_links}" for p in problems
@@ -466,10 +492,13 @@ def rollup_tiling(summaries: Sequence[SummaryRow]) -> list[Violation]:
             continue
         covered = [(child.first_seq, child.last_seq) for child in children]
         contiguous = all(b[0] == a[1] + 1 for a, b in pairwise(covered))
-        start = covered[0][0]
-        if rollup.erased_at is not None and rollup.first_seq <= start:
-            start = rollup.first_seq
-        if not contiguous or (start, covered[-1][1]) != (rollup.first_seq, rollup.last_seq):
+        ends = (rollup.first_seq, rollup.last_seq)
+        if rollup.erased_at is not None:
+            # the removal reached a run of what it absorbed; the rest is live again
+            tiled = ends[0] <= covered[0][0] and covered[-1][1] <= ends[1]
+        else:
+            tiled = (covered[0][0], covered[-1][1]) == ends
+        if not contiguous or not tiled:
             ranges = ", ".join(f"{first}..{last}" for first, last in covered)
             found.append(
                 Violation(CHAIN, f"roll-up {span(rollup)} absorbed summaries covering {ranges}")

@@ -40,7 +40,7 @@ from api.schemas import (
 from api.session_settings import SummaryPolicy
 from api.settings import Settings
 from api.store.retention import Expiry
-from api.summarization import due_reason, schedule_summary
+from api.summary_jobs import due_reason, schedule_summary
 from api.summary_plans import BacklogCounting, pinned_floor, proactive_reason
 from summarizer.text import OFFLOAD_CHARS
 from summarizer.tokens import count_message

@@ -323,12 +323,14 @@ class RemovalPreviewOut(Schema):
     erased_summaries: list[int]
     """Ids of the summaries the removal would erase, oldest first (empty: none covers it)."""
     remake_after_seq: int
-    """The newest seq the summaries left live would still cover; the erasure job summarizes
-    what follows, a leaf (`message_limit` messages) at a time."""
+    """Where the first range the erasure job would summarize again starts after: the erased
+    leaf's range (a hole between the summaries left live), or, for summaries made before the
+    forest, everything after the newest summary left live, a leaf (`message_limit` messages)
+    at a time."""
     remake_messages: int
     """Messages the erasure job would summarize again (the removed one left out)."""
     remake_tokens: int
     """Their stored token counts: what the model reads for the leaves."""
     remake_model_calls: int
-    """About how many model calls that takes: one per leaf, one per merge of the forest,
-    one for a cover (with a window too small for a leaf's messages, bisecting adds more)."""
+    """About how many model calls that takes: one per leaf, one per erased node or cover made
+    again (with a window too small for a leaf's messages, bisecting adds more)."""

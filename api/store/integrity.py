@@ -363,3 +363,14 @@ async def _sample(db: AsyncSession, condition: Any) -> Sample:
     return Sample(
         total=total, examples=[MessageRef(id=int(mid), seq=int(seq)) for mid, seq in rows]
     )
+
+
+async def removed_between(db: AsyncSession, session_key: int, first: int, last: int) -> bool:
+    """Whether seqs `first..last` hold a removed message: a hole between live summaries
+    is one a removal opened (its leaf erased) only then."""
+    found = await db.scalar(
+        select(Message.id)
+        .where(Message.session_id == session_key, Message.seq.between(first, last), _REMOVED)
+        .limit(1)
+    )
+    return found is not None

@@ -7,7 +7,7 @@ An HTTP history load is two round trips while the tail's first page covers the t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -18,6 +18,7 @@ from sqlalchemy import (
     func,
     literal,
     null,
+    or_,
     select,
     union_all,
 )
@@ -50,6 +51,7 @@ from api.store.rows import (
     live,
     shown,
 )
+from api.store.summaries import holes
 
 TAIL_PAGE_SIZE = 64
 """Messages read per round trip when the loader walks back from the newest under a token budget."""
@@ -189,6 +191,9 @@ class LoadedRows:
     after_seq: int
     not_loaded: int = 0
     """Older messages after `after_seq` left unread because the budget was already spent."""
+    holes: list[MessageRow] = field(default_factory=list)
+    """The messages of the holes between live summaries (a removal erased their leaf, which is
+    being made again), ascending: shown in place, between the summaries around them."""
 
 
 def first_floor(session: SessionRow, max_tokens: int | None) -> int:
@@ -260,14 +265,55 @@ async def load_rows(
     pinned.sort(key=lambda message: message.seq)
     page.sort(key=lambda message: message.seq, reverse=True)
     after_seq = summaries[-1].last_seq if summaries else session.pinned_seq
+    in_holes = await _hole_messages(db, session, summaries, summary_limit)
     if max_tokens is None:
         page.reverse()
-        return LoadedRows(pinned, summaries, page, after_seq)
+        return LoadedRows(pinned, summaries, page, after_seq, holes=in_holes)
     budget = max(1, max_tokens - sum(message.token_count for message in pinned))
     first = Window(max(after_seq, first_floor(session, max_tokens)), UNBOUNDED, TAIL_PAGE_SIZE)
     messages = await _walk_back(db, session.id, after_seq, budget, page, first)
     not_loaded = await _not_loaded(db, session, after_seq, messages)
-    return LoadedRows(pinned, summaries, messages, after_seq, not_loaded)
+    return LoadedRows(pinned, summaries, messages, after_seq, not_loaded, in_holes)
+
+
+HOLES_PER_READ = 8
+"""Holes one read of their messages covers: a statement per number of them, built once."""
+
+
+def _build_hole_read(count: int) -> Any:
+    ranges = [
+        _messages.seq.between(bindparam(f"p_first_{i}"), bindparam(f"p_last_{i}"))
+        for i in range(count)
+    ]
+    return (
+        select(*MESSAGE_COLUMNS)
+        .where(_messages.session_id == bindparam("p_session_id"), or_(*ranges), shown(_messages))
+        .order_by(_messages.seq)
+    )
+
+
+_HOLE_READS = {count: _build_hole_read(count) for count in range(1, HOLES_PER_READ + 1)}
+
+
+async def _hole_messages(
+    db: AsyncSession, session: SessionRow, summaries: list[SummaryRow], summary_limit: int
+) -> list[MessageRow]:
+    """The shown messages of the holes between `summaries` (none when they are contiguous,
+    the usual case: no round trip then), ascending. Before the oldest of them, a hole counts
+    only when it is the oldest live summary (fewer than `summary_limit` were read)."""
+    if not summaries:
+        return []
+    floor = session.pinned_seq if len(summaries) < summary_limit else summaries[0].first_seq
+    ranges = holes(summaries, floor)
+    found: list[MessageRow] = []
+    for start in range(0, len(ranges), HOLES_PER_READ):
+        chunk = ranges[start : start + HOLES_PER_READ]
+        params: dict[str, Any] = {"p_session_id": session.id}
+        for i, (first, last) in enumerate(chunk):
+            params |= {f"p_first_{i}": first, f"p_last_{i}": last}
+        rows = await _rows(db, _HOLE_READS[len(chunk)], params, paged=False)
+        found += [MessageRow._make(row) for row in rows]
+    return found
 
 
 _TAIL_PAGE = (

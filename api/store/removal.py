@@ -7,12 +7,13 @@ its results) orphans the rest of it: kept as appended but shown nowhere, since n
 hold a call without its results or a result without its call; it can be removed (or popped)
 in turn, so a client undoing its newest items one by one gets each back as it added it.
 
-The summaries a removed message reached are those linked to it and every summary made after
-them (a summary is made with the one before it as context, so a fact can travel forward): all
-summaries of the session whose range ends at or after the removed seq. They lose their text
-and prompt and stop being live; the summaries a now-erased roll-up had absorbed that the
-removal did not reach become live again, so the live summaries still cover one contiguous
-range from the start. What follows them is loaded raw until the background job re-makes it.
+The summaries a removed message reached hold its facts: those whose range covers it (its
+leaf, the nodes above it, the cover shown over them), those made before the forest that end
+after it (then a summary was made with the one before it as context, so a fact travelled
+forward), and every summary that absorbed one of them. They lose their text and prompt and
+stop being live; what they had absorbed that the removal did not reach is live again. The rest
+of the session's summaries stay: the range of the erased leaf is a hole between live summaries,
+loaded raw until the background job makes its leaf again and the erased nodes above it.
 
 Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
 """
@@ -29,7 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.db.models import MESSAGES, SUMMARIES, Message, Session, Summary, SummaryMessage, utcnow
 from api.errors import SessionGone
 from api.items import joins_next
-from api.store.rows import MESSAGE_COLUMNS, MessageRow, live, shown
+from api.store.rows import MESSAGE_COLUMNS, SUMMARY_COLUMNS, MessageRow, SummaryRow, live, shown
+from api.store.summaries import holes, live_summaries, open_holes
 
 _messages = MESSAGES.c
 _summaries = SUMMARIES.c
@@ -96,8 +98,9 @@ async def remove(db: AsyncSession, session_key: int, message_id: int | None) -> 
         .where(Session.id == session_key)
         .values(removed_count=Session.removed_count + 1)
     )
-    erased = await _erase_from(db, session_key, target.seq, now) if linked else 0
-    return Removal(target, orphaned, erased)
+    reached = await _reached(db, session_key, target.seq) if linked else []
+    erased = await _erase(db, session_key, reached, now)
+    return Removal(target, orphaned, len(erased))
 
 
 async def _linked(db: AsyncSession, message_id: int) -> bool:
@@ -207,27 +210,44 @@ async def _shown_beside(
     return None if row is None else MessageRow._make(row)
 
 
-def _reached(session_key: int, seq: int) -> ColumnElement[bool]:
-    """The summaries a removal of the message at `seq` erases (one it linked to reached):
-    those not erased yet whose range ends at or after it."""
-    return and_(
-        Summary.session_id == session_key,
-        Summary.last_seq >= seq,
-        Summary.erased_at.is_(None),
-    )
+async def _reached(db: AsyncSession, session_key: int, seq: int) -> list[SummaryRow]:
+    """The summaries a removal of the message at `seq` erases, by range: not erased yet, and
+    covering `seq`, or made before the forest (no `metadata.kind`) and ending after it, or
+    absorbing one of those (see the module's docstring)."""
+    rows = [
+        SummaryRow._make(row)
+        for row in await db.execute(
+            select(*SUMMARY_COLUMNS)
+            .where(
+                _summaries.session_id == session_key,
+                _summaries.last_seq >= seq,
+                _summaries.erased_at.is_(None),
+            )
+            .order_by(_summaries.first_seq, _summaries.id)
+        )
+    ]
+    by_id = {row.id: row for row in rows}
+    reached = {row.id for row in rows if row.first_seq <= seq or "kind" not in (row.metadata or {})}
+    for summary_id in list(reached):
+        parent = by_id[summary_id].superseded_by
+        while parent in by_id and parent not in reached:
+            reached.add(parent)
+            parent = by_id[parent].superseded_by
+    return [row for row in rows if row.id in reached]
 
 
-async def _erase_from(db: AsyncSession, session_key: int, seq: int, now: datetime) -> int:
-    """Erase every summary of the session whose range ends at or after `seq`, then make live
-    again the summaries that a now-erased summary had absorbed and that end before `seq`.
-    Returns how many summaries were erased."""
-    erased = await db.execute(
+async def _erase(
+    db: AsyncSession, session_key: int, reached: list[SummaryRow], now: datetime
+) -> list[SummaryRow]:
+    """Erase the `reached` summaries, then make live again what a now-erased summary had
+    absorbed and the removal did not reach. Returns `reached`."""
+    if not reached:
+        return reached
+    await db.execute(
         update(Summary)
-        .where(_reached(session_key, seq))
+        .where(Summary.id.in_([summary.id for summary in reached]))
         .values(erased_at=now, summary_text="", summary_prompt="")
-        .returning(Summary.id)
     )
-    count = len(erased.all())
     parent = Summary.__table__.alias("parent")
     await db.execute(
         update(Summary)
@@ -240,21 +260,21 @@ async def _erase_from(db: AsyncSession, session_key: int, seq: int, now: datetim
         )
         .values(superseded_by=None)
     )
-    return count
+    return reached
 
 
 @dataclass(frozen=True)
 class RemovalPreview:
     """What removing a message would do, read without changing anything: the summaries it
-    would erase (`_erase_from`'s rule), and the range the erasure job would summarize again."""
+    would erase (`_reached`), and the ranges the erasure job would summarize again."""
 
     seq: int
-    erased: list[int]
-    """Ids of the summaries the removal would erase, oldest first."""
+    erased: list[SummaryRow]
+    """The summaries the removal would erase, oldest first."""
     after_seq: int
-    """The newest seq the summaries left live would still cover."""
+    """Where the first range to summarize again starts after."""
     messages: int
-    """Shown messages after `after_seq`, the removed one left out."""
+    """Shown messages of those ranges, the removed one left out."""
     tokens: int
     """Their stored token counts."""
 
@@ -268,39 +288,41 @@ async def removal_preview(
     target = await _target(db, session_key, message_id)
     if target is None:
         return None
-    linked = await _linked(db, target.id)
-    erased: list[int] = []
-    if linked:
-        erased = list(
-            await db.scalars(
-                select(Summary.id)
-                .where(_reached(session_key, target.seq))
-                .order_by(Summary.first_seq, Summary.id)
+    if not await _linked(db, target.id):
+        return RemovalPreview(target.seq, [], await _live_end(db, session_key, floor), 0, 0)
+    reached = await _reached(db, session_key, target.seq)
+    erased_ids = [summary.id for summary in reached]
+    freed = [
+        SummaryRow._make(row)
+        for row in await db.execute(
+            select(*SUMMARY_COLUMNS).where(
+                _summaries.session_id == session_key,
+                _summaries.superseded_by.in_(erased_ids),
+                _summaries.erased_at.is_(None),
+                _summaries.id.not_in(erased_ids),
             )
         )
-    # what stays covers up to the newest summary ending before the message (it, or what
-    # absorbed it, stays: an erased summary's children that end before the seq are live again)
-    kept_end = await db.scalar(
-        select(func.max(Summary.last_seq)).where(
-            Summary.session_id == session_key,
-            Summary.last_seq < target.seq,
-            Summary.erased_at.is_(None),
-        )
-    )
-    if not erased:
-        return RemovalPreview(target.seq, [], await _live_end(db, session_key, floor), 0, 0)
-    after_seq = max(int(kept_end or 0), floor)
+    ]
+    staying = [s for s in await live_summaries(db, session_key) if s.id not in erased_ids]
+    after = [*staying, *freed]
+    ranges = holes(after, floor)
+    end = max((summary.last_seq for summary in after), default=floor)
+    reached_end = max(summary.last_seq for summary in reached)
+    if reached_end > end:
+        ranges.append((end + 1, reached_end))
+    in_ranges = or_(*(Message.seq.between(first, last) for first, last in ranges))
     count, tokens = (
         await db.execute(
             select(func.count(), func.coalesce(func.sum(Message.token_count), 0)).where(
                 Message.session_id == session_key,
-                Message.seq > after_seq,
+                in_ranges,
                 Message.id != target.id,
                 shown(Message),
             )
         )
     ).one()
-    return RemovalPreview(target.seq, erased, after_seq, int(count), int(tokens))
+    after_seq = ranges[0][0] - 1 if ranges else end
+    return RemovalPreview(target.seq, reached, after_seq, int(count), int(tokens))
 
 
 async def _live_end(db: AsyncSession, session_key: int, floor: int) -> int:
@@ -310,12 +332,16 @@ async def _live_end(db: AsyncSession, session_key: int, floor: int) -> int:
     return max(int(end or 0), floor)
 
 
-async def remake_owed(db: AsyncSession, session_key: int) -> bool:
-    """Whether erased summaries covered seqs after the newest live summary: their range is
-    loaded raw until a summary is made of it again."""
+async def remake_owed(db: AsyncSession, session_key: int, floor: int) -> bool:
+    """Whether erased summaries left a range no live summary covers that holds a shown
+    message: a hole between live summaries, or seqs after the newest live summary that an
+    erased one had covered. Loaded raw until a summary is made of it again."""
+    live_rows = await live_summaries(db, session_key)
     ends = select(
         func.max(case((Summary.erased_at.is_not(None), Summary.last_seq))),
-        func.max(case((live(Summary), Summary.last_seq))),
     ).where(Summary.session_id == session_key)
-    erased_end, live_end = (await db.execute(ends)).one()
-    return erased_end is not None and erased_end > (live_end or 0)
+    erased_end = await db.scalar(ends)
+    live_end = max((summary.last_seq for summary in live_rows), default=0)
+    if erased_end is not None and erased_end > live_end:
+        return True
+    return bool(await open_holes(db, session_key, holes(live_rows, floor)))

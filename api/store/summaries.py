@@ -56,6 +56,38 @@ async def live_summaries(
     return newest_first
 
 
+def holes(live: Sequence[SummaryRow], floor: int) -> list[tuple[int, int]]:
+    """The seq ranges (first, last) before or between `live` summaries that none covers,
+    after `floor` (the pinned prefix): what a removal erased, loaded raw until its leaf is
+    made again. A range may hold removed messages only: it then needs no leaf."""
+    found: list[tuple[int, int]] = []
+    end = floor
+    for summary in sorted(live, key=lambda summary: summary.first_seq):
+        if summary.first_seq > end + 1:
+            found.append((end + 1, summary.first_seq - 1))
+        end = max(end, summary.last_seq)
+    return found
+
+
+_SHOWN_IN_RANGE = select(_messages.seq).where(
+    _messages.session_id == bindparam("p_session_id"),
+    _messages.seq.between(bindparam("p_first"), bindparam("p_last")),
+    shown(_messages),
+)
+
+
+async def open_holes(
+    db: AsyncSession, session_key: int, ranges: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Those of `ranges` (`holes`) holding a shown message: the ones a leaf is owed for."""
+    found: list[tuple[int, int]] = []
+    for first, last in ranges:
+        params = {"p_session_id": session_key, "p_first": first, "p_last": last}
+        if (await db.execute(_SHOWN_IN_RANGE.limit(1), params)).first() is not None:
+            found.append((first, last))
+    return found
+
+
 def _summary(row: Any) -> SummaryRow | None:
     return None if row is None else SummaryRow._make(row)
 
@@ -241,12 +273,24 @@ async def _check_range(
 ) -> None:
     live = await live_summaries(db, session_key)
     if not draft.absorbs:
-        # a session's first summary starts at 1, or after its pinned prefix
-        expected = {live[-1].last_seq + 1} if live else {1, pinned_seq + 1}
+        # a leaf follows the live summary before it (the session's first starts at 1, or after
+        # its pinned prefix) and fills the hole up to the one after it, if any
+        before = [summary for summary in live if summary.last_seq < draft.first_seq]
+        after = [summary for summary in live if summary.first_seq > draft.last_seq]
+        expected = {before[-1].last_seq + 1} if before else {1, pinned_seq + 1}
         if draft.first_seq not in expected:
             raise SummaryRangeConflict(
                 f"summary must start at seq {' or '.join(map(str, sorted(expected)))}, "
                 f"not {draft.first_seq}"
+            )
+        if len(before) + len(after) != len(live):
+            raise SummaryRangeConflict(
+                f"seqs {draft.first_seq}..{draft.last_seq} overlap a live summary"
+            )
+        if after and after[0].first_seq != draft.last_seq + 1:
+            raise SummaryRangeConflict(
+                f"a summary filling a hole ends at seq {after[0].first_seq - 1}, "
+                f"not {draft.last_seq}"
             )
         return
     absorbed = [summary for summary in live if summary.id in draft.absorbs]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -304,41 +305,51 @@ class Importer:
         self.ended = True
 
     def _check_live(self, session: SessionLine) -> None:
-        """Live summaries cover one contiguous run of seqs, from 1 or after the pinned prefix."""
+        """Live summaries cover one contiguous run of seqs, from 1 or after the pinned prefix,
+        but for holes a removal opened (each holds a tombstone)."""
         live = sorted(self.live)
-        if live and live[0][0] not in (1, session.pinned_seq + 1):
+        if (
+            live
+            and live[0][0] not in (1, session.pinned_seq + 1)
+            and not self._erased_over(session.pinned_seq + 1, live[0][0] - 1)
+        ):
             first, last, number = live[0]
             raise ValidationFailed(
                 f"line {number}: the oldest live summary ({first}..{last}) starts neither at "
                 f"1 nor after the pinned prefix"
             )
         for (_, before, _), (first, last, number) in pairwise(live):
-            if first != before + 1:
+            if first <= before or (
+                first > before + 1 and not self._erased_over(before + 1, first - 1)
+            ):
                 raise ValidationFailed(
                     f"line {number}: live summary {first}..{last} does not follow the live "
                     f"summary ending at seq {before} (live summaries neither overlap nor leave "
                     "a gap)"
                 )
 
+    def _erased_over(self, first: int, last: int) -> bool:
+        """Whether seqs `first..last` hold a tombstone: a hole between live summaries is one a
+        removal opened (its leaf erased, made again later) only then."""
+        at = bisect_left(self.removed, first)
+        return at < len(self.removed) and self.removed[at] <= last
+
     def _check_rollups(self) -> None:
-        """A roll-up absorbed summaries tiling its range; an erased one, the end of it."""
+        """A roll-up absorbed summaries tiling its range; an erased one, a run of it (the ones
+        the removal reached: the rest are live again)."""
         for summary in self.summaries.values():
             if summary.level == 0:
                 continue
             runs = sorted(summary.absorbed)
             contiguous = all(b[0] == a[1] + 1 for a, b in pairwise(runs))
-            start = runs[0][0] if runs else None
-            if summary.erased and start is not None and summary.first_seq <= start:
-                start = summary.first_seq
-            if (
-                not runs
-                or not contiguous
-                or (start, runs[-1][1])
-                != (
-                    summary.first_seq,
-                    summary.last_seq,
-                )
-            ):
+            span = (summary.first_seq, summary.last_seq)
+            if not runs or not contiguous:
+                tiled = False
+            elif summary.erased:
+                tiled = span[0] <= runs[0][0] and runs[-1][1] <= span[1]
+            else:
+                tiled = (runs[0][0], runs[-1][1]) == span
+            if not tiled:
                 raise ValidationFailed(
                     f"line {summary.line}: roll-up {summary.first_seq}..{summary.last_seq} "
                     "is not tiled by the summaries it absorbed"

@@ -161,14 +161,16 @@ async def history(running: Running, scope: Scope, tenant: str, external_id: str)
             rows = await store.load_rows(
                 db, session, store.EVERY_LIVE_SUMMARY, max_tokens, summarized=start.summarized
             )
-        rows, left_out = shown_summaries(rows, summary_limit)
-        context = loaded_context(rows, max_tokens, left_out=left_out)
+        rows, left_out, left_out_messages = shown_summaries(rows, summary_limit)
+        context = loaded_context(
+            rows, max_tokens, left_out=left_out, left_out_messages=left_out_messages
+        )
         return pydantic_core.to_json(
             {
                 "session_id": session.external_id,
                 "pinned": [message_out(message) for message in rows.pinned],
                 "summaries": [summary_out(s, session.external_id) for s in rows.summaries],
-                "messages": [message_out(message) for message in rows.messages],
+                "messages": [message_out(m) for m in [*rows.holes, *rows.messages]],
                 "context": context.messages,
                 "token_estimate": context.token_estimate,
                 "truncated_messages": context.truncated_messages,

@@ -152,11 +152,12 @@ re-making a removal asks for (no message limit is reached)."""
 @dataclass(frozen=True)
 class Removed:
     """A session built through the HTTP API: six messages summarized as 1..2 and 3..4 (merged
-    into the node 1..4, level 1) and 5..6; then seq 3 removed, which erased the node, 3..4 and
-    5..6 and made 1..2 live again; then 3..6 made again by the background job (trigger_reason
-    "erasure") and merged with 1..2 into the node 1..6 (live); then a tool call and its result
-    (seqs 7, 8) appended and popped one by one, linked to no summary. Summaries are the API's,
-    by name; messages as appended, by seq."""
+    into the node 1..4, level 1) and 5..6; then seq 3 removed, which erased 3..4 and the node
+    above it, made 1..2 live again and left 5..6 live (a local erasure: a hole at 3..4); then
+    3..4 made again by the background job (trigger_reason "erasure") and merged with 1..2 into
+    a new node 1..4 (live); then a tool call and its result (seqs 7, 8) appended and popped one
+    by one, linked to no summary. Summaries are the API's, by name; messages as appended, by
+    seq."""
 
     external_id: str
     messages: dict[int, dict[str, Any]]
@@ -211,17 +212,25 @@ async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
         popped = await client.post(f"/v1/sessions/{sid}/messages/pop")
         assert popped.status_code == 200, popped.text
     by_range = {
-        (s["first_seq"], s["last_seq"], s["level"]): s for s in await every_summary(client, sid)
+        (s["first_seq"], s["last_seq"], s["level"], s["erased_at"] is not None): s
+        for s in await every_summary(client, sid)
     }
-    # the forest merged the first two leaves, then the remade one with the first
-    assert set(by_range) == {(1, 2, 0), (3, 4, 0), (1, 4, 1), (5, 6, 0), (3, 6, 0), (1, 6, 1)}
+    # the forest merged the first two leaves, then the remade one with the first again
+    assert set(by_range) == {
+        (1, 2, 0, False),
+        (3, 4, 0, True),
+        (1, 4, 1, True),
+        (5, 6, 0, False),
+        (3, 4, 0, False),
+        (1, 4, 1, False),
+    }
     return Removed(
         external_id=sid,
         messages={message["seq"]: message for message in messages},
-        first=by_range[1, 2, 0],
-        second=by_range[3, 4, 0],
-        rollup=by_range[1, 4, 1],
-        third=by_range[5, 6, 0],
-        remade=by_range[3, 6, 0],
-        node=by_range[1, 6, 1],
+        first=by_range[1, 2, 0, False],
+        second=by_range[3, 4, 0, True],
+        rollup=by_range[1, 4, 1, True],
+        third=by_range[5, 6, 0, False],
+        remade=by_range[3, 4, 0, False],
+        node=by_range[1, 4, 1, False],
     )

@@ -346,7 +346,7 @@ async def test_removed_messages_and_an_erased_rollup_verify_clean_and_are_counte
     alone = await run_verify(database_url, "--session", removed.external_id)
 
     assert (code, err) == (0, "")
-    counted = "8 messages, 3 removed; 6 summaries, 3 erased"
+    counted = "8 messages, 3 removed; 6 summaries, 2 erased"
     assert out == f"Checked 1 session ({counted}): no violations.\n"
     assert alone == (0, out, "")
 
@@ -449,7 +449,7 @@ async def test_a_removed_message_linked_to_a_live_summary_is_named(
         f"1 removed message is in a live summary: seq 3 (message {tombstone})"
     ]
     assert report_lines(out, "links") == [
-        f"default/{removed.external_id}  links          summary {node} (seqs 1..6) is not "
+        f"default/{removed.external_id}  links          summary {node} (seqs 1..4) is not "
         f"erased but links removed messages: seq 3 (message {tombstone})"
     ]
 
@@ -458,16 +458,15 @@ async def test_a_removed_message_linked_to_a_live_summary_is_named(
 async def test_an_erased_summary_counts_as_live_nowhere(
     database_url: str, db: AsyncSession, removed: Removed
 ) -> None:
-    # 5..6 erased but not superseded: were it live, it would overlap the re-made 3..6
-    await corrupt(
-        db, "UPDATE session_summaries SET erased_at = NULL WHERE id = :s", s=removed.third["id"]
-    )
+    # the erased node 1..4 was a root: were it live, it would overlap the node made again
+    rollup = removed.rollup["id"]
+    await corrupt(db, "UPDATE session_summaries SET erased_at = NULL WHERE id = :s", s=rollup)
 
     code, out, _ = await run_verify(database_url)
 
     assert code == 1
     [overlap] = report_lines(out, "live_ranges")
-    assert f"and summary {removed.third['id']} (seqs 5..6) overlap on seqs 5..6" in overlap
+    assert f"summary {rollup} (seqs 1..4)" in overlap and "overlap on seqs 1..4" in overlap
 
 
 @REMOVALS
@@ -482,12 +481,12 @@ async def test_a_summary_left_absorbed_by_an_erased_rollup_is_named(
     code, out, _ = await run_verify(database_url)
 
     assert code == 1
-    # the node of 1..6 lost 1..2 to the erased roll-up: it is named too
+    # the node made again of 1..4 lost 1..2 to the erased roll-up: it is named too
     assert report_lines(out, "chain") == [
         f"default/{removed.external_id}  chain          summary {first} (seqs 1..2) is superseded "
         f"by summary {rollup}, which is erased, but is neither erased nor live",
         f"default/{removed.external_id}  chain          roll-up summary {removed.node['id']} "
-        "(seqs 1..6) absorbed summaries covering 3..6",
+        "(seqs 1..4) absorbed summaries covering 3..4",
     ]
 
 
@@ -495,7 +494,7 @@ async def test_a_summary_left_absorbed_by_an_erased_rollup_is_named(
 async def test_a_first_message_id_naming_a_tombstone_removed_before_the_summary_is_named(
     database_url: str, db: AsyncSession, removed: Removed
 ) -> None:
-    # the re-made 3..6 starts at the tombstone: its first message is seq 4
+    # the re-made 3..4 starts at the tombstone: its first message is seq 4
     remade, tombstone, fourth = removed.remade["id"], removed.messages[3], removed.messages[4]
     await corrupt(
         db,
@@ -508,7 +507,7 @@ async def test_a_first_message_id_naming_a_tombstone_removed_before_the_summary_
 
     assert code == 1
     assert report_lines(out, "message_ids") == [
-        f"default/{removed.external_id}  message_ids    summary {remade} (seqs 3..6) records "
+        f"default/{removed.external_id}  message_ids    summary {remade} (seqs 3..4) records "
         f"first_message_id {tombstone['id']}, but its first message is seq 4 "
         f"(message {fourth['id']}); message {tombstone['id']} is seq 3"
     ]

@@ -233,20 +233,40 @@ async def test_erasure_through_a_roll_up_brings_back_the_summaries_it_did_not_re
     ]
     assert (await client.delete(f"/v1/sessions/{sid}/messages/{ids[2]}")).status_code == 204
     history = (await client.get(f"/v1/sessions/{sid}/history")).json()
-    # the roll-up and every summary after seq 3 are erased; the part of the roll-up before
-    # seq 3 is live again, and the rest loads raw
+    # the leaf of seqs 3..4 and the roll-up above it are erased; the other leaf under the
+    # roll-up is live again, the leaf after it stays, and the hole between them loads raw,
+    # in place
     assert [(s["first_seq"], s["last_seq"], s["level"]) for s in history["summaries"]] == [
-        (1, 2, 0)
+        (1, 2, 0),
+        (5, 6, 0),
     ]
-    assert [m["seq"] for m in history["messages"]] == [4, 5, 6]
+    assert [m["seq"] for m in history["messages"]] == [4]
+    summaries = history["summaries"]
+    assert history["context"] == [
+        summary_entry(summaries[0]),
+        user("part 1 b"),
+        summary_entry(summaries[1]),
+    ]
     every = (await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true")).json()
     erased = sorted((s["first_seq"], s["last_seq"]) for s in every["summaries"] if s["erased_at"])
-    assert erased == [(1, 4), (3, 4), (5, 6)]
+    assert erased == [(1, 4), (3, 4)]
     assert all(s["summary_text"] == "" for s in every["summaries"] if s["erased_at"])
     assert await violations(sessionmaker, sid) == []
     remade = (await compact(client, sid, keep_last_n=0))["summary"]
-    assert (remade["first_seq"], remade["last_seq"]) == (3, 6)
+    # the hole's leaf is made again from its messages alone, then the roll-up above it
+    assert (remade["first_seq"], remade["last_seq"], remade["message_count"]) == (3, 4, 1)
+    live = (await client.get(f"/v1/sessions/{sid}/summaries")).json()["summaries"]
+    assert sorted((s["first_seq"], s["last_seq"]) for s in live) == [(1, 4), (5, 6)]
     assert await violations(sessionmaker, sid) == []
+
+
+def summary_entry(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary as the context shows it."""
+    first, last, text = summary["first_seq"], summary["last_seq"], summary["summary_text"]
+    return {
+        "role": "system",
+        "content": f"Summary of earlier conversation (messages {first}-{last}):\n{text}",
+    }
 
 
 async def test_a_removal_preview_names_what_the_removal_erases_and_changes_nothing(
@@ -259,10 +279,10 @@ async def test_a_removal_preview_names_what_the_removal_erases_and_changes_nothi
     preview = await client.get(f"/v1/sessions/{sid}/messages/{ids[2]}/removal")
     assert preview.status_code == 200, preview.text
     answer = preview.json()
-    # seqs 4, 5, 6 and the raw 7 follow the summary of 1..2, which stays: keep_last_n (10)
-    # of them stay raw, so the erasure job has nothing it must summarize yet
+    # the hole after the summary of 1..2 is the erased leaf's range (3..4): its other
+    # message is summarized again, then the roll-up above it
     assert (answer["seq"], answer["remake_after_seq"]) == (3, 2)
-    assert answer["remake_messages"] == 0 and answer["remake_model_calls"] == 0
+    assert answer["remake_messages"] == 1 and answer["remake_model_calls"] == 2
     after = (await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true")).json()
     assert after == before, "a preview stores nothing"
 
@@ -282,12 +302,13 @@ async def test_a_removal_preview_counts_the_messages_and_tokens_to_make_again(
     settings = {"summary_limit": 2, "keep_last_n": 0, "message_limit": 2}
     stored = await three_parts(client, sid, settings)
     answer = (await client.get(f"/v1/sessions/{sid}/messages/{stored[2]['id']}/removal")).json()
-    remade = [m for m in stored if m["seq"] > 2 and m["seq"] != 3]
-    assert answer["remake_messages"] == len(remade) == 3
+    remade = [m for m in stored if m["seq"] == 4]  # the rest of the erased leaf, 3..4
+    assert answer["remake_messages"] == len(remade) == 1
     assert answer["remake_tokens"] == sum(m["token_count"] for m in remade)
-    assert answer["remake_model_calls"] == 4  # two leaves, about one merge each
-    untouched = (await client.get(f"/v1/sessions/{sid}/messages/{stored[5]['id']}/removal")).json()
-    assert untouched["erased_summaries"] and untouched["remake_after_seq"] >= 4
+    assert answer["remake_model_calls"] == 2  # the leaf, and the roll-up above it
+    newest = (await client.get(f"/v1/sessions/{sid}/messages/{stored[5]['id']}/removal")).json()
+    assert newest["erased_summaries"] and newest["remake_after_seq"] == 4
+    assert newest["remake_messages"] == 1 and newest["remake_model_calls"] == 1
 
 
 async def test_removals_are_counted_in_the_metrics(client: httpx.AsyncClient, sid: str) -> None:
@@ -458,10 +479,10 @@ async def test_a_re_make_is_owed_until_the_erased_range_is_summarized_again(
     async with sessionmaker() as db:
         session_key = await db.scalar(select(Session.id).where(Session.external_id == sid))
         assert session_key is not None
-        assert not await store.remake_owed(db, session_key)
+        assert not await store.remake_owed(db, session_key, 0)
     await client.delete(f"/v1/sessions/{sid}/messages/{stored[1]['id']}")
     async with sessionmaker() as db:
-        assert await store.remake_owed(db, session_key)
+        assert await store.remake_owed(db, session_key, 0)
     await compact(client, sid, keep_last_n=0)
     async with sessionmaker() as db:
-        assert not await store.remake_owed(db, session_key)
+        assert not await store.remake_owed(db, session_key, 0)

@@ -135,7 +135,29 @@ def test_a_merge_under_the_cover_deletes_the_cover_first() -> None:
     forest = Forest((*big, row(9, 12, 2, forest_metadata("node", 4, (), 3))), (cover,), 2)
     step = next_step(forest, 3)
     assert step == Uncover((cover,))
-    assert next_step(Forest(forest.roots), 3) == Merge(tuple(forest.roots[1:]))
+    # the oldest neighbours owing a merge go first
+    assert next_step(Forest(forest.roots), 3) == Merge(tuple(forest.roots[:2]))
+
+
+def test_a_hole_s_new_leaf_and_its_old_siblings_are_merged_as_the_erased_nodes_were() -> None:
+    """After a local erasure: the re-made leaf 5..6 and its siblings, between a node of four
+    leaves and one of eight, are merged as one group, then equal neighbours, oldest first:
+    the same nodes as before the removal, at the same depth."""
+    leaf = forest_metadata("leaf", 1, (), 1)
+    group = [row(2 * i + 1, 2 * i + 2, 0, leaf) for i in range(2, 6)]
+    roots = (
+        row(1, 4, 2, forest_metadata("node", 4, (), 2)),
+        *group,
+        row(13, 28, 3, forest_metadata("node", 8, (), 4)),
+    )
+    step = next_step(Forest(roots), 3)
+    assert step == Merge(tuple(group))
+    grouped = row(5, 12, 1, forest_metadata("node", 4, group, 1))
+    merged = after(Forest(roots), Merge(tuple(group)), grouped)
+    assert next_step(merged, 3) == Merge((roots[0], grouped))
+    eight = row(1, 12, 3, forest_metadata("node", 8, (roots[0], grouped), 1))
+    merged = after(merged, Merge((roots[0], grouped)), eight)
+    assert next_step(merged, 3) == Merge((eight, roots[-1]))
 
 
 def test_a_legacy_roll_up_without_leaves_stays_a_root_of_its_own() -> None:
