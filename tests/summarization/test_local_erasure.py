@@ -9,14 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.db.models import Session
 from tests.helpers import append, compact, user
-from tests.invariants import invariant_violations
 from tests.routes.test_transfer import export, import_file, renamed
-from tests.summarization.test_removal import markers_in, summary_entry
+from tests.scripts.builders import every_summary
+from tests.summarization.test_removal import markers_in, summary_entry, violations
 from tests.support.fake_llm import FakeLLM
 
 TURNS = 96
@@ -50,19 +48,6 @@ async def session_of_leaves(client: httpx.AsyncClient, sid: str) -> list[dict[st
     return stored
 
 
-async def summaries_of(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
-    answer = await client.get(f"/v1/sessions/{sid}/summaries?include_superseded=true&limit=100")
-    assert answer.status_code == 200, answer.text
-    return list(answer.json()["summaries"])
-
-
-async def violations(sessionmaker: async_sessionmaker[AsyncSession], sid: str) -> list[str]:
-    async with sessionmaker() as db:
-        key = await db.scalar(select(Session.id).where(Session.external_id == sid))
-        assert key is not None
-        return await invariant_violations(db, key)
-
-
 async def test_a_removal_erases_only_what_covered_it_and_the_hole_loads_in_place(
     client: httpx.AsyncClient,
     sid: str,
@@ -70,14 +55,14 @@ async def test_a_removal_erases_only_what_covered_it_and_the_hole_loads_in_place
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     stored = await session_of_leaves(client, sid)
-    before = await summaries_of(client, sid)
+    before = await every_summary(client, sid)
     leaves = sum(1 for s in before if s["metadata"].get("kind") == "leaf")
     assert leaves == TURNS // PER_LEAF
     removed = stored[PER_LEAF + 2]  # in the second leaf: deep under the cover
     preview = (await client.get(f"/v1/sessions/{sid}/messages/{removed['id']}/removal")).json()
 
     assert (await client.delete(f"/v1/sessions/{sid}/messages/{removed['id']}")).status_code == 204
-    after = await summaries_of(client, sid)
+    after = await every_summary(client, sid)
     erased = {s["id"] for s in after if s["erased_at"]}
     assert erased == set(preview["erased_summaries"])
     seq = removed["seq"]
@@ -109,7 +94,7 @@ async def test_a_removal_erases_only_what_covered_it_and_the_hole_loads_in_place
     assert 1 + 1 <= remake_calls <= preview["remake_model_calls"]
     assert remake_calls <= math.ceil(math.log2(leaves)) + 3 + 1  # summary_limit 3
     known = {s["id"] for s in before}
-    remade = [s for s in await summaries_of(client, sid) if s["id"] not in known]
+    remade = [s for s in await every_summary(client, sid) if s["id"] not in known]
     erased_ranges = {(s["first_seq"], s["last_seq"]) for s in after if s["id"] in erased}
     assert {(s["first_seq"], s["last_seq"]) for s in remade} <= erased_ranges
     history = (await client.get(f"/v1/sessions/{sid}/history")).json()
