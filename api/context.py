@@ -127,11 +127,11 @@ def assemble(
     `summaries` are summary entries, oldest first, with the units of the messages of a hole
     between them (a list of entries each, shown in place until the hole's leaf is made again).
     The pinned prefix always stays, verbatim. Over budget, the oldest message units (a
-    tool call with its results counts as one) are dropped behind one marker message; the
-    newest unit always stays. If that is not enough, the oldest summaries (and hole units)
-    go too. `not_loaded` counts older messages the loader left unread because the budget was
-    already spent: they are dropped as well. With `responses`, the marker and the placeholder
-    results the context adds are Responses items.
+    tool call with its results counts as one; a hole's before the tail's) are dropped behind
+    one marker message; the newest unit always stays. If that is not enough, the oldest
+    summaries go too. `not_loaded` counts older messages the loader left unread because the
+    budget was already spent: they are dropped as well. With `responses`, the marker and the
+    placeholder results the context adds are Responses items.
 
     Nothing is left out without a word: `omitted` names the messages and summaries dropped to
     fit, and the messages no unit could hold (`_unsendable`), by their `source_id`.
@@ -142,37 +142,43 @@ def assemble(
     units = _responses_units(messages) if responses else tool_safe_units(messages)
     unsendable = _unsendable(messages, units)
     head = [[item] if isinstance(item, Entry) else list(item) for item in summaries]
-    kept_head = list(head)
+    summary_units = [head[i] for i, item in enumerate(summaries) if isinstance(item, Entry)]
+    # a hole's message units, then the tail's: oldest first
+    message_units = [head[i] for i, item in enumerate(summaries) if not isinstance(item, Entry)]
+    message_units += units
+    kept = list(message_units)
+    kept_summaries = list(summary_units)
     dropped_units: list[list[Entry]] = []
     marker: list[list[Entry]] = []
-    if max_tokens is not None and (not_loaded or _tokens(kept_head, units) > max_tokens):
+    if max_tokens is not None and (not_loaded or _tokens(head, units) > max_tokens):
         marker = [[_marker(responses)]]
-        budget = max_tokens - _tokens(marker, kept_head)
-        kept: list[list[Entry]] = []
-        for unit in reversed(units):
+        budget = max_tokens - _tokens(marker, summary_units)
+        kept = []
+        for unit in reversed(message_units):
             unit_tokens = sum(entry.tokens for entry in unit)
             if kept and unit_tokens > budget:
                 break
             kept.append(unit)
             budget -= unit_tokens
         kept.reverse()
-        dropped_units = units[: len(units) - len(kept)]
-        units = kept
-        while kept_head and budget < 0:
-            budget += sum(entry.tokens for entry in kept_head.pop(0))
-        if not (not_loaded or dropped_units or len(kept_head) < len(head)):
+        dropped_units = message_units[: len(message_units) - len(kept)]
+        while kept_summaries and budget < 0:
+            budget += sum(entry.tokens for entry in kept_summaries.pop(0))
+        if not (not_loaded or dropped_units or len(kept_summaries) < len(summary_units)):
             marker = []
-    left_out = [entry for unit in head[: len(head) - len(kept_head)] for entry in unit]
-    dropped = [entry for entry in left_out if entry.seq is not None]
-    dropped += [entry for unit in dropped_units for entry in unit if not entry.added]
-    entries = [*pinned] + [entry for unit in [*kept_head, *marker, *units] for entry in unit]
+    shown_units = {id(unit) for unit in [*kept, *kept_summaries]}
+    left_out = [entry for unit in summary_units if id(unit) not in shown_units for entry in unit]
+    dropped = [entry for unit in dropped_units for entry in unit if not entry.added]
+    kept_head = [unit for unit in head if id(unit) in shown_units]
+    kept_tail = [unit for unit in units if id(unit) in shown_units]
+    entries = [*pinned] + [entry for unit in [*kept_head, *marker, *kept_tail] for entry in unit]
     return AssembledContext(
         messages=[shown for entry in entries for shown in entry.shown or (entry.message,)],
         token_estimate=sum(entry.tokens for entry in entries),
         truncated_messages=not_loaded + len(dropped),
         omitted=Omitted(
             messages=_ids(dropped),
-            summaries=_ids([entry for entry in left_out if entry.seq is None]),
+            summaries=_ids(left_out),
             unsendable=unsendable,
         ),
     )

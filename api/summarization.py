@@ -165,10 +165,11 @@ class Summarization:
         keep_last_n: int | None,
         keep_pending_turn: bool,
         instructions: str | None,
+        fill_holes: bool = True,
     ) -> Plan | None:
         """What a run of the session summarizes now; None when the session is gone. A hole a
-        removal left between live summaries comes first (`Plan.hole_end`): its leaf is made
-        again from all of its messages."""
+        removal left between live summaries comes first (`Plan.hole_end`) unless `fill_holes`
+        is off: its leaf is made again from all of its messages."""
         async with self.database.reading() as db:
             session = await store.get_session_by_key(db, session_key)
             if session is None:
@@ -178,7 +179,8 @@ class Summarization:
             forest = await read_forest(db, live)
             # the first summary starts after the pinned prefix, which is never summarized
             floor = pinned_floor(session, policy)
-            opened = await store.open_holes(db, session_key, store.holes(live, floor))
+            ranges = store.holes(live, floor) if fill_holes else []
+            opened = await store.open_holes(db, session_key, ranges)
             hole_end = opened[0][1] if opened else None
             after_seq = opened[0][0] - 1 if opened else (live[-1].last_seq if live else floor)
             within = {} if hole_end is None else {"last_seq": hole_end}
@@ -206,26 +208,35 @@ class Summarization:
         summary = None
         try:
             # the holes removals left first, one leaf each, then what follows the newest
+            fill_holes, put_off = True, None
             for _ in range(MAX_FOREST_STEPS):
                 planned = await self._plan(
-                    session_key, keep_last_n, keep_pending_turn, instructions
+                    session_key, keep_last_n, keep_pending_turn, instructions, fill_holes
                 )
                 if planned is None:
                     return None
                 plan = replace(planned, leaf_sized=defer_outage)
                 draft = await self._draft(plan, trigger, reason)
+                if draft is not None and defer_outage and self._deferred(plan, draft):
+                    put_off = SummarizationDeferred(
+                        "the summarizer model is unavailable "
+                        f"({draft.metadata.get('fallback_detail')}); nothing was stored"
+                    )
+                    if plan.hole_end is None:
+                        raise put_off
+                    draft = None
                 if draft is not None:
-                    if defer_outage and self._deferred(plan, draft):
-                        raise SummarizationDeferred(
-                            "the summarizer model is unavailable "
-                            f"({draft.metadata.get('fallback_detail')}); nothing was stored"
-                        )
                     summary = await self._store(session_key, draft, trigger, reason)
                     metrics.SUMMARIZATION_SECONDS.observe(time.perf_counter() - started)
-                if plan.hole_end is None or draft is None:
+                if plan.hole_end is None:
                     break
+                # a hole whose leaf is put off, or that the model gave nothing for, waits:
+                # the tail goes on
+                fill_holes = draft is not None
             floor = pinned_floor(plan.session, plan.policy)
             rolled_up = await self._complete_forest(session_key, plan.policy, trigger, floor)
+            if put_off is not None:
+                raise put_off  # the job runs again for the hole
         except SessionGone:
             return None
         if summary is not None and rolled_up:
@@ -254,7 +265,7 @@ class Summarization:
         earlier message travels into it, so removing a message reaches only the summaries
         that cover it."""
         result = await summarize(
-            summarizer_input(plan.summarized),
+            summarizer_input(plan.summarized, ends_range=plan.hole_end is not None),
             replace(
                 plan.policy.summarizer,
                 keep_last_n=plan.keep,

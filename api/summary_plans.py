@@ -23,16 +23,25 @@ from summarizer.summarize import FALLBACK_MODEL
 from summarizer.triggers import ProactiveReason
 
 
-def summarizer_input(messages: list[store.MessageRow]) -> list[dict[str, Any]]:
+def summarizer_input(
+    messages: list[store.MessageRow], ends_range: bool = False
+) -> list[dict[str, Any]]:
     """Stored messages as the summarizer takes them: OpenAI shape, with their seqs; a Responses
-    `reasoning` item marked to stay with the item after it (`summarizer.cuts.JOINS_NEXT`)."""
+    `reasoning` item marked to stay with the item after it (`summarizer.cuts.JOINS_NEXT`),
+    unless it ends a range whose end is fixed (`ends_range`: a hole's, the item after it
+    removed)."""
+    last = len(messages) - 1
     return [
         {
             **message.openai(),
             "seq": message.seq,
-            **({JOINS_NEXT: True} if message.item and joins_next(message.item) else {}),
+            **(
+                {JOINS_NEXT: True}
+                if message.item and joins_next(message.item) and not (ends_range and i == last)
+                else {}
+            ),
         }
-        for message in messages
+        for i, message in enumerate(messages)
     ]
 
 

@@ -291,6 +291,8 @@ async def removal_preview(
     if not await _linked(db, target.id):
         return RemovalPreview(target.seq, [], await _live_end(db, session_key, floor), 0, 0)
     reached = await _reached(db, session_key, target.seq)
+    if not reached:  # in a hole an earlier removal opened: nothing left to erase
+        return RemovalPreview(target.seq, [], await _live_end(db, session_key, floor), 0, 0)
     erased_ids = [summary.id for summary in reached]
     freed = [
         SummaryRow._make(row)

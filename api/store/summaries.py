@@ -69,21 +69,26 @@ def holes(live: Sequence[SummaryRow], floor: int) -> list[tuple[int, int]]:
     return found
 
 
-_SHOWN_IN_RANGE = select(_messages.seq).where(
+_IN_RANGE = (
     _messages.session_id == bindparam("p_session_id"),
     _messages.seq.between(bindparam("p_first"), bindparam("p_last")),
-    shown(_messages),
 )
+_SHOWN_IN_RANGE = select(_messages.seq).where(*_IN_RANGE, shown(_messages)).limit(1)
+_REMOVED_IN_RANGE = select(_messages.seq).where(*_IN_RANGE, _messages.removed_at.is_not(None))
 
 
 async def open_holes(
     db: AsyncSession, session_key: int, ranges: Sequence[tuple[int, int]]
 ) -> list[tuple[int, int]]:
-    """Those of `ranges` (`holes`) holding a shown message: the ones a leaf is owed for."""
+    """Those of `ranges` (`holes`) a removal opened (they hold a tombstone: a range before the
+    oldest live summary may be a pinned prefix that is no longer pinned) and that hold a shown
+    message: the ones a leaf is owed for."""
     found: list[tuple[int, int]] = []
     for first, last in ranges:
         params = {"p_session_id": session_key, "p_first": first, "p_last": last}
-        if (await db.execute(_SHOWN_IN_RANGE.limit(1), params)).first() is not None:
+        if (await db.execute(_SHOWN_IN_RANGE, params)).first() is not None and (
+            await db.execute(_REMOVED_IN_RANGE.limit(1), params)
+        ).first() is not None:
             found.append((first, last))
     return found
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from tests.helpers import append, compact, user
+from tests.helpers import append, append_items, compact, user
 from tests.routes.test_transfer import export, import_file, renamed
 from tests.scripts.builders import every_summary
 from tests.summarization.test_removal import markers_in, summary_entry, violations
@@ -48,6 +48,11 @@ async def session_of_leaves(client: httpx.AsyncClient, sid: str) -> list[dict[st
     return stored
 
 
+async def remove(client: httpx.AsyncClient, sid: str, message: dict[str, Any]) -> None:
+    answer = await client.delete(f"/v1/sessions/{sid}/messages/{message['id']}")
+    assert answer.status_code == 204, answer.text
+
+
 async def test_a_removal_erases_only_what_covered_it_and_the_hole_loads_in_place(
     client: httpx.AsyncClient,
     sid: str,
@@ -61,7 +66,7 @@ async def test_a_removal_erases_only_what_covered_it_and_the_hole_loads_in_place
     removed = stored[PER_LEAF + 2]  # in the second leaf: deep under the cover
     preview = (await client.get(f"/v1/sessions/{sid}/messages/{removed['id']}/removal")).json()
 
-    assert (await client.delete(f"/v1/sessions/{sid}/messages/{removed['id']}")).status_code == 204
+    await remove(client, sid, removed)
     after = await every_summary(client, sid)
     erased = {s["id"] for s in after if s["erased_at"]}
     assert erased == set(preview["erased_summaries"])
@@ -113,7 +118,7 @@ async def test_a_hole_fits_a_budget_by_its_oldest_units_and_names_what_it_left_o
     assert (await client.post("/v1/sessions", json={"id": sid, "settings": settings})).is_success
     stored = await session_of_leaves(client, sid)
     removed = stored[2]  # in the first leaf: the hole comes first
-    assert (await client.delete(f"/v1/sessions/{sid}/messages/{removed['id']}")).status_code == 204
+    await remove(client, sid, removed)
     full = (await client.get(f"/v1/sessions/{sid}/history")).json()
     hole = [m for m in full["messages"] if m["seq"] <= PER_LEAF]
     assert len(hole) == PER_LEAF - 1
@@ -131,7 +136,7 @@ async def test_a_session_with_a_hole_exports_and_imports_as_it_is(
 ) -> None:
     stored = await session_of_leaves(client, sid)
     removed = stored[PER_LEAF * 3 + 1]
-    assert (await client.delete(f"/v1/sessions/{sid}/messages/{removed['id']}")).status_code == 204
+    await remove(client, sid, removed)
     body = await export(client, sid)
     copy = f"{sid}-copy"
     imported = await import_file(client, renamed(body, sid, copy))
@@ -150,7 +155,7 @@ async def test_a_fork_past_a_hole_has_it_too_and_owes_its_leaf(
 ) -> None:
     stored = await session_of_leaves(client, sid)
     removed = stored[PER_LEAF + 1]
-    assert (await client.delete(f"/v1/sessions/{sid}/messages/{removed['id']}")).status_code == 204
+    await remove(client, sid, removed)
     forked = await client.post(f"/v1/sessions/{sid}/fork", json={"seq": 4 * PER_LEAF})
     assert forked.status_code == 201, forked.text
     fork_id = forked.json()["id"]
@@ -159,3 +164,64 @@ async def test_a_fork_past_a_hole_has_it_too_and_owes_its_leaf(
     assert [m["seq"] for m in history["messages"]] == [s for s in hole if s != removed["seq"]]
     assert history["summarization_pending"], "the fork's erasure job is recorded"
     assert await violations(sessionmaker, fork_id) == []
+
+
+async def test_a_message_in_a_hole_previews_a_removal_that_erases_nothing(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    stored = await session_of_leaves(client, sid)
+    await remove(client, sid, stored[1])
+    answer = await client.get(f"/v1/sessions/{sid}/messages/{stored[2]['id']}/removal")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["erased_summaries"] == [] and answer.json()["remake_model_calls"] == 0
+
+
+async def test_a_prefix_pinned_no_longer_is_no_hole(client: httpx.AsyncClient, sid: str) -> None:
+    await append(client, sid, {"role": "system", "content": "MARKER-system you help"})
+    await session_of_leaves(client, sid)
+    assert (await client.get(f"/v1/sessions/{sid}/history")).json()["pinned"]
+    patched = await client.patch(f"/v1/sessions/{sid}", json={"settings": {"pin_system": False}})
+    assert patched.status_code == 200, patched.text
+    await append(client, sid, user("MARKER-later one"))
+    await compact(client, sid, keep_last_n=0)
+    history = (await client.get(f"/v1/sessions/{sid}/history")).json()
+    assert [m["seq"] for m in history["pinned"]] == [1], "the pinned prefix stays as it was"
+
+
+async def test_a_hole_ending_in_a_reasoning_item_is_made_again_and_the_tail_goes_on(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    def reasoning(i: int) -> dict[str, Any]:
+        return {"type": "reasoning", "summary": [{"type": "summary_text", "text": f"MARKER-r{i}"}]}
+
+    def said(text: str, role: str = "user") -> dict[str, Any]:
+        return {"type": "message", "role": role, "content": text}
+
+    stored: list[dict[str, Any]] = []
+    for i in range(4):
+        turn = (said(f"MARKER-q{i}"), reasoning(i), said(f"MARKER-a{i}", "assistant"))
+        stored += (await append_items(client, sid, *turn))["messages"]
+        await compact(client, sid, keep_last_n=0)
+    # the answer closing the second leaf goes: the reasoning before it ends the hole
+    await remove(client, sid, stored[5])
+    await append_items(client, sid, said("MARKER-q4"), said("MARKER-a4", "assistant"))
+    await compact(client, sid, keep_last_n=0)
+    history = (await client.get(f"/v1/sessions/{sid}/history")).json()
+    assert history["messages"] == [], "the hole and the tail are summarized"
+
+
+async def test_over_budget_a_hole_s_old_messages_go_before_the_newest_ones(
+    client: httpx.AsyncClient, sid: str
+) -> None:
+    settings = {"retry_on_context_overflow": False}
+    assert (await client.post("/v1/sessions", json={"id": sid, "settings": settings})).is_success
+    stored = await session_of_leaves(client, sid)
+    await remove(client, sid, stored[8])
+    tail = (await append(client, sid, *[user(f"MARKER-t{i}") for i in range(6)]))["messages"]
+    full = (await client.get(f"/v1/sessions/{sid}/history")).json()
+    fitted = (
+        await client.get(f"/v1/sessions/{sid}/history?max_tokens={full['token_estimate'] - 30}")
+    ).json()
+    left_out = set(fitted["omitted"]["messages"])
+    assert left_out and not left_out & {m["id"] for m in tail}, "the newest messages stay"
+    assert fitted["omitted"]["summaries"] == []
