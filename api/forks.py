@@ -26,6 +26,9 @@ from api.store import forks as fork_store
 from api.store.rows import SessionRow
 from api.summary_jobs import schedule_remake_if_owed
 
+BRANCH_ID_ROOM = 128 - len(":branch-") - 12
+"""Characters of a session's id an earlier branch's id keeps (an id is at most 128)."""
+
 
 class BadForkPoint(ValidationFailed):
     """The fork point names no message a fork can end at: a seq past the session's newest,
@@ -44,14 +47,44 @@ async def fork_session(
     database: Database, settings: Settings, tenant: str, external_id: str, body: ForkRequest
 ) -> SessionOut:
     """Fork the session at `body`'s fork point into a new session, in one transaction."""
+
     # not repeatable: a fork that landed would answer 409, or make a second fork
-    return await database.write(lambda db: _fork(db, settings, tenant, external_id, body))
+    async def fork(db: AsyncSession) -> SessionOut:
+        await fork_store.read_one_snapshot(db)
+        return await _fork(db, settings, tenant, external_id, body)
+
+    return await database.write(fork)
+
+
+async def branch_session(
+    database: Database, settings: Settings, tenant: str, external_id: str, seq: int
+) -> str:
+    """Branch the session after `seq` (0: from its start), in one transaction: the session as
+    it was keeps going under a new id (returned), and `external_id` names a fork of it at
+    `seq`; from then on the id leads to the branch. A wire's resend that diverges from what
+    is stored goes on this way, never overwriting or duplicating what was stored."""
+
+    async def branch(db: AsyncSession) -> str:
+        await fork_store.read_one_snapshot(db)
+        session = await store.get_session(db, tenant, external_id, for_update=True)
+        kept_as = branch_id(external_id)
+        await store.rename_session(db, session.id, kept_as)
+        if seq > 0:
+            await _fork(db, settings, tenant, kept_as, ForkRequest(seq=seq, id=external_id))
+        return kept_as
+
+    return await database.write(branch)
+
+
+def branch_id(external_id: str) -> str:
+    """The id an earlier branch keeps: the session's id and a random suffix, within 128."""
+    return f"{external_id[:BRANCH_ID_ROOM]}:branch-{uuid.uuid4().hex[:12]}"
 
 
 async def _fork(
     db: AsyncSession, settings: Settings, tenant: str, external_id: str, body: ForkRequest
 ) -> SessionOut:
-    await fork_store.read_one_snapshot(db)
+    """The fork, in `db`'s transaction (begun with `read_one_snapshot`)."""
     parent = await store.get_session(db, tenant, external_id)
     fork_seq = await _fork_seq(db, parent, body)
     fork_id = body.id or new_fork_id(parent.external_id)

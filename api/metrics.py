@@ -69,6 +69,12 @@ RESPONSES = Counter(
     "the context, nothing stored) and whether an overflow_retry summary was made first",
     ["outcome", "overflow_retry"],
 )
+WIRE_TURNS = Counter(
+    "precis_wire_turns_total",
+    "POST /v1/chat/completions and /v1/messages calls that reached the model, by wire and "
+    "outcome (stored, passed_through, model_failed) and whether the session branched first",
+    ["wire", "outcome", "branched"],
+)
 EXPIRED_DELETED = Counter(
     "precis_expired_deleted_total",
     "What the retention sweep deleted with expired sessions, by kind (sessions, messages, "

@@ -1,4 +1,4 @@
-"""`precis/offline`: a model Precis serves itself, to try `POST /v1/responses` without a key.
+"""`precis/offline`: a model Precis serves itself, to try the model endpoints without a key.
 
 Development mode only (no API_KEYS): `api.responses` refuses it otherwise. It calls nothing (no
 network, no litellm) and answers the request it is given, the conversation's fitted context
@@ -10,7 +10,9 @@ what it was told), known by the tag they begin with. It never calls a tool.
 `create_response` and `open_stream` take what `api.upstream`'s take and answer the same shapes:
 a Responses object with `usage`, or the events a streamed answer relays (created, in progress,
 the message and its text part added, the text in word deltas, the done events, completed; or
-`response.incomplete` when `max_output_tokens` cut the answer).
+`response.incomplete` when `max_output_tokens` cut the answer). `create_completion` and
+`open_completion_stream` do the same for the chat wires (`api.compat`): a `chat.completion`,
+or its chunks.
 """
 
 from __future__ import annotations
@@ -64,20 +66,79 @@ async def open_stream(
     return _events(await _answer(request))
 
 
+async def create_completion(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole chat completion of `request` (as `api.upstream.create_completion` answers)."""
+    messages = list(request.get("messages") or [])
+    text = await _text(messages)
+    cut = request.get("max_completion_tokens") or request.get("max_tokens")
+    finish = "stop"
+    if isinstance(cut, int) and count_text(text) > cut:
+        text, finish = clip_tokens(text, cut), "length"
+    prompt_tokens, completion_tokens = count_messages(messages), count_text(text)
+    return {
+        "id": f"chatcmpl-{secrets.token_hex(ID_HEX_DIGITS // 2)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": OFFLINE_MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+async def open_completion_stream(
+    upstream: Upstream, request: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """The chat completion of `request` as chunks (as `api.upstream.open_completion_stream`
+    opens them): the text in word deltas, then the finish reason, then the usage."""
+    return _chunks(await create_completion(upstream, request))
+
+
+async def _chunks(completion: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    head = {key: completion[key] for key in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    choice = completion["choices"][0]
+    first = {"role": "assistant", "content": ""}
+    yield {**head, "choices": [{"index": 0, "delta": first, "finish_reason": None}]}
+    for word in _WORDS.findall(choice["message"]["content"]):
+        yield {**head, "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+    finish = choice["finish_reason"]
+    yield {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+    yield {**head, "choices": [], "usage": completion["usage"]}
+
+
 async def _answer(request: Mapping[str, Any]) -> dict[str, Any]:
     items = _items(request.get("input"))
-    said_at = max((i for i, item in enumerate(items) if _is_user(item)), default=len(items))
-    said = content_text(items[said_at].get("content")).strip() if said_at < len(items) else ""
-    earlier = [projection(item) for i, item in enumerate(items) if i != said_at]
-    remembered = [message for message in earlier if not _own_reply(message)]
-    memory = await _memory(remembered) if remembered else None
-    text = _reply(said, len(remembered), memory)
+    text = await _text([projection(item) for item in items])
     cut = request.get("max_output_tokens")
     status = "completed"
     if isinstance(cut, int) and count_text(text) > cut:
         text, status = clip_tokens(text, cut), "incomplete"
     input_tokens = count_messages([projection(item) for item in items])
     return _response(request, text, status, input_tokens)
+
+
+async def _text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The reply to chat messages: the last user message echoed, and what the offline
+    summarizer keeps of the others (this model's own replies left out)."""
+    said_at = max(
+        (i for i, message in enumerate(messages) if message.get("role") == "user"),
+        default=len(messages),
+    )
+    said = content_text(messages[said_at].get("content")).strip() if said_at < len(messages) else ""
+    earlier = [dict(message) for i, message in enumerate(messages) if i != said_at]
+    remembered = [message for message in earlier if not _own_reply(message)]
+    memory = await _memory(remembered) if remembered else None
+    return _reply(said, len(remembered), memory)
 
 
 def _items(given: Any) -> list[dict[str, Any]]:
@@ -90,10 +151,6 @@ def _items(given: Any) -> list[dict[str, Any]]:
         except ValueError as exc:
             raise UpstreamFailed(400, str(exc), "invalid_input", "input") from None
     return items
-
-
-def _is_user(item: Mapping[str, Any]) -> bool:
-    return item.get("type", "message") == "message" and item.get("role") == "user"
 
 
 def _own_reply(message: Mapping[str, Any]) -> bool:

@@ -26,8 +26,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.validation_words import located_errors
 
-OPENAI_PATH_PREFIXES = ("/v1/conversations", "/v1/responses")
-"""Routes that answer errors in OpenAI's shape: the Conversations API and the Responses API."""
+OPENAI_PATH_PREFIXES = ("/v1/conversations", "/v1/responses", "/v1/chat/completions")
+"""Routes that answer errors in OpenAI's shape: the Conversations, Responses and Chat
+Completions APIs."""
 
 INVALID_REQUEST = "invalid_request_error"
 """OpenAI's `type` of every 4xx answer but a rate limit."""

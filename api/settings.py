@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BeforeValidator,
@@ -178,6 +178,10 @@ class Settings(BaseSettings):
     quarter of the model's window)."""
     model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
     """Timeout of one call to the model (a long answer streams for minutes)."""
+    memory_identify: Literal["named", "prefix"] = "named"
+    """How `/v1/chat/completions` and `/v1/messages` find a request's session: `named`, by the
+    X-Precis-Session header or the wire's own field only; `prefix`, else by a fingerprint of
+    the tenant, the system prompt and the first user message."""
 
     _default_policy: SummaryPolicy | None = PrivateAttr(default=None)
 

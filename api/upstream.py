@@ -44,6 +44,32 @@ LITELLM_PARAMETERS = frozenset(
 """Request fields litellm takes by name; any other field the client sent goes in the body as
 it came (`extra_body`), so a provider's newer parameters pass through."""
 
+CHAT_PARAMETERS = frozenset(
+    {
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "n",
+        "parallel_tool_calls",
+        "presence_penalty",
+        "reasoning_effort",
+        "response_format",
+        "seed",
+        "stop",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_k",
+        "top_logprobs",
+        "top_p",
+        "user",
+    }
+)
+"""The same for a chat completion (`create_completion`)."""
+
 RATE_LIMITED = 429
 BAD_GATEWAY = 502
 REFUSED_STATUSES = frozenset({400, 404, 422})
@@ -90,16 +116,21 @@ class UpstreamFailed(Exception):
         self.param = param
 
 
-def _arguments(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
-    named = {key: value for key, value in request.items() if key in LITELLM_PARAMETERS}
+def _arguments(
+    upstream: Upstream,
+    request: Mapping[str, Any],
+    named_parameters: frozenset[str] = LITELLM_PARAMETERS,
+    body: str = "input",
+) -> dict[str, Any]:
+    named = {key: value for key, value in request.items() if key in named_parameters}
     extra = {
         key: value
         for key, value in request.items()
-        if key not in LITELLM_PARAMETERS and key not in ("model", "input", "stream")
+        if key not in named_parameters and key not in ("model", body, "stream")
     }
     return {
         "model": request["model"],
-        "input": request["input"],
+        body: request[body],
         **named,
         **({"extra_body": extra} if extra else {}),
         "api_base": upstream.api_base,
@@ -213,6 +244,39 @@ async def _events(upstream: Upstream, stream: Any, litellm: Any) -> AsyncIterato
             yield data
     except Exception as exc:
         raise _failure(upstream, exc, litellm) from None
+
+
+async def create_completion(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
+    """One chat completion (`messages` in), through litellm to any model it reaches; the
+    `chat.completion` object as JSON."""
+    litellm = await load_litellm()
+    try:
+        async with asyncio.timeout(upstream.timeout_seconds + TIMEOUT_GRACE_SECONDS):
+            response = await litellm.acompletion(**_chat_arguments(upstream, request))
+    except Exception as exc:
+        raise _failure(upstream, exc, litellm) from None
+    answer: dict[str, Any] = response.model_dump(mode="json", exclude_none=True)
+    return answer
+
+
+async def open_completion_stream(
+    upstream: Upstream, request: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """A streamed chat completion, opened: its `chat.completion.chunk` objects as JSON, the
+    last one carrying the usage. Raises as `open_stream` does."""
+    litellm = await load_litellm()
+    arguments = _chat_arguments(upstream, request)
+    arguments["stream_options"] = {**(arguments.get("stream_options") or {}), "include_usage": True}
+    try:
+        async with asyncio.timeout(upstream.timeout_seconds + TIMEOUT_GRACE_SECONDS):
+            stream = await litellm.acompletion(**arguments, stream=True)
+    except Exception as exc:
+        raise _failure(upstream, exc, litellm) from None
+    return _events(upstream, stream, litellm)
+
+
+def _chat_arguments(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
+    return _arguments(upstream, request, CHAT_PARAMETERS, body="messages")
 
 
 def _keep_stream_usage_typed(litellm: Any) -> None:

@@ -5,6 +5,7 @@ the errors the routes declare.
 """
 
 from api.routes import (
+    chat_completions,
     conversations,
     forks,
     health,
@@ -25,6 +26,7 @@ ROUTERS = (
     summaries.router,
     conversations.router,
     responses.router,
+    chat_completions.router,
     health.router,
 )
 """Every router of the app, in the order its routes are matched and documented."""

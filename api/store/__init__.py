@@ -54,6 +54,7 @@ from api.store.sessions import (
     get_session,
     get_session_by_key,
     list_sessions,
+    rename_session,
     update_session,
 )
 from api.store.summaries import (
@@ -121,6 +122,7 @@ __all__ = [
     "remake_owed",
     "removal_preview",
     "remove",
+    "rename_session",
     "renew_job_lease",
     "save_summary",
     "session_for_history",

@@ -161,3 +161,15 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
     )
     if result.first() is None:
         raise SessionNotFound(external_id)
+
+
+async def rename_session(db: AsyncSession, session_key: int, external_id: str) -> SessionRow:
+    """Give the session a new id (its key, messages and summaries stay): a wire's branch
+    keeps the old branch under a new name (`api.forks.branch_session`)."""
+    result = await db.execute(
+        update(SESSIONS)
+        .where(_sessions.id == session_key)
+        .values(external_id=external_id, updated_at=utcnow())
+        .returning(*SESSION_COLUMNS)
+    )
+    return SessionRow._make(result.one())

@@ -1,0 +1,1 @@
+"""The wires of other APIs that Precis speaks: each module translates, the turn is shared."""

@@ -1,0 +1,67 @@
+"""Which session a Chat Completions or Messages request belongs to: the session ladder.
+
+In this order: the `X-Precis-Session` header (the session id as it is); a field the wire
+already has (`metadata.session_id`, then `prompt_cache_key` on OpenAI's; `metadata.user_id`
+on Anthropic's), used as it is when it is a valid session id, else as the hash of it; then,
+with `MEMORY_IDENTIFY=prefix`, a fingerprint of the tenant, the system prompt and the first
+user message. Without any of them the request is a plain proxy call: nothing is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from api.schemas.common import SESSION_ID_PATTERN
+
+SESSION_HEADER = "x-precis-session"
+"""The header that names the session of a wire request, whatever the wire."""
+
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+
+HASHED_PREFIX = "wire-"
+"""A session id made from a body field that is not a session id itself (too long, or with
+other characters): the prefix and 40 hex digits of its hash."""
+
+FINGERPRINT_PREFIX = "prefix-"
+"""A session id made from the fingerprint of the conversation's start (`MEMORY_IDENTIFY`)."""
+
+HASHED_DIGITS = 40
+
+
+def session_id(
+    tenant: str,
+    header: str | None,
+    fields: Sequence[object],
+    messages: Sequence[Mapping[str, Any]],
+    by_prefix: bool,
+) -> str | None:
+    """The session of the request, or None for a plain proxy call.
+
+    `header`: the `X-Precis-Session` value (checked by the route: a session id); `fields`:
+    the wire's own candidate fields, in its order; `messages`: the request's chat messages."""
+    if header:
+        return header
+    for value in fields:
+        if isinstance(value, str) and value:
+            return value if _SESSION_ID.fullmatch(value) else _hashed(HASHED_PREFIX, [value])
+    if by_prefix:
+        return _fingerprint(tenant, messages)
+    return None
+
+
+def _fingerprint(tenant: str, messages: Sequence[Mapping[str, Any]]) -> str | None:
+    system = [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
+    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    if first_user is None:
+        return None
+    return _hashed(FINGERPRINT_PREFIX, [tenant, system, first_user])
+
+
+def _hashed(prefix: str, values: list[Any]) -> str:
+    digest = hashlib.sha256(orjson.dumps(values, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return prefix + digest[:HASHED_DIGITS]

@@ -1,0 +1,189 @@
+"""A resent history matched against the stored session: what is new, and where it branches.
+
+Every message a wire stores carries, as its `client_id`, a link of a hash chain: the hash of
+the previous message's link and of the message's canonical form (`canonical`: what a model
+reads of it, whatever optional fields the client's SDK adds). The link of a resend's k-th
+message therefore names its whole prefix, and matching a resend is a lookup by the unique
+`(session_id, client_id)` index, not a comparison of messages:
+
+- the session's newest message is a link of the resend: the messages after it are the new tail
+  (the common case: one index read, whatever the history's length);
+- nothing past the resend's leading system messages is stored, and it holds no assistant
+  message: the client sends only its new messages (stateful mode), appended after the
+  session's newest (so a resend of a single edited first message reads as a new message);
+- otherwise the resend diverges from what is stored (an edited or regenerated message) after
+  its longest stored prefix, found by a binary search over the links: the session branches
+  there (`api.forks.branch_session`) and the turn goes on in the branch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import store
+from api.errors import SessionNotFound
+from api.store import forks as fork_store
+
+LINK_PREFIX = "chain_"
+"""The `client_id` of a message a wire stored: the prefix and 32 hex digits of its link."""
+
+LINK_BYTES = 16
+
+
+def _arguments(text: object) -> object:
+    """Tool arguments as a model reads them: the same JSON whatever its key order or spacing."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _content(content: object) -> object:
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        if (
+            len(content) == 1
+            and isinstance(content[0], Mapping)
+            and content[0].get("type") == "text"
+        ):
+            return content[0].get("text", "")
+        return [
+            {key: value for key, value in part.items() if key != "cache_control"}
+            if isinstance(part, Mapping)
+            else part
+            for part in content
+        ]
+    return content
+
+
+def canonical(message: Mapping[str, Any]) -> bytes:
+    """What identifies a chat message in a resend: role, content, name, tool calls and the call
+    it answers, with null, empty and SDK-only fields (`refusal`, `annotations`) left out."""
+    role = message.get("role")
+    calls = [
+        (
+            call.get("id"),
+            (call.get("function") or {}).get("name"),
+            _arguments((call.get("function") or {}).get("arguments")),
+        )
+        for call in message.get("tool_calls") or ()
+    ]
+    shape = [
+        "system" if role == "developer" else role,
+        _content(message.get("content")),
+        message.get("name"),
+        message.get("tool_call_id"),
+        calls,
+    ]
+    return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+
+
+def links(messages: Sequence[Mapping[str, Any]], after: str = "") -> list[str]:
+    """The chain's link of every message, the first one chained to `after` (the link of the
+    message before it; "" at the start of a session)."""
+    result: list[str] = []
+    previous = after.encode()
+    for message in messages:
+        digest = hashlib.blake2b(previous, digest_size=LINK_BYTES)
+        digest.update(canonical(message))
+        link = LINK_PREFIX + digest.hexdigest()
+        result.append(link)
+        previous = link.encode()
+    return result
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What a turn appends, and to what."""
+
+    new_messages: list[dict[str, Any]]
+    """The messages of the request the session does not hold yet, in order."""
+    new_links: list[str]
+    """Their links (their `client_id`s)."""
+    previous_link: str = ""
+    """The link of the message the new ones follow ("": none)."""
+    branch_at: int | None = None
+    """The seq after which the session branches before the turn (0: from its start); None:
+    the turn goes on in the session as it is."""
+    stored: bool = False
+    """Whether the session exists (a turn's first answer creates it)."""
+    format: str | None = None
+    """The session's format (None: it holds nothing yet)."""
+
+    @property
+    def last_link(self) -> str:
+        """The link the model's answer follows."""
+        return self.new_links[-1] if self.new_links else self.previous_link
+
+
+def _leading_system(messages: Sequence[Mapping[str, Any]]) -> int:
+    count = 0
+    for message in messages:
+        if message.get("role") not in ("system", "developer"):
+            break
+        count += 1
+    return count
+
+
+async def reconcile(
+    db: AsyncSession, tenant: str, external_id: str, messages: Sequence[dict[str, Any]]
+) -> Reconciled:
+    """Match `messages` (the request's, in chat shape) against the stored session."""
+    chain = links(messages)
+    try:
+        session = await store.get_session(db, tenant, external_id)
+    except SessionNotFound:
+        return Reconciled(list(messages), chain)
+    kind = session.format
+    newest = await fork_store.message_at(db, session.id, session.last_seq)
+    if newest is None:
+        return Reconciled(list(messages), chain, stored=True, format=kind)
+    newest_link = newest.client_id or ""
+    position = {link: index for index, link in enumerate(chain)}
+    if newest_link in position:
+        matched = position[newest_link] + 1
+        new = list(messages[matched:])
+        return Reconciled(new, chain[matched:], newest_link, stored=True, format=kind)
+    stored, seq = await _longest_stored_prefix(db, session.id, chain)
+    system = _leading_system(messages)
+    if stored == system and _only_new(messages[system:]):
+        # nothing after the system prompt is stored, and no answer of the model is resent:
+        # the client sends only its new messages
+        tail = list(messages[system:])
+        chained = links(tail, after=newest_link)
+        return Reconciled(tail, chained, newest_link, stored=True, format=kind)
+    previous = chain[stored - 1] if stored else ""
+    new = list(messages[stored:])
+    return Reconciled(new, chain[stored:], previous, seq, stored=True, format=kind)
+
+
+def _only_new(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Messages a stateful client sends: some, and none of them the model's (a resend holds
+    the model's earlier answers)."""
+    return bool(messages) and all(message.get("role") != "assistant" for message in messages)
+
+
+async def _longest_stored_prefix(
+    db: AsyncSession, session_key: int, chain: Sequence[str]
+) -> tuple[int, int]:
+    """How many of the resend's first messages the session holds, and the seq of the last of
+    them (0, 0: none): a binary search, each probe one read of the client id index."""
+    low, high, seq = 0, len(chain), 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        found = await store.message_by_client_id(db, session_key, chain[middle - 1])
+        if found is None:
+            high = middle - 1
+        else:
+            low, seq = middle, found.seq
+    return low, seq

@@ -1,0 +1,288 @@
+"""`POST /v1/chat/completions` through the official `openai` package: the session ladder,
+resent histories reconciled (new tail appended, divergence branched, stateful clients served),
+the context fitted to the model's window, turns stored once, streams relayed, errors in
+OpenAI's shape (docs/design.md, "Chat Completions and Anthropic Messages")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+import pytest
+from fastapi import FastAPI
+from openai import AsyncOpenAI
+
+from tests.support.fake_llm import CHAT_PATH, Call, FakeLLM, running_fake_llm
+
+MODEL = "openai/fake"
+WINDOW = 3_000
+OUTPUT_TOKENS = 200
+SESSION_HEADER = "X-Precis-Session"
+
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeLLM]:
+    with running_fake_llm() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_upstream(upstream: FakeLLM) -> None:
+    upstream.reset()
+    upstream.mode = "marker_echo"
+
+
+@pytest.fixture(scope="module")
+def module_settings(upstream: FakeLLM) -> dict[str, Any]:
+    return {
+        "summary_workers": 0,
+        "model_allowed": MODEL,
+        "model_api_base": upstream.base_url,
+        "model_api_key": "sk-upstream",
+        "model_context_tokens": f"{MODEL}={WINDOW}",
+        "summary_model": "openai/fake",
+        "summary_api_base": upstream.base_url,
+        "summary_api_key": "summarizer-key",
+        "summary_model_context_tokens": WINDOW,
+        "summary_keep_last_n": 2,
+        "summary_message_limit": 10_000,
+        "summary_max_context_tokens": 1_000_000,
+        "memory_identify": "prefix",
+    }
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[AsyncOpenAI]:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        yield AsyncOpenAI(
+            base_url="http://localhost/v1", api_key="dev", http_client=http, max_retries=0
+        )
+
+
+async def stored(api: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
+    answer = await api.get(f"/v1/sessions/{session}/messages", params={"limit": 1000})
+    assert answer.status_code == 200, answer.text
+    return [
+        {key: message[key] for key in ("role", "content") if message.get(key) is not None}
+        for message in answer.json()["messages"]
+    ]
+
+
+def model_calls(fake: FakeLLM) -> list[Call]:
+    """The turns' calls (the summarizer's prompts carry its transcript tag)."""
+    return [
+        call
+        for call in fake.calls
+        if call.path == CHAT_PATH and "<transcript" not in str(call.messages)
+    ]
+
+
+async def chat(
+    client: AsyncOpenAI, session: str | None, messages: list[dict[str, Any]], **extra: Any
+) -> Any:
+    headers = {SESSION_HEADER: session} if session else {}
+    return await client.chat.completions.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=OUTPUT_TOKENS,
+        extra_headers=headers,
+        **extra,
+    )
+
+
+async def test_a_resending_client_stores_each_message_once(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "MARKER-rules be brief"},
+        {"role": "user", "content": "MARKER-one hello"},
+    ]
+    for turn in ("MARKER-two", "MARKER-three"):
+        answer = await chat(client, sid, history)
+        history.append(answer.choices[0].message.model_dump())  # as SDK users resend it
+        history.append({"role": "user", "content": f"{turn} next"})
+    final = await chat(client, sid, history)
+    assert final.choices[0].message.content is not None
+    kept = await stored(api, sid)
+    assert [message["role"] for message in kept] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert kept[-2]["content"] == "MARKER-three next"
+    # the model got the stored context and the new message, each once
+    sent = model_calls(upstream)[-1].messages
+    assert [message["content"] for message in sent if message["role"] == "user"] == [
+        "MARKER-one hello",
+        "MARKER-two next",
+        "MARKER-three next",
+    ]
+
+
+async def test_a_stateful_client_sends_only_its_new_messages(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    await chat(client, sid, [{"role": "user", "content": "MARKER-first remember me"}])
+    answer = await chat(client, sid, [{"role": "user", "content": "MARKER-second what did I say"}])
+    assert answer.choices[0].message.content == "MARKER-first\nMARKER-second"
+    kept = await stored(api, sid)
+    assert [message["role"] for message in kept] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_a_regenerated_answer_branches_the_session(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "MARKER-q1 question"}]
+    first = await chat(client, sid, history)
+    history.append(first.choices[0].message.model_dump())
+    history.append({"role": "user", "content": "MARKER-q2 follow-up"})
+    await chat(client, sid, history)
+    # the client regenerates the last answer: the same history, resent
+    raw = await client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=history,  # type: ignore[arg-type]
+        max_tokens=OUTPUT_TOKENS,
+        extra_headers={SESSION_HEADER: sid},
+    )
+    earlier = raw.headers["x-precis-branched-from"]
+    assert earlier.startswith(f"{sid}:branch-")
+    assert [m["role"] for m in await stored(api, sid)] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in await stored(api, earlier)] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    session = (await api.get(f"/v1/sessions/{sid}")).json()
+    assert session["forked_from"] == earlier and session["fork_seq"] == 3
+    # an edited first question branches from the start
+    edited = [{"role": "user", "content": "MARKER-q1 question, edited"}, *history[1:]]
+    raw = await client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=edited,  # type: ignore[arg-type]
+        max_tokens=OUTPUT_TOKENS,
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert raw.headers["x-precis-branched-from"] != earlier
+    assert len(await stored(api, sid)) == len(edited) + 1
+
+
+async def test_a_streamed_turn_is_stored_when_it_completes(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "MARKER-streamed hello"}],
+        max_tokens=OUTPUT_TOKENS,
+        stream=True,
+        extra_headers={SESSION_HEADER: sid},
+    )
+    text = "".join(
+        [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+    )
+    assert text == "MARKER-streamed"
+    kept = await stored(api, sid)
+    assert kept == [
+        {"role": "user", "content": "MARKER-streamed hello"},
+        {"role": "assistant", "content": "MARKER-streamed"},
+    ]
+
+
+async def test_tool_calls_and_results_round_trip(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    upstream.call_tool_next("get_weather", '{"city": "Paris"}')
+    history: list[dict[str, Any]] = [{"role": "user", "content": "MARKER-weather in Paris?"}]
+    asked = await chat(client, sid, history, tools=[WEATHER_TOOL])
+    call = asked.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert asked.choices[0].finish_reason == "tool_calls"
+    history.append(asked.choices[0].message.model_dump())
+    history.append({"role": "tool", "tool_call_id": call.id, "content": "MARKER-sunny 21C"})
+    answered = await chat(client, sid, history, tools=[WEATHER_TOOL])
+    assert "MARKER-sunny" in (answered.choices[0].message.content or "")
+    roles = [message["role"] for message in await stored(api, sid)]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_without_a_session_the_call_is_passed_through(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, app: FastAPI
+) -> None:
+    app.state.settings.memory_identify = "named"
+    try:
+        answer = await chat(client, None, [{"role": "user", "content": "MARKER-nobody"}])
+    finally:
+        app.state.settings.memory_identify = "prefix"
+    assert answer.choices[0].message.content == "MARKER-nobody"
+    assert "x-precis-session" not in str(answer)
+
+
+async def test_the_prefix_fingerprint_finds_the_session(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "MARKER-fp-start unique"}]
+    raw = await client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=history,  # type: ignore[arg-type]
+        max_tokens=OUTPUT_TOKENS,
+    )
+    session = raw.headers["x-precis-session"]
+    assert session.startswith("prefix-")
+    history.append(raw.parse().choices[0].message.model_dump())
+    history.append({"role": "user", "content": "MARKER-fp-next"})
+    again = await client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=history,  # type: ignore[arg-type]
+        max_tokens=OUTPUT_TOKENS,
+    )
+    assert again.headers["x-precis-session"] == session
+    assert len(await stored(api, session)) == 4
+
+
+async def test_metadata_names_the_session(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "MARKER-meta"}],
+        max_tokens=OUTPUT_TOKENS,
+        metadata={"session_id": sid, "kept": "yes"},
+    )
+    assert len(await stored(api, sid)) == 2
+    assert model_calls(upstream)[-1].request.get("metadata") == {"kept": "yes"}
+
+
+async def test_errors_answer_in_openai_shape_and_store_nothing(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(
+            model="openai/not-allowed",
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={SESSION_HEADER: sid},
+        )
+    assert refused.value.code == "model_not_allowed"
+    with pytest.raises(openai.BadRequestError) as malformed:
+        await chat(client, sid, [{"role": "tool", "content": "no call id"}])
+    assert "messages[0]" in str(malformed.value.param)
+    upstream.fail_next(503)
+    with pytest.raises(openai.APIStatusError) as failed:
+        await chat(client, sid, [{"role": "user", "content": "MARKER-lost"}])
+    assert failed.value.status_code == 502
+    assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
