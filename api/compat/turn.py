@@ -10,8 +10,8 @@ session is summarized (trigger `overflow_retry`) and the call retried once. A re
 session is identified for goes to the model as it came, and nothing is stored.
 
 The wires (`api.compat.chat_completions`, `api.compat.anthropic_messages`) only translate
-their shapes to chat messages and back; `api.responses` shares the model checks and the window
-(`check_model`, `model_window`).
+their shapes to chat messages and back; `api.compat.responses` shares the model checks, the
+window and the answer's room (`check_model`, `model_window`, `answer_room`).
 """
 
 from __future__ import annotations
@@ -107,11 +107,11 @@ def answer_room(settings: Settings, window: int, requested: int | None) -> int:
     return requested or min(settings.model_default_output_tokens, window // DEFAULT_OUTPUT_SHARE)
 
 
-def too_long() -> OpenAIError:
+def too_long(param: str = "messages") -> OpenAIError:
     return OpenAIError(
         400,
         "the conversation does not fit the model's context window, even summarized",
-        param="messages",
+        param=param,
         code="context_length_exceeded",
     )
 

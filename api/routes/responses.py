@@ -10,9 +10,9 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from api.auth import Tenant
+from api.compat.responses import Responder
 from api.deps import AppDatabase, AppSettings, AppSummarization, database_faults_as_503
 from api.openai_errors import openai_responses
-from api.responses import Responder
 from api.routes.checks import v1_router
 from api.schemas.responses import ResponseRequest
 

@@ -1,2 +1,2 @@
-"""Tests of the OpenAI-compatible API: `api/conversations.py`, `api/responses.py` and
+"""Tests of the OpenAI-compatible API: `api/conversations.py`, `api/compat/responses.py` and
 `api/items.py`."""

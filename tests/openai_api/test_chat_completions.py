@@ -211,7 +211,9 @@ async def test_tool_calls_and_results_round_trip(
     upstream.call_tool_next("get_weather", '{"city": "Paris"}')
     history: list[dict[str, Any]] = [{"role": "user", "content": "MARKER-weather in Paris?"}]
     asked = await chat(client, sid, history, tools=[WEATHER_TOOL])
-    call = asked.choices[0].message.tool_calls[0]  # type: ignore[index]
+    calls = asked.choices[0].message.tool_calls
+    assert calls is not None
+    call = calls[0]
     assert asked.choices[0].finish_reason == "tool_calls"
     history.append(asked.choices[0].message.model_dump())
     history.append({"role": "tool", "tool_call_id": call.id, "content": "MARKER-sunny 21C"})

@@ -21,6 +21,14 @@ from typing import Any
 
 from api import compact, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
+from api.compat.turn import (
+    OVERFLOW_HEADER,
+    REPLY_PRIMING_TOKENS,
+    answer_room,
+    check_model,
+    model_window,
+    too_long,
+)
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
 from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
@@ -33,15 +41,7 @@ from api.settings import Settings
 from api.store import NewMessage, session_for_history
 from api.summarization import Summarization
 from api.upstream import ContextTooLong, Upstream, UpstreamFailed, create_response, open_stream
-from summarizer.llm import model_context_window
 from summarizer.tokens import count_messages, count_text
-
-REPLY_PRIMING_TOKENS = 3
-"""Tokens a chat model adds to every prompt to prime its reply (as OpenAI counts them)."""
-
-DEFAULT_OUTPUT_SHARE = 4
-"""Without `max_output_tokens`, the answer's room is MODEL_DEFAULT_OUTPUT_TOKENS, but never
-more than a quarter of the window (a small model keeps room for its context)."""
 
 STORED_STATUSES = frozenset({"completed", "incomplete"})
 """Responses whose output is a turn of the conversation: finished, or cut at
@@ -52,9 +52,6 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
 
 ModelCall = Callable[[Upstream, Mapping[str, Any]], Awaitable[Any]]
 """`create_response` or `open_stream`: one call of the model, whole or streamed."""
-
-OVERFLOW_HEADER = "x-precis-overflow-retry"
-"""Answer header of a turn retried after an `overflow_retry` summary: the summary's id."""
 
 
 @dataclass
@@ -141,23 +138,7 @@ class Responder:
     # --- the steps ------------------------------------------------------------------------
 
     def _check_supported(self, request: ResponseRequest) -> None:
-        allowed = self.settings.responses_models()
-        if request.model == offline_model.OFFLINE_MODEL:
-            if self.settings.tenant_keys():
-                raise OpenAIError(
-                    400,
-                    f"model {request.model!r} is Precis's offline model, for development mode "
-                    "only (no API_KEYS configured): name a model of MODEL_ALLOWED",
-                    param="model",
-                    code="model_not_allowed",
-                )
-        elif "*" not in allowed and request.model not in allowed:
-            raise OpenAIError(
-                400,
-                f"model {request.model!r} is not allowed on this server (MODEL_ALLOWED)",
-                param="model",
-                code="model_not_allowed",
-            )
+        check_model(self.settings, request.model)
         conversation_id = request.conversation_id()
         if conversation_id is not None and not conversation_id.startswith(CONVERSATION_ID_PREFIX):
             raise OpenAIError(
@@ -197,10 +178,8 @@ class Responder:
         given = new_conversation_items(input_items)
         # the size and shape checks of a stored item, before anything is called or stored
         counted = await prepared(given, self.settings.max_message_bytes)
-        window = await self._window(request.model)
-        reserved = request.max_output_tokens or min(
-            self.settings.model_default_output_tokens, window // DEFAULT_OUTPUT_SHARE
-        )
+        window = await model_window(self.settings, request.model)
+        reserved = answer_room(self.settings, window, request.max_output_tokens)
         fixed = sum(message.token_count for message in counted) + REPLY_PRIMING_TOKENS
         if request.instructions:
             fixed += count_messages([{"role": "system", "content": request.instructions}])
@@ -216,20 +195,6 @@ class Responder:
                 code="context_length_exceeded",
             )
         return Turn(conversation_id, request, input_items, counted, budget)
-
-    async def _window(self, model: str) -> int:
-        window = self.settings.model_windows().get(model)
-        if window is None and model == offline_model.OFFLINE_MODEL:
-            window = offline_model.OFFLINE_WINDOW
-        window = window or await model_context_window(model)
-        if window is None:
-            raise OpenAIError(
-                400,
-                f"the context window of model {model!r} is unknown: set it in MODEL_CONTEXT_TOKENS",
-                param="model",
-                code="unknown_window",
-            )
-        return window
 
     async def _upstream_request(self, tenant: str, turn: Turn) -> dict[str, Any]:
         conversation_id = turn.conversation_id
@@ -272,7 +237,7 @@ class Responder:
         except ContextTooLong:
             summary = await self._summarize_for_overflow(tenant, turn)
             if summary is None:
-                raise _too_long() from None
+                raise too_long("input") from None
             turn.headers[OVERFLOW_HEADER] = str(summary)
         return await self._call(call, await self._upstream_request(tenant, turn), turn)
 
@@ -300,7 +265,7 @@ class Responder:
             if not retrying:
                 raise
             _count("model_failed", turn)
-            raise _too_long() from None
+            raise too_long("input") from None
         except UpstreamFailed as exc:
             _count("model_failed", turn)
             raise OpenAIError(exc.status, exc.message, param=exc.param, code=exc.code) from None
@@ -342,15 +307,6 @@ def _without_placeholders_answered_by(
 def _count(outcome: str, turn: Turn | None) -> None:
     retried = turn is not None and OVERFLOW_HEADER in turn.headers
     metrics.RESPONSES.labels(outcome, "yes" if retried else "no").inc()
-
-
-def _too_long() -> OpenAIError:
-    return OpenAIError(
-        400,
-        "the conversation does not fit the model's context window, even summarized",
-        param="input",
-        code="context_length_exceeded",
-    )
 
 
 async def _relayed(
