@@ -9,6 +9,26 @@ A Responses request is read as the chat messages its items project to (`api.item
 the reading Precis counts tokens by), its `instructions` as a leading system message and its
 `tools` as text: the window check and the answer modes see the same prompt either way.
 
+Anthropic's Messages API (`tests/support/fake_anthropic.py` reads and writes its shapes):
+
+- Base URL: `anthropic_base_url` (no `/v1`), as litellm's `api_base` for `anthropic/<anything>`
+  and the `anthropic` client's `base_url`: both post to `{base}/v1/messages`. Any path ending
+  in `/messages` is served, so `base_url` works too (`/v1/v1/messages`).
+- `POST /v1/messages`, whole or streamed (`message_start`, `ping`, each block's start, word
+  deltas and stop, `message_delta`, `message_stop`). The request is read as chat messages
+  (system blocks first, `tool_use` as `tool_calls`, `tool_result` as `tool` messages, images
+  as `image_url` parts; `thinking` and `cache_control` dropped), so every knob answers as on
+  the chat path and `tools` are not counted. An answer clipped at `max_tokens` stops with
+  `max_tokens`, `call_tool_next` answers a `tool_use` block (its arguments a JSON object).
+- Errors in Anthropic's body (`{"type": "error", "error": {"type", "message"}}`): 529
+  `overloaded_error`, 429 `rate_limit_error`, 500/503 `api_error`, ...; over the window a 400
+  `prompt is too long: N tokens > M maximum` (or `input length and max_tokens exceed context
+  limit: ...` when the prompt fits but not with `max_tokens` more): litellm maps both to
+  `ContextWindowExceededError`.
+- `POST /v1/messages/count_tokens` answers `{"input_tokens": N}` as the window check counts
+  them; it is logged but takes no fault. Call paths are `/messages` and
+  `/messages/count_tokens`; `Call.headers` holds every request's headers.
+
 Knobs (plain attributes or methods, safe to change while it runs; `reset()` restores all):
 
 - `context_window`: int or None. When `prompt tokens + max_tokens` exceed it, the server
@@ -77,10 +97,13 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from summarizer.echo import echo_tokens
 from summarizer.prompts import PREVIOUS_TAG, SUMMARY_TAG, TRANSCRIPT_TAG
 from summarizer.tokens import count_messages, count_text, encoding
+from tests.support import fake_anthropic
+from tests.support.fake_anthropic import COUNT_TOKENS_PATH, MESSAGES_PATH
 
 REPLY_PRIMING_TOKENS = 3
 """Tokens OpenAI adds to every prompt to prime the reply (`<|start|>assistant<|message|>`)."""
@@ -114,6 +137,8 @@ class Call:
     answer: str | None = None
     request: dict[str, Any] = field(default_factory=dict)
     path: str = "/chat/completions"
+    headers: dict[str, str] = field(default_factory=dict)
+    """The request's headers, names in lower case."""
 
 
 @dataclass
@@ -197,8 +222,14 @@ class FakeLLM:
 
     @property
     def base_url(self) -> str:
-        """The `api_base` to give litellm."""
+        """The `api_base` to give litellm for `openai/` models."""
         return f"http://{self.host}:{self._port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """The `api_base` for litellm's `anthropic/` models and the `base_url` for the
+        `anthropic` client: both add `/v1/messages` to it."""
+        return f"http://{self.host}:{self._port}"
 
     @staticmethod
     def closed_port_url() -> str:
@@ -370,35 +401,47 @@ class FakeLLM:
             self._state.calls.append(call)
 
     def handle(
-        self, body: dict[str, Any], path: str = "/chat/completions"
+        self,
+        body: dict[str, Any],
+        path: str = "/chat/completions",
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         """Answer one request: (status, JSON body, extra headers)."""
+        if path == COUNT_TOKENS_PATH:
+            messages = fake_anthropic.chat_messages(body)
+            tokens = _prompt_tokens(messages)
+            self._log(Call(messages, tokens, None, 200, None, body, path, dict(headers or {})))
+            return 200, {"input_tokens": tokens}, {}
         state = self._state
         with self._lock:
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:
-            return self._answer(state, body, path)
+            return self._answer(state, body, path, dict(headers or {}))
         finally:
             with self._lock:
                 state.in_flight -= 1
 
     def _answer(
-        self, state: _State, body: dict[str, Any], path: str
+        self, state: _State, body: dict[str, Any], path: str, headers: dict[str, str]
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         responses = path == RESPONSES_PATH
-        messages = _responses_prompt(body) if responses else list(body.get("messages") or [])
-        max_tokens = (
-            body.get("max_output_tokens")
-            if responses
-            else body.get("max_tokens") or body.get("max_completion_tokens")
-        )
-        prompt_tokens = count_messages(messages) + REPLY_PRIMING_TOKENS
+        anthropic = path == MESSAGES_PATH
+        if responses:
+            messages = _responses_prompt(body)
+            max_tokens = body.get("max_output_tokens")
+        elif anthropic:
+            messages = fake_anthropic.chat_messages(body)
+            max_tokens = body.get("max_tokens")
+        else:
+            messages = list(body.get("messages") or [])
+            max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        prompt_tokens = _prompt_tokens(messages)
         if responses and body.get("tools"):
             prompt_tokens += count_text(json.dumps(body["tools"]))
 
         def call(status: int, answer: str | None = None) -> Call:
-            return Call(messages, prompt_tokens, max_tokens, status, answer, body, path)
+            return Call(messages, prompt_tokens, max_tokens, status, answer, body, path, headers)
 
         fault = self._next_fault()
         if fault is not None and fault.delay:
@@ -407,31 +450,45 @@ class FakeLLM:
             time.sleep(state.latency_seconds)
         if fault is not None and fault.status is not None:
             self._log(call(fault.status))
-            headers = {}
+            extra = {}
             if fault.retry_after is not None:
-                headers["Retry-After"] = _seconds_header(fault.retry_after)
-            return fault.status, _error_body(fault.status, fault.message, fault.param), headers
+                extra["Retry-After"] = _seconds_header(fault.retry_after)
+            if anthropic:
+                return fault.status, fake_anthropic.error_body(fault.status, fault.message), extra
+            return fault.status, _error_body(fault.status, fault.message, fault.param), extra
         window = state.context_window
         requested = prompt_tokens + int(max_tokens or 0)
         if window is not None and requested > window:
             self._log(call(400))
-            error = _context_error(window, prompt_tokens, max_tokens, state.window_in_error)
-            return 400, error, {}
+            overflow = fake_anthropic.context_error if anthropic else _context_error
+            return 400, overflow(window, prompt_tokens, max_tokens, state.window_in_error), {}
         with self._lock:
             tool_call = state.tool_calls.popleft() if state.tool_calls else None
         if tool_call is not None:
             self._log(call(200, f"{tool_call[0]}({tool_call[1]})"))
             if responses:
                 return 200, _response(body, None, tool_call, prompt_tokens), {}
+            if anthropic:
+                output_tokens = count_text(tool_call[1])
+                reply = fake_anthropic.message(
+                    body, None, tool_call, prompt_tokens, output_tokens, "tool_use"
+                )
+                return 200, reply, {}
             return 200, _completion(body, None, prompt_tokens, tool_call), {}
-        answer = (
+        whole = (
             state.responder(messages) if state.responder else _ANSWERS[state.mode](self, messages)
         )
-        if max_tokens:
-            answer = _clip(answer, int(max_tokens))  # a real model never exceeds max_tokens
+        # a real model never exceeds max_tokens
+        answer = _clip(whole, int(max_tokens)) if max_tokens else whole
         self._log(call(200, answer))
         if responses:
             return 200, _response(body, answer, None, prompt_tokens), {}
+        if anthropic:
+            stop = "end_turn" if answer == whole else "max_tokens"
+            reply = fake_anthropic.message(
+                body, answer, None, prompt_tokens, count_text(answer), stop
+            )
+            return 200, reply, {}
         return 200, _completion(body, answer, prompt_tokens), {}
 
 
@@ -475,23 +532,32 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        path = next(
-            (p for p in (CHAT_PATH, RESPONSES_PATH) if self.path.rstrip("/").endswith(p)), None
-        )
+        route = urlsplit(self.path).path.rstrip("/")
+        paths = (CHAT_PATH, RESPONSES_PATH, MESSAGES_PATH, COUNT_TOKENS_PATH)
+        path = next((p for p in paths if route.endswith(p)), None)
         if path is None:
             self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError:
-            self._send(400, {"error": {"message": "bad JSON", "type": "invalid_request_error"}})
+            if path in (MESSAGES_PATH, COUNT_TOKENS_PATH):
+                self._send(400, fake_anthropic.error_body(400, "bad JSON"))
+            else:
+                self._send(400, {"error": {"message": "bad JSON", "type": "invalid_request_error"}})
             return
-        status, payload, headers = self.server.fake.handle(body, path)
-        if status == 200 and body.get("stream"):
-            events = _response_events(payload) if path == RESPONSES_PATH else _chat_chunks(payload)
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        status, payload, extra = self.server.fake.handle(body, path, headers)
+        if status == 200 and body.get("stream") and path != COUNT_TOKENS_PATH:
+            if path == RESPONSES_PATH:
+                events = _response_events(payload)
+            elif path == MESSAGES_PATH:
+                events = fake_anthropic.message_events(payload)
+            else:
+                events = _chat_chunks(payload)
             self._send_events(events)
         else:
-            self._send(status, payload, headers)
+            self._send(status, payload, extra)
 
     def _send_events(self, events: list[tuple[str | None, dict[str, Any] | str]]) -> None:
         """Server-sent events, one write each, as a streaming server sends them."""
@@ -676,6 +742,10 @@ def _completion(
 
 def _hex() -> str:
     return uuid.uuid4().hex
+
+
+def _prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    return count_messages(messages) + REPLY_PRIMING_TOKENS
 
 
 def _responses_prompt(body: dict[str, Any]) -> list[dict[str, Any]]:
