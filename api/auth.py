@@ -21,9 +21,13 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import Forbidden, PrecisError, Unauthorized
+from api.openai_errors import is_anthropic_path
 
 DEVELOPMENT_TENANT = "default"
 """The single tenant of development mode (no API_KEYS configured)."""
+
+API_KEY_HEADER = "x-api-key"
+"""Where Anthropic's clients send their key (accepted on the Messages API's routes)."""
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 """Probes answer anyone: orchestrators call them without credentials and they reveal no data."""
@@ -177,7 +181,7 @@ class KeyGate:
                 authenticate_operator(keys, operator_key, _one_authorization(headers))
                 tenant, scope[OPERATOR_SCOPE_KEY] = None, True
             else:
-                authorization = _one_authorization(headers)
+                authorization = _one_authorization(headers, path)
                 tenant = authenticate(keys, host, authorization, origin, host_header)
                 # development mode: the one loopback user is the operator too
                 scope[OPERATOR_SCOPE_KEY] = not keys
@@ -195,9 +199,13 @@ class KeyGate:
         await self.app(scope, receive, send)
 
 
-def _one_authorization(headers: Headers) -> str:
-    """The Authorization header; sent twice it is refused, not resolved by picking one."""
+def _one_authorization(headers: Headers, path: str = "") -> str:
+    """The Authorization header; sent twice it is refused, not resolved by picking one. On
+    the Messages API's routes, the key may come as `x-api-key` instead, as Anthropic's
+    clients send it."""
     values = headers.getlist("authorization")
+    if not values and is_anthropic_path(path):
+        values = [f"Bearer {key}" for key in headers.getlist(API_KEY_HEADER)]
     if len(values) > 1:
         raise Unauthorized("more than one Authorization header")
     return values[0] if values else ""

@@ -2,9 +2,9 @@
 
 Development mode only (no API_KEYS): `api.compat.turn.check_model` refuses it otherwise. It
 calls nothing (no network, no litellm) and answers the request it is given, the conversation's
-fitted context then the new input, deterministically: the last user input echoed, and what the offline
-summarizer (`summarizer/local`) keeps of everything before it, so a user sees what the
-conversation remembers. Its own earlier replies are left out of that memory (they only repeat
+fitted context then the new input, deterministically: the last user input echoed, and what
+the offline summarizer (`summarizer/local`) keeps of everything before it, so a user sees what
+the conversation remembers. Its own earlier replies are left out of that memory (they only repeat
 what it was told), known by the tag they begin with. It never calls a tool.
 
 `create_response` and `open_stream` take what `api.upstream`'s take and answer the same shapes:

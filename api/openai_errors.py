@@ -24,11 +24,21 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.compat import anthropic_shapes
 from api.validation_words import located_errors
 
-OPENAI_PATH_PREFIXES = ("/v1/conversations", "/v1/responses", "/v1/chat/completions")
-"""Routes that answer errors in OpenAI's shape: the Conversations, Responses and Chat
-Completions APIs."""
+ANTHROPIC_PATH_PREFIXES = ("/v1/messages",)
+"""Routes that answer errors in Anthropic's shape (`{"type": "error", "error": {"type",
+"message"}}`): the Messages API."""
+
+OPENAI_PATH_PREFIXES = (
+    "/v1/conversations",
+    "/v1/responses",
+    "/v1/chat/completions",
+    *ANTHROPIC_PATH_PREFIXES,
+)
+"""Routes that answer errors in OpenAI's shape (or Anthropic's, on `ANTHROPIC_PATH_PREFIXES`):
+the Conversations, Responses and Chat Completions APIs, and the Messages API."""
 
 INVALID_REQUEST = "invalid_request_error"
 """OpenAI's `type` of every 4xx answer but a rate limit."""
@@ -111,7 +121,16 @@ def error_type(status_code: int) -> str:
 
 def is_openai_path(path: str) -> bool:
     """Whether `path` (without the app's root path) is an OpenAI-compatible route."""
-    return any(path == prefix or path.startswith(prefix + "/") for prefix in OPENAI_PATH_PREFIXES)
+    return _under(path, OPENAI_PATH_PREFIXES)
+
+
+def is_anthropic_path(path: str) -> bool:
+    """Whether `path` (without the app's root path) is a route of Anthropic's Messages API."""
+    return _under(path, ANTHROPIC_PATH_PREFIXES)
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in prefixes)
 
 
 def _route_path(scope: Scope) -> str:
@@ -120,8 +139,12 @@ def _route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-def error_response(error: OpenAIError) -> JSONResponse:
-    """`error` as an answer in OpenAI's shape."""
+def error_response(error: OpenAIError, path: str = "") -> JSONResponse:
+    """`error` as an answer in OpenAI's shape (Anthropic's on its routes)."""
+    headers = error.headers or None
+    if is_anthropic_path(path):
+        body = anthropic_shapes.error_body(error.status_code, error.message)
+        return JSONResponse(body, status_code=error.status_code, headers=headers)
     body = {
         "error": {
             "message": error.message,
@@ -130,13 +153,13 @@ def error_response(error: OpenAIError) -> JSONResponse:
             "code": error.code,
         }
     }
-    return JSONResponse(body, status_code=error.status_code, headers=error.headers or None)
+    return JSONResponse(body, status_code=error.status_code, headers=headers)
 
 
-async def openai_error(_request: Request, exc: Exception) -> Response:
+async def openai_error(request: Request, exc: Exception) -> Response:
     """The handler of `OpenAIError`, on any route."""
     assert isinstance(exc, OpenAIError)
-    return error_response(exc)
+    return error_response(exc, _route_path(request.scope))
 
 
 Handler = Callable[[Request, Exception], Awaitable[Response]]
@@ -150,13 +173,18 @@ def openai_shaped(handler: Handler) -> Handler:
         answer = await handler(request, exc)
         if not is_openai_path(_route_path(request.scope)):
             return answer
-        return reshaped(answer.status_code, answer.body, answer.headers, _param_of(exc))
+        path = _route_path(request.scope)
+        return reshaped(answer.status_code, answer.body, answer.headers, _param_of(exc), path)
 
     return handle
 
 
 def reshaped(
-    status_code: int, body: bytes | memoryview, headers: Mapping[str, str], param: str | None
+    status_code: int,
+    body: bytes | memoryview,
+    headers: Mapping[str, str],
+    param: str | None,
+    path: str = "",
 ) -> Response:
     """A Precis error answer (`{"error": <name>, "detail": ...}`) in OpenAI's shape."""
     try:
@@ -180,7 +208,7 @@ def reshaped(
         code=INVALID_API_KEY if status == UNAUTHORIZED else snake_case(name),
         headers=kept,
     )
-    return error_response(error)
+    return error_response(error, path)
 
 
 def _param_of(exc: Exception) -> str | None:
@@ -235,7 +263,7 @@ class OpenAIGateErrors:
             if message.get("more_body", False):
                 return
             headers = {key.decode(): value.decode() for key, value in held["headers"]}
-            answer = reshaped(held["status"], b"".join(chunks), headers, None)
+            answer = reshaped(held["status"], b"".join(chunks), headers, None, _route_path(scope))
             await answer(scope, receive, send)
 
         await self.app(scope, receive, reshaping_send)
@@ -244,3 +272,30 @@ class OpenAIGateErrors:
 def openai_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` of an OpenAI-compatible route: each status answers `OpenAIErrorBody`."""
     return {status: {"model": OpenAIErrorBody} for status in statuses}
+
+
+class AnthropicErrorDetail(BaseModel):
+    """What went wrong, as Anthropic's API says it."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    type: str
+    """`invalid_request_error`, `authentication_error`, `rate_limit_error`, `api_error`, ..."""
+    message: str
+    """What is wrong, in words."""
+
+
+class AnthropicErrorBody(BaseModel):
+    """The body of every 4xx and 5xx answer of the Messages API's routes."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    type: str
+    """Always `error`."""
+    error: AnthropicErrorDetail
+    """The error."""
+
+
+def anthropic_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` of a Messages API route: each status answers `AnthropicErrorBody`."""
+    return {status: {"model": AnthropicErrorBody} for status in statuses}

@@ -13,11 +13,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api import offline_model
 from api.compat import identify
-from api.compat.turn import ChatTurn, ChatTurns, ModelCall
+from api.compat.turn import ChatTurn, ChatTurns, model_call
 from api.openai_errors import error_type
-from api.upstream import UpstreamFailed, create_completion, open_completion_stream
+from api.upstream import UpstreamFailed
 
 WIRE = "chat_completions"
 
@@ -83,7 +82,7 @@ async def prepare(
 
 async def complete(turns: ChatTurns, turn: ChatTurn) -> dict[str, Any]:
     """The `chat.completion` of a non-streamed request; the turn stored when it is one."""
-    completion: dict[str, Any] = await turns.call(turn, _model_call(turn, streamed=False))
+    completion: dict[str, Any] = await turns.call(turn, model_call(turn, streamed=False))
     choice = (completion.get("choices") or [{}])[0]
     if choice.get("finish_reason") in STORED_FINISH_REASONS:
         await turns.store(turn, choice.get("message") or {})
@@ -93,7 +92,7 @@ async def complete(turns: ChatTurns, turn: ChatTurn) -> dict[str, Any]:
 async def open_stream(turns: ChatTurns, turn: ChatTurn) -> AsyncIterator[dict[str, Any]]:
     """The chunks of a streamed request, opened (errors before the first chunk are raised
     here, so the client gets a plain error answer)."""
-    chunks = await turns.call(turn, _model_call(turn, streamed=True))
+    chunks = await turns.call(turn, model_call(turn, streamed=True))
     return _stored_when_done(turns, turn, chunks)
 
 
@@ -153,9 +152,3 @@ class AssembledAnswer:
                 for _, call in sorted(self.calls.items())
             ]
         return message
-
-
-def _model_call(turn: ChatTurn, streamed: bool) -> ModelCall:
-    if turn.upstream_request.get("model") == offline_model.OFFLINE_MODEL:
-        return offline_model.open_completion_stream if streamed else offline_model.create_completion
-    return open_completion_stream if streamed else create_completion

@@ -34,7 +34,13 @@ from api.schemas.messages import MessageIn
 from api.settings import Settings
 from api.store import NewMessage
 from api.summarization import Summarization
-from api.upstream import ContextTooLong, Upstream, UpstreamFailed
+from api.upstream import (
+    ContextTooLong,
+    Upstream,
+    UpstreamFailed,
+    create_completion,
+    open_completion_stream,
+)
 from summarizer.llm import model_context_window
 from summarizer.tokens import count_messages, count_text
 
@@ -329,6 +335,13 @@ class ChatTurns:
     def count(self, turn: ChatTurn, outcome: str) -> None:
         branched = "yes" if BRANCHED_HEADER in turn.headers else "no"
         metrics.WIRE_TURNS.labels(turn.wire, outcome, branched).inc()
+
+
+def model_call(turn: ChatTurn, streamed: bool) -> ModelCall:
+    """The model the turn names: Precis's own offline model, or one litellm reaches."""
+    if turn.upstream_request.get("model") == offline_model.OFFLINE_MODEL:
+        return offline_model.open_completion_stream if streamed else offline_model.create_completion
+    return open_completion_stream if streamed else create_completion
 
 
 def prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:

@@ -5,6 +5,7 @@ the errors the routes declare.
 """
 
 from api.routes import (
+    anthropic_messages,
     chat_completions,
     conversations,
     forks,
@@ -27,6 +28,7 @@ ROUTERS = (
     conversations.router,
     responses.router,
     chat_completions.router,
+    anthropic_messages.router,
     health.router,
 )
 """Every router of the app, in the order its routes are matched and documented."""

@@ -1,0 +1,139 @@
+"""`POST /v1/messages`: Anthropic's Messages wire, with Precis keeping the session.
+
+The request is translated to chat messages (`api.compat.anthropic_shapes`), names its
+session (`X-Precis-Session`, then `metadata.user_id`, then the prefix fingerprint when
+MEMORY_IDENTIFY=prefix), and runs the shared turn (`api.compat.turn`) against any model
+litellm reaches; the answer is translated back to a Message, or to Anthropic's stream events
+(`api.compat.anthropic_stream`). `count_tokens` counts the request as Precis counts tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.compat import anthropic_shapes, identify
+from api.compat.anthropic_stream import AnthropicStream
+from api.compat.turn import ChatTurn, ChatTurns, model_call, prompt_tokens
+from api.openai_errors import OpenAIError
+from api.upstream import UpstreamFailed
+from summarizer.tokens import count_text
+
+WIRE = "messages"
+
+STORED_STOP_REASONS = frozenset({"end_turn", "max_tokens", "tool_use", "stop_sequence"})
+"""Answers that are a turn of the session; a refusal, or a failed answer, stores nothing."""
+
+
+class MessagesRequest(BaseModel):
+    """A Messages API request, as far as Precis reads it; the rest is translated by
+    `anthropic_shapes` (unknown fields are kept, and not sent to the model)."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    """A litellm model string the server allows (MODEL_ALLOWED)."""
+    max_tokens: Annotated[int, Field(ge=1)]
+    """Longest answer; kept free of the window when the context is fitted."""
+    messages: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=100_000)]
+    """The turns: the whole history (resent) or only the new ones."""
+    system: str | list[dict[str, Any]] | None = None
+    """The system prompt: text, or text blocks."""
+    stream: bool = False
+    """Answer as server-sent events."""
+    metadata: dict[str, Any] | None = None
+    """`metadata.user_id` names the session (unless the header does)."""
+    tools: list[dict[str, Any]] | None = None
+    """Tool definitions (`name`, `description`, `input_schema`)."""
+
+
+class CountTokensRequest(BaseModel):
+    """`POST /v1/messages/count_tokens`: a Messages request without `max_tokens`."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    """The model the count is for."""
+    messages: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=100_000)]
+    """The turns."""
+    system: str | list[dict[str, Any]] | None = None
+    """The system prompt."""
+    tools: list[dict[str, Any]] | None = None
+    """Tool definitions."""
+
+
+def translated(body: BaseModel) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The request's chat messages and litellm parameters; a 400 naming what cannot be."""
+    given = body.model_dump(exclude_none=True)
+    try:
+        return anthropic_shapes.request_messages(given), anthropic_shapes.completion_params(given)
+    except ValueError as exc:
+        raise OpenAIError(400, str(exc), param="messages") from None
+
+
+async def prepare(
+    turns: ChatTurns, tenant: str, header: str | None, body: MessagesRequest
+) -> ChatTurn:
+    messages, params = translated(body)
+    params.pop("stream", None)
+    params.pop("stream_options", None)
+    session_id = identify.session_id(
+        tenant,
+        header,
+        [(body.metadata or {}).get("user_id")],
+        messages,
+        turns.settings.memory_identify == "prefix",
+    )
+    request = {"model": body.model, **params}
+    return await turns.prepare(WIRE, tenant, session_id, messages, request, body.max_tokens)
+
+
+async def complete(turns: ChatTurns, turn: ChatTurn, model: str) -> dict[str, Any]:
+    """The Message of a non-streamed request; the turn stored when it is one."""
+    completion = await turns.call(turn, model_call(turn, streamed=False))
+    message = anthropic_shapes.anthropic_message(completion, model)
+    if message["stop_reason"] in STORED_STOP_REASONS:
+        await turns.store(turn, anthropic_shapes.assistant_chat_message(message))
+    return message
+
+
+async def open_stream(
+    turns: ChatTurns, turn: ChatTurn, model: str
+) -> AsyncIterator[dict[str, Any]]:
+    """The events of a streamed request, opened (errors before the first event are raised
+    here, so the client gets a plain error answer)."""
+    chunks = await turns.call(turn, model_call(turn, streamed=True))
+    stream = AnthropicStream(model, prompt_tokens(turn.new_messages))
+    return _stored_when_done(turns, turn, stream, chunks)
+
+
+async def _stored_when_done(
+    turns: ChatTurns,
+    turn: ChatTurn,
+    stream: AnthropicStream,
+    chunks: AsyncIterator[dict[str, Any]],
+) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for event in stream.events(chunks):
+            if event.get("type") == "message_stop":
+                message = stream.message()
+                if message["stop_reason"] in STORED_STOP_REASONS:
+                    # stored before the client hears the message end
+                    await turns.store(turn, anthropic_shapes.assistant_chat_message(message))
+            yield event
+    except UpstreamFailed as exc:
+        turns.count(turn, "model_failed")
+        yield anthropic_shapes.error_body(exc.status, exc.message)
+
+
+def count_tokens(body: CountTokensRequest) -> dict[str, int]:
+    """`{"input_tokens": N}`: the request's messages, system prompt and tools as Precis counts
+    them (what the turn budgets with)."""
+    messages, params = translated(body)
+    tokens = prompt_tokens(messages)
+    if params.get("tools"):
+        tokens += count_text(json.dumps(params["tools"]))
+    return {"input_tokens": tokens}

@@ -1,0 +1,255 @@
+"""`POST /v1/messages` through the official `anthropic` package: the session named by
+`metadata.user_id` or the header, resent turns reconciled, tools, streams, `count_tokens`, the
+key as `x-api-key`, errors in Anthropic's shape; the upstream model reached through litellm's
+OpenAI path and its Anthropic path (docs/design.md, "Chat Completions and Anthropic
+Messages")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import httpx2
+import pytest
+from fastapi import FastAPI
+
+from tests.support.fake_llm import FakeLLM, running_fake_llm
+
+OPENAI_MODEL = "openai/fake"
+ANTHROPIC_MODEL = "anthropic/claude-sonnet-4-5"
+MODELS = (OPENAI_MODEL, ANTHROPIC_MODEL)
+WINDOW = 3_000
+OUTPUT_TOKENS = 200
+SESSION_HEADER = "X-Precis-Session"
+
+WEATHER_TOOL: Any = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeLLM]:
+    with running_fake_llm() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_upstream(upstream: FakeLLM) -> None:
+    upstream.reset()
+    upstream.mode = "marker_echo"
+
+
+@pytest.fixture(scope="module")
+def module_settings(upstream: FakeLLM) -> dict[str, Any]:
+    return {
+        "summary_workers": 0,
+        "model_allowed": ",".join(MODELS),
+        "model_api_base": upstream.base_url,
+        "model_api_key": "sk-upstream",
+        "model_context_tokens": ",".join(f"{model}={WINDOW}" for model in MODELS),
+        "summary_model": "openai/fake",
+        "summary_api_base": upstream.base_url,
+        "summary_api_key": "summarizer-key",
+        "summary_model_context_tokens": WINDOW,
+        "summary_keep_last_n": 2,
+        "summary_message_limit": 10_000,
+        "summary_max_context_tokens": 1_000_000,
+    }
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        yield anthropic.AsyncAnthropic(
+            base_url="http://localhost", api_key="dev", http_client=http, max_retries=0
+        )
+
+
+async def stored(api: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
+    answer = await api.get(f"/v1/sessions/{session}/messages", params={"limit": 1000})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["messages"]  # type: ignore[no-any-return]
+
+
+def text(message: anthropic.types.Message) -> str:
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_a_resending_client_is_remembered_once(
+    client: anthropic.AsyncAnthropic,
+    api: httpx.AsyncClient,
+    upstream: FakeLLM,
+    sid: str,
+    model: str,
+) -> None:
+    turns: list[Any] = [{"role": "user", "content": "MARKER-one hello"}]
+    first = await client.messages.create(
+        model=model,
+        max_tokens=OUTPUT_TOKENS,
+        system="MARKER-rules be brief",
+        messages=turns,
+        metadata={"user_id": sid},
+    )
+    assert first.stop_reason == "end_turn"
+    assert text(first) == "MARKER-rules\nMARKER-one"
+    turns.append({"role": "assistant", "content": first.content})
+    turns.append({"role": "user", "content": [{"type": "text", "text": "MARKER-two next"}]})
+    second = await client.messages.create(
+        model=model,
+        max_tokens=OUTPUT_TOKENS,
+        system="MARKER-rules be brief",
+        messages=turns,
+        metadata={"user_id": sid},
+    )
+    assert text(second) == "MARKER-rules\nMARKER-one\nMARKER-two"
+    kept = await stored(api, sid)
+    assert [message["role"] for message in kept] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    if model == ANTHROPIC_MODEL:
+        assert upstream.calls[-1].path.endswith("/messages")
+
+
+async def test_a_streamed_answer_is_stored_when_it_ends(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    async with client.messages.stream(
+        model=OPENAI_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=[{"role": "user", "content": "MARKER-streamed hi"}],
+        extra_headers={SESSION_HEADER: sid},
+    ) as stream:
+        final = await stream.get_final_message()
+    assert text(final) == "MARKER-streamed"
+    kept = await stored(api, sid)
+    assert [(m["role"], m["content"]) for m in kept] == [
+        ("user", "MARKER-streamed hi"),
+        ("assistant", "MARKER-streamed"),
+    ]
+
+
+async def test_tool_use_and_results_round_trip(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    upstream.call_tool_next("get_weather", '{"city": "Paris"}')
+    turns: list[Any] = [{"role": "user", "content": "MARKER-weather in Paris?"}]
+    asked = await client.messages.create(
+        model=OPENAI_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=turns,
+        tools=[WEATHER_TOOL],
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert asked.stop_reason == "tool_use"
+    [use] = [block for block in asked.content if block.type == "tool_use"]
+    assert use.name == "get_weather" and use.input == {"city": "Paris"}
+    turns.append({"role": "assistant", "content": asked.content})
+    turns.append(
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "MARKER-sunny"}],
+        }
+    )
+    answered = await client.messages.create(
+        model=OPENAI_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=turns,
+        tools=[WEATHER_TOOL],
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert "MARKER-sunny" in text(answered)
+    kept = await stored(api, sid)
+    assert [message["role"] for message in kept] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_count_tokens_counts_the_request(client: anthropic.AsyncAnthropic) -> None:
+    short = await client.messages.count_tokens(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    longer = await client.messages.count_tokens(
+        model=OPENAI_MODEL,
+        system="You are terse. " * 20,
+        messages=[{"role": "user", "content": "hi " * 100}],
+        tools=[WEATHER_TOOL],
+    )
+    assert 0 < short.input_tokens < longer.input_tokens
+
+
+async def test_errors_answer_in_anthropic_shape_and_store_nothing(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await client.messages.create(
+            model="openai/not-allowed",
+            max_tokens=OUTPUT_TOKENS,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={SESSION_HEADER: sid},
+        )
+    assert refused.value.body == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "model 'openai/not-allowed' is not allowed on this server (MODEL_ALLOWED)",
+        },
+    }
+    document: Any = {"role": "user", "content": [{"type": "document", "source": {}}]}
+    with pytest.raises(anthropic.BadRequestError) as unknown_block:
+        await client.messages.create(
+            model=OPENAI_MODEL,
+            max_tokens=OUTPUT_TOKENS,
+            messages=[document],
+            extra_headers={SESSION_HEADER: sid},
+        )
+    assert "document" in str(unknown_block.value)
+    upstream.fail_next(503)
+    with pytest.raises(anthropic.APIStatusError) as failed:
+        await client.messages.create(
+            model=OPENAI_MODEL,
+            max_tokens=OUTPUT_TOKENS,
+            messages=[{"role": "user", "content": "MARKER-lost"}],
+            extra_headers={SESSION_HEADER: sid},
+        )
+    assert failed.value.status_code == 502
+    assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+async def test_a_wrong_key_is_refused_in_anthropic_shape(app: FastAPI) -> None:
+    app.state.tenant_keys = {"right-key": "tenant-a"}
+    try:
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            wrong = anthropic.AsyncAnthropic(
+                base_url="http://localhost", api_key="wrong", http_client=http, max_retries=0
+            )
+            with pytest.raises(anthropic.AuthenticationError) as refused:
+                await wrong.messages.count_tokens(
+                    model=OPENAI_MODEL, messages=[{"role": "user", "content": "hi"}]
+                )
+            assert refused.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+            right = anthropic.AsyncAnthropic(
+                base_url="http://localhost", api_key="right-key", http_client=http, max_retries=0
+            )
+            counted = await right.messages.count_tokens(
+                model=OPENAI_MODEL, messages=[{"role": "user", "content": "hi"}]
+            )
+            assert counted.input_tokens > 0
+            # Anthropic's own header for the key, as other Anthropic clients send it
+            by_header = await http.post(
+                "/v1/messages/count_tokens",
+                headers={"x-api-key": "right-key"},
+                json={"model": OPENAI_MODEL, "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert by_header.status_code == 200, by_header.text
+            assert by_header.json()["input_tokens"] == counted.input_tokens
+    finally:
+        app.state.tenant_keys = {}
