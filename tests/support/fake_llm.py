@@ -55,6 +55,8 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
   the next streamed answer send that many events and then drop the connection.
 - `call_tool_next(name, arguments)`: the next successful answer is a call of that tool
   (`tool_calls` in chat, a `function_call` item in Responses) instead of text.
+- `token_ratio`: this model counts `token_ratio` times the prompt tokens cl100k counts (the
+  window check and the reported usage; default 1), as a model with another tokenizer does.
 - `window_in_error`: True (default) puts the window and the prompt size in the 400 message,
   as OpenAI does; False sends a bare message, as some providers do.
 - `latency_seconds`: sleep before every answer (the benchmark uses it).
@@ -86,6 +88,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import socket
 import threading
@@ -160,6 +163,7 @@ class _State:
     summary_words: int = SUMMARY_WORDS
     long_words: int = 400
     keep_probability: float = 1.0
+    token_ratio: float = 1.0
     lossy_calls: int = 0
     """Answers `lossy_echo` has given: the number of the next one."""
     persistent_status: int | None = None
@@ -290,6 +294,15 @@ class FakeLLM:
     @long_words.setter
     def long_words(self, words: int) -> None:
         self._state.long_words = words
+
+    @property
+    def token_ratio(self) -> float:
+        """How many tokens this model counts per token cl100k counts (default 1)."""
+        return self._state.token_ratio
+
+    @token_ratio.setter
+    def token_ratio(self, ratio: float) -> None:
+        self._state.token_ratio = ratio
 
     @property
     def keep_probability(self) -> float:
@@ -439,6 +452,7 @@ class FakeLLM:
         prompt_tokens = _prompt_tokens(messages)
         if responses and body.get("tools"):
             prompt_tokens += count_text(json.dumps(body["tools"]))
+        prompt_tokens = math.ceil(prompt_tokens * state.token_ratio)
 
         def call(status: int, answer: str | None = None) -> Call:
             return Call(messages, prompt_tokens, max_tokens, status, answer, body, path, headers)
