@@ -31,9 +31,11 @@ an agent session with tool-result clearing off and on), then `responses` rows
 `POST /v1/responses` at model windows of 4k and 16k (`--quick`: 4k), every fact checked in
 every request the model receives, then `depth` rows (`scripts/bench/fidelity_depth.py`: sessions
 of 600 and 3,000 messages under a lossy model, the facts kept by age quarter, the deepest
-summary and what removing an early message costs; `--quick`: 600 messages). Targets are printed
-beside the figures, with `MISSED` where one is missed; the exit status is 0 unless the run
-itself fails. The results are also written as JSON to `bench_fidelity.json` (or `--output`).
+summary and what removing an early message costs; `--quick`: 600 messages), each beside the
+same row measured in the same run on the roll-up chain's commit
+(`scripts/bench/depth_baseline.py`). Targets are printed beside the figures, with `MISSED` where
+one is missed; the exit status is 0 unless the run itself fails. The results are also written as
+JSON to `bench_fidelity.json` (or `--output`).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from typing import Any
 import httpx
 from alembic import command
 
-from scripts.bench import fidelity_depth, fidelity_responses, fidelity_tools
+from scripts.bench import depth_baseline, fidelity_depth, fidelity_responses, fidelity_tools
 from scripts.bench.lib import in_process_app
 from tests.support import scratch_db
 from tests.support.fake_llm import FakeLLM, running_fake_llm
@@ -502,6 +504,9 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
     depth_rows = await fidelity_depth.run(
         fidelity_depth.QUICK_ROWS if quick else fidelity_depth.ROWS
     )
+    baseline = await asyncio.to_thread(
+        depth_baseline.measure, depth_baseline.BASELINE_COMMIT, quick
+    )
     print()
     print(render(rows, hang_row))
     print()
@@ -509,7 +514,7 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
     print()
     print(fidelity_responses.render(responses_rows))
     print()
-    print(fidelity_depth.render(depth_rows))
+    print(depth_baseline.side_by_side(baseline, depth_rows))
     report: dict[str, Any] = {
         "targets": {
             "fact_share": TARGET_SHARE,
@@ -527,6 +532,7 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
     report["depth"] = {
         "targets": fidelity_depth.targets(),
         "rows": fidelity_depth.report(depth_rows),
+        "baseline": depth_baseline.baseline_report(baseline),
     }
     return report
 

@@ -2,6 +2,7 @@
 costs them under a lossy model, and what removing one early message costs.
 
     python -m scripts.bench.fidelity_depth [--quick] [--output bench_fidelity_depth.json]
+        [--baseline-commit SHA | --no-baseline]
 
 Part of `make bench-fidelity` (`scripts.bench.fidelity` runs it and prints its rows). The app
 runs in-process on a fresh, Alembic-migrated SQLite database, its summarizer pointed at the fake
@@ -39,6 +40,11 @@ messages, the oldest quarter keeps at least 45 %; in every row the deepest summa
 metadata's, else the passes) is at most ceil(log2(leaves)) + 2, and the removal takes at most
 ceil(log2(leaves)) + `summary_limit` + 1 calls reading at most 40 % of the raw tokens; at p 1
 every quarter keeps 100 %.
+
+The same rows are measured in the same run on the service at an earlier commit
+(`--baseline-commit`, by default the roll-up chain's; `scripts/bench/depth_baseline.py` runs that
+commit's own copy of this script) and printed beside today's, a `structure` column naming each
+(`--no-baseline`: today's rows only). The JSON holds them under `baseline`.
 """
 
 from __future__ import annotations
@@ -412,21 +418,24 @@ async def run(rows: tuple[tuple[int, float], ...]) -> list[DepthRow]:
 # report -------------------------------------------------------------------------------------
 
 
-def render(rows: list[DepthRow]) -> str:
+def render(rows: list[DepthRow], structures: list[str] | None = None) -> str:
+    """The rows as a Markdown table; with `structures` (one per row), a `structure` column."""
+    labels = structures or [""] * len(rows)
+    column, align = ("structure | ", "---|") if structures else ("", "")
     lines = [
-        "| depth: messages | p | oldest quarter | 2nd | 3rd | newest quarter "
+        f"| depth: messages | p | {column}oldest quarter | 2nd | 3rd | newest quarter "
         "| deepest live: level, depth, passes | leaves | llm calls (per leaf) "
         "| input tokens (per leaf) | removal: calls | removal: input tokens (% of raw) "
         "| after removal: facts kept | unsettled waits | s (removal) | missed |",
-        "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"|---:|---:|{align}---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for row in rows:
+    for label, row in zip(labels, rows, strict=True):
         leaves = max(row.leaves, 1)
         depth = "n/a" if row.deepest_depth is None else str(row.deepest_depth)
         missed = ", ".join(row.missed())
         failed = f", {row.failed_calls} failed" if row.failed_calls else ""
         lines.append(
-            f"| {row.messages:,} | {row.keep_probability:g} | "
+            f"| {row.messages:,} | {row.keep_probability:g} | {label + ' | ' if column else ''}"
             + " | ".join(f"{share:.1%}" for share in row.quarter_shares)
             + f" | {row.deepest_level}, {depth}, {row.deepest_passes} (<= {row.depth_bound}) "
             f"| {row.leaves} | {row.llm_calls:,} ({row.llm_calls / leaves:.2f}{failed}) "
@@ -438,9 +447,9 @@ def render(rows: list[DepthRow]) -> str:
             f"| {'MISSED: ' + missed if missed else ''} |"
         )
     lines.append(
-        f"| targets | | >= {TARGET_OLDEST_SHARE:.0%} at {TARGET_SHARE_AT[0]:,} messages, "
-        f"p {TARGET_SHARE_AT[1]:g}; 100% at p 1 | 100% at p 1 | 100% at p 1 | 100% at p 1 "
-        f"| depth <= ceil(log2(leaves)) + {DEPTH_SLACK} | | | "
+        f"| targets | | {'| ' if column else ''}>= {TARGET_OLDEST_SHARE:.0%} at "
+        f"{TARGET_SHARE_AT[0]:,} messages, p {TARGET_SHARE_AT[1]:g}; 100% at p 1 | 100% at p 1 "
+        f"| 100% at p 1 | 100% at p 1 | depth <= ceil(log2(leaves)) + {DEPTH_SLACK} | | | "
         f"| <= ceil(log2(leaves)) + {SUMMARY_LIMIT} + {REMOVAL_CALLS_SLACK} "
         f"| <= {TARGET_REMOVAL_SHARE:.0%} | | | | |"
     )
@@ -473,15 +482,30 @@ def report(rows: list[DepthRow]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    # imported here: depth_baseline builds on this module
+    from scripts.bench import depth_baseline
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="600 messages at p 0.9 and 1 only")
     parser.add_argument("--output", type=Path, default=Path("bench_fidelity_depth.json"))
+    parser.add_argument(
+        "--baseline-commit",
+        default=depth_baseline.BASELINE_COMMIT,
+        help="the commit whose rows are measured beside today's (default: the roll-up chain's)",
+    )
+    parser.add_argument("--no-baseline", action="store_true", help="today's rows only")
     args = parser.parse_args()
     rows = asyncio.run(run(QUICK_ROWS if args.quick else ROWS))
+    body: dict[str, Any] = {"targets": targets(), "rows": report(rows)}
     print()
-    print(render(rows))
+    if args.no_baseline:
+        print(render(rows))
+    else:
+        baseline = depth_baseline.measure(args.baseline_commit, args.quick)
+        print()
+        print(depth_baseline.side_by_side(baseline, rows))
+        body["baseline"] = depth_baseline.baseline_report(baseline)
     output: Path = args.output
-    body = {"targets": targets(), "rows": report(rows)}
     output.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     print(f"\nwrote {output}")
 
