@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import CommitConnectionLost, Database
 from api.errors import ServiceUnavailable
+from api.model_tokens import TokenRatios
 from api.settings import Settings
 from api.summarization import Summarization
 from api.worker import Worker
@@ -96,6 +97,11 @@ async def worker_of(request: Request) -> Worker:
     return worker
 
 
+async def token_ratios_of(request: Request) -> TokenRatios:
+    ratios: TokenRatios = request.app.state.token_ratios
+    return ratios
+
+
 async def settings_of(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
@@ -106,3 +112,4 @@ AppDatabase = Annotated[Database, Depends(app_database)]
 AppSettings = Annotated[Settings, Depends(settings_of)]
 AppSummarization = Annotated[Summarization, Depends(summarization_of)]
 AppWorker = Annotated[Worker, Depends(worker_of)]
+AppTokenRatios = Annotated[TokenRatios, Depends(token_ratios_of)]

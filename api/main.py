@@ -23,6 +23,7 @@ from api.db.transactions import RetryPolicy, retry_budget
 from api.errors import PrecisError, ValidationFailed
 from api.limits import BodySizeLimit
 from api.locks import SessionLocks
+from api.model_tokens import TokenRatios
 from api.openai_errors import OpenAIError, OpenAIGateErrors, openai_error, openai_shaped
 from api.openapi import document_with_server_rules
 from api.retention import Sweeper
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.sessionmaker = database.sessionmaker
         app.state.database = database
+        app.state.token_ratios = TokenRatios(database)
         app.state.summarization = summarization
         app.state.worker = worker
         app.state.sweeper = sweeper

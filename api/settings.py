@@ -178,6 +178,9 @@ class Settings(BaseSettings):
     quarter of the model's window)."""
     model_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
     """Timeout of one call to the model (a long answer streams for minutes)."""
+    model_token_margin: Annotated[float, Field(ge=0, le=1)] = 0.05
+    """Safety margin on a model's learned token ratio (`api.model_tokens`): a context is fitted
+    into the window divided by ratio times (1 + this)."""
     memory_identify: Literal["named", "prefix"] = "named"
     """How `/v1/chat/completions` and `/v1/messages` find a request's session: `named`, by the
     X-Precis-Session header or the wire's own field only; `prefix`, else by a fingerprint of

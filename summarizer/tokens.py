@@ -56,6 +56,20 @@ _CL100K_PATTERN = (
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
 
+_O200K_FILE = "fb374d419588a4632f3f557e76b4b70aebbca790"
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)  # fmt: skip
+"""o200k's split pattern, as tiktoken defines it (the GPT-4o and later models' encoding)."""
+
 
 def _bundled_tokenizer_dir() -> Path:
     spec = importlib.util.find_spec("litellm")
@@ -80,6 +94,17 @@ def encoding() -> tiktoken.Encoding:
             "<|fim_suffix|>": 100260,
             "<|endofprompt|>": 100276,
         },
+    )
+
+
+@cache
+def o200k_encoding() -> tiktoken.Encoding:
+    """The o200k encoding (GPT-4o and later), read from the file litellm ships."""
+    return tiktoken.Encoding(
+        name="o200k_base",
+        pat_str=_O200K_PATTERN,
+        mergeable_ranks=_read_ranks(_bundled_tokenizer_dir() / _O200K_FILE),
+        special_tokens={"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
     )
 
 

@@ -4,7 +4,8 @@ The request is translated to chat messages (`api.compat.anthropic_shapes`), name
 session (`X-Precis-Session`, then `metadata.user_id`, then the prefix fingerprint when
 MEMORY_IDENTIFY=prefix), and runs the shared turn (`api.compat.turn`) against any model
 litellm reaches; the answer is translated back to a Message, or to Anthropic's stream events
-(`api.compat.anthropic_stream`). `count_tokens` counts the request as Precis counts tokens.
+(`api.compat.anthropic_stream`). `count_tokens` counts the request as the model counts it
+(`api.model_tokens`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.compat import anthropic_shapes, identify
 from api.compat.anthropic_stream import AnthropicStream
 from api.compat.turn import ChatTurn, ChatTurns, model_call, prompt_tokens
+from api.model_tokens import TokenRatios, count_for_model, model_encoding
 from api.openai_errors import OpenAIError
 from api.upstream import UpstreamFailed
 from summarizer.tokens import count_text
+from summarizer.transcript import content_text
 
 WIRE = "messages"
 
@@ -94,6 +97,7 @@ async def prepare(
 async def complete(turns: ChatTurns, turn: ChatTurn, model: str) -> dict[str, Any]:
     """The Message of a non-streamed request; the turn stored when it is one."""
     completion = await turns.call(turn, model_call(turn, streamed=False))
+    await turns.learn(turn, completion.get("usage"))
     message = anthropic_shapes.anthropic_message(completion, model)
     if message["stop_reason"] in STORED_STOP_REASONS:
         await turns.store(turn, anthropic_shapes.assistant_chat_message(message))
@@ -119,6 +123,7 @@ async def _stored_when_done(
     try:
         async for event in stream.events(chunks):
             if event.get("type") == "message_stop":
+                await turns.learn(turn, stream.completion().get("usage"))
                 message = stream.message()
                 if message["stop_reason"] in STORED_STOP_REASONS:
                     # stored before the client hears the message end
@@ -129,11 +134,15 @@ async def _stored_when_done(
         yield anthropic_shapes.error_body(exc.status, exc.message)
 
 
-def count_tokens(body: CountTokensRequest) -> dict[str, int]:
-    """`{"input_tokens": N}`: the request's messages, system prompt and tools as Precis counts
-    them (what the turn budgets with)."""
+async def count_tokens(body: CountTokensRequest, ratios: TokenRatios) -> dict[str, int]:
+    """`{"input_tokens": N}`: the request's messages, system prompt and tools as the model
+    counts them (`api.model_tokens.count_for_model`)."""
     messages, params = translated(body)
     tokens = prompt_tokens(messages)
+    texts = [content_text(message.get("content")) for message in messages]
     if params.get("tools"):
-        tokens += count_text(json.dumps(params["tools"]))
-    return {"input_tokens": tokens}
+        tools = json.dumps(params["tools"])
+        tokens += count_text(tools)
+        texts.append(tools)
+    ratio = 1.0 if model_encoding(body.model) else await ratios.ratio(body.model)
+    return {"input_tokens": count_for_model(body.model, tokens, texts, ratio)}

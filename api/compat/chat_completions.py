@@ -84,6 +84,7 @@ async def complete(turns: ChatTurns, turn: ChatTurn) -> dict[str, Any]:
     """The `chat.completion` of a non-streamed request; the turn stored when it is one."""
     completion: dict[str, Any] = await turns.call(turn, model_call(turn, streamed=False))
     choice = (completion.get("choices") or [{}])[0]
+    await turns.learn(turn, completion.get("usage"))
     if choice.get("finish_reason") in STORED_FINISH_REASONS:
         await turns.store(turn, choice.get("message") or {})
     return completion
@@ -108,6 +109,7 @@ async def _stored_when_done(
         turns.count(turn, "model_failed")
         yield {"error": {"message": exc.message, "type": error_type(exc.status), "code": exc.code}}
         return
+    await turns.learn(turn, answer.usage)
     if answer.finish_reason in STORED_FINISH_REASONS:
         # stored before the client hears the stream end: a client that reads the session next
         # sees the turn
@@ -121,8 +123,11 @@ class AssembledAnswer:
         self.content: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
+        self.usage: Mapping[str, Any] | None = None
 
     def add(self, chunk: Mapping[str, Any]) -> None:
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue

@@ -28,6 +28,7 @@ from api.append.use_case import new_message, store_batch
 from api.compat.reconcile import Reconciled, links, reconcile
 from api.db.transactions import Database
 from api.errors import SessionNotFound
+from api.model_tokens import TokenRatios, fitted_window
 from api.openai_errors import OpenAIError
 from api.schemas import CompactRequest, SummaryOut
 from api.schemas.messages import MessageIn
@@ -180,6 +181,8 @@ class ChatTurn:
     """The new messages, checked, counted and given their links: stored with the answer."""
     reconciled: Reconciled | None = None
     budget: int = 0
+    sent_tokens: int = 0
+    """The request's tokens as Precis counted them (the context and the new messages)."""
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -190,6 +193,7 @@ class ChatTurns:
     database: Database
     summarization: Summarization
     settings: Settings
+    ratios: TokenRatios
 
     @property
     def upstream(self) -> Upstream:
@@ -242,10 +246,10 @@ class ChatTurns:
         turn.headers[SESSION_HEADER_OUT] = session_id
         window = await model_window(self.settings, model)
         reserved = answer_room(self.settings, window, answer_tokens)
-        fixed = sum(message.token_count for message in turn.stored_new) + REPLY_PRIMING_TOKENS
-        if upstream_request.get("tools"):
-            fixed += count_text(json.dumps(upstream_request["tools"]))
-        turn.budget = window - reserved - fixed
+        ratio = await self._ratio(model)
+        room = fitted_window(window - reserved, ratio, self.settings.model_token_margin)
+        fixed = _fixed_tokens(turn.stored_new, upstream_request)
+        turn.budget = room - fixed
         if turn.budget < 1:
             raise OpenAIError(
                 400,
@@ -256,11 +260,22 @@ class ChatTurns:
             )
         return turn
 
+    async def _ratio(self, model: str) -> float:
+        return 1.0 if model == offline_model.OFFLINE_MODEL else await self.ratios.ratio(model)
+
+    async def learn(self, turn: ChatTurn, usage: Mapping[str, Any] | None) -> None:
+        """Learn the model's token ratio from the usage its answer reports."""
+        model = str(turn.upstream_request["model"])
+        reported = (usage or {}).get("prompt_tokens")
+        if isinstance(reported, int) and model != offline_model.OFFLINE_MODEL:
+            await self.ratios.learn(model, turn.sent_tokens, reported)
+
     async def call(self, turn: ChatTurn, call: ModelCall) -> Any:
         """Call the model with the turn's context; once more after summarizing, when the
         model answers that the context is too long."""
         if turn.session_id is None:
             request = turn.upstream_request | {"messages": turn.new_messages}
+            turn.sent_tokens = _fixed_tokens(turn.stored_new, request)
             return await self._call(turn, call, request, retrying=True)
         try:
             return await self._call(turn, call, await self._request(turn), retrying=False)
@@ -286,8 +301,10 @@ class ChatTurns:
                     "openai",
                 )
                 context = list(history.context)
+                context_tokens = history.token_estimate
             except SessionNotFound:
-                pass  # the turn's answer creates the session
+                context_tokens = 0  # the turn's answer creates the session
+        turn.sent_tokens = context_tokens + _fixed_tokens(turn.stored_new, turn.upstream_request)
         return turn.upstream_request | {"messages": [*context, *turn.new_messages]}
 
     async def _summarize_for_overflow(self, turn: ChatTurn) -> int | None:
@@ -335,6 +352,15 @@ class ChatTurns:
     def count(self, turn: ChatTurn, outcome: str) -> None:
         branched = "yes" if BRANCHED_HEADER in turn.headers else "no"
         metrics.WIRE_TURNS.labels(turn.wire, outcome, branched).inc()
+
+
+def _fixed_tokens(new: Sequence[NewMessage], request: Mapping[str, Any]) -> int:
+    """Tokens of a request besides the stored context: the new messages, the reply's priming
+    and the tools."""
+    tokens = sum(message.token_count for message in new) + REPLY_PRIMING_TOKENS
+    if request.get("tools"):
+        tokens += count_text(json.dumps(request["tools"]))
+    return tokens
 
 
 def model_call(turn: ChatTurn, streamed: bool) -> ModelCall:

@@ -33,7 +33,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -293,6 +293,19 @@ class ConsoleLogin(Base):
     expires_at: Mapped[datetime]
 
 
+class ModelTokenRatio(Base):
+    """How many tokens a model counts per token Precis counts (cl100k), learned from the usage
+    its answers report (`api.model_tokens`): a row, so every replica and restart shares it."""
+
+    __tablename__ = "model_token_ratios"
+
+    model: Mapped[str] = mapped_column(String(256), primary_key=True)
+    ratio: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    """Answers the ratio was learned from (counted up to a bound)."""
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 # The tables as SQLAlchemy Core sees them, for the statements built on columns (`.c`).
 SESSIONS = cast(Table, Session.__table__)
 MESSAGES = cast(Table, Message.__table__)
@@ -300,3 +313,4 @@ SUMMARIES = cast(Table, Summary.__table__)
 SUMMARY_LINKS = cast(Table, SummaryMessage.__table__)
 SUMMARY_JOBS = cast(Table, SummaryJob.__table__)
 CONSOLE_LOGINS = cast(Table, ConsoleLogin.__table__)
+MODEL_TOKEN_RATIOS = cast(Table, ModelTokenRatio.__table__)

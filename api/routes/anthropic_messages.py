@@ -14,7 +14,13 @@ from api.auth import Tenant
 from api.compat import anthropic_messages
 from api.compat.anthropic_messages import CountTokensRequest, MessagesRequest
 from api.compat.turn import ChatTurns
-from api.deps import AppDatabase, AppSettings, AppSummarization, database_faults_as_503
+from api.deps import (
+    AppDatabase,
+    AppSettings,
+    AppSummarization,
+    AppTokenRatios,
+    database_faults_as_503,
+)
 from api.openai_errors import anthropic_responses
 from api.routes.chat_completions import SessionHeader
 from api.routes.checks import v1_router
@@ -32,6 +38,7 @@ async def create_message(
     summarization: AppSummarization,
     settings: AppSettings,
     tenant: Tenant,
+    ratios: AppTokenRatios,
     session: SessionHeader = None,
 ) -> Response:
     """Call the model. When the request names a session (`X-Precis-Session`,
@@ -39,7 +46,7 @@ async def create_message(
     turns are reconciled with the stored session, its context is fitted to the model's window
     before the new turns, and the turn is stored once the answer completes; otherwise the
     request is passed through. The key may come as `x-api-key`, as Anthropic's clients send it."""
-    turns = ChatTurns(database, summarization, settings)
+    turns = ChatTurns(database, summarization, settings, ratios)
     with database_faults_as_503():
         turn = await anthropic_messages.prepare(turns, tenant, session, body)
         if not body.stream:
@@ -51,9 +58,12 @@ async def create_message(
 
 
 @router.post("/messages/count_tokens", responses=anthropic_responses(400, 401, 403, 413))
-async def count_message_tokens(body: CountTokensRequest, tenant: Tenant) -> dict[str, int]:
-    """The request's input tokens as Precis counts them (what a turn budgets with)."""
-    return anthropic_messages.count_tokens(body)
+async def count_message_tokens(
+    body: CountTokensRequest, tenant: Tenant, ratios: AppTokenRatios
+) -> dict[str, int]:
+    """The request's input tokens as the model counts them: its own encoding where one ships
+    offline, else Precis's count times the ratio learned from the model's answers."""
+    return await anthropic_messages.count_tokens(body, ratios)
 
 
 async def _server_sent(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

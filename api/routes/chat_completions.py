@@ -13,7 +13,13 @@ from api.auth import Tenant
 from api.compat import chat_completions
 from api.compat.chat_completions import ChatCompletionRequest
 from api.compat.turn import ChatTurns
-from api.deps import AppDatabase, AppSettings, AppSummarization, database_faults_as_503
+from api.deps import (
+    AppDatabase,
+    AppSettings,
+    AppSummarization,
+    AppTokenRatios,
+    database_faults_as_503,
+)
 from api.openai_errors import openai_responses
 from api.routes.checks import v1_router
 from api.schemas.common import SESSION_ID_PATTERN
@@ -41,6 +47,7 @@ async def create_chat_completion(
     summarization: AppSummarization,
     settings: AppSettings,
     tenant: Tenant,
+    ratios: AppTokenRatios,
     session: SessionHeader = None,
 ) -> Response:
     """Call the model. When the request names a session (`X-Precis-Session`,
@@ -48,7 +55,7 @@ async def create_chat_completion(
     MEMORY_IDENTIFY=prefix), the resent messages are reconciled with the stored session, the
     session's context is fitted to the model's window before the new messages, and the turn is
     stored once the answer completes; otherwise the request is passed through."""
-    turns = ChatTurns(database, summarization, settings)
+    turns = ChatTurns(database, summarization, settings, ratios)
     with database_faults_as_503():
         turn = await chat_completions.prepare(turns, tenant, session, body)
         if not body.stream:

@@ -27,8 +27,8 @@ from summarizer.transcript import TranscriptEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 
-NOT_PYTHON_RE = {"summarizer.tokens._CL100K_PATTERN"}
-"""Patterns another engine runs: cl100k's split pattern is tiktoken's (Rust, linear)."""
+NOT_PYTHON_RE = {"summarizer.tokens._CL100K_PATTERN", "summarizer.tokens._O200K_PATTERN"}
+"""Patterns another engine runs: the cl100k and o200k split patterns are tiktoken's (Rust)."""
 
 UNITS = (
     "a", "A", "1", " ", "-", "_", ".", "/", "`", ":", "\\", "×", ",", "(", ")", "#", "\n",

@@ -288,3 +288,28 @@ async def test_errors_answer_in_openai_shape_and_store_nothing(
         await chat(client, sid, [{"role": "user", "content": "MARKER-lost"}])
     assert failed.value.status_code == 502
     assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+async def test_a_model_counting_more_tokens_is_learned_and_never_refuses_again(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str, app: FastAPI
+) -> None:
+    upstream.token_ratio = 1.5
+    upstream.context_window = WINDOW
+    filler = " ".join(["words of a long conversation"] * 30)
+    history: list[dict[str, Any]] = []
+    refused_at: list[int] = []
+    for number in range(24):
+        history.append({"role": "user", "content": f"MARKER-turn{number} {filler}"})
+        try:
+            answer = await chat(client, sid, history)
+        except openai.BadRequestError:
+            refused_at.append(number)
+            history.pop()
+            continue
+        history.append({"role": "assistant", "content": answer.choices[0].message.content})
+    assert not [number for number in refused_at if number >= 3], refused_at
+    turns = model_calls(upstream)
+    over = [call.prompt_tokens + (call.max_tokens or 0) for call in turns[3:]]
+    assert max(over) <= WINDOW
+    ratio = await app.state.token_ratios.ratio(MODEL)
+    assert 1.45 < ratio < 1.6

@@ -1,0 +1,133 @@
+"""Tokens as the model at hand counts them.
+
+Precis counts every stored message once, with cl100k (`summarizer.tokens`), and fits contexts
+by those counts. A model with another tokenizer counts the same text differently, so a context
+fitted by cl100k may not fit its window. Each model's ratio (its tokens per cl100k token) is
+learned from the usage its answers report (`TokenRatios.learn`), kept in the database so every
+replica and restart shares it, and a turn fits the context into `window / (ratio * (1 +
+MODEL_TOKEN_MARGIN))`. A ratio only rises at once; it falls slowly (`FALL_WEIGHT`), so one
+short answer's usage does not undo what a long one taught. Counting for a client
+(`count_for_model`) uses the model's own encoding where one ships offline (o200k for the
+GPT-4o and later families, cl100k for older OpenAI models), else cl100k times the ratio.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import tiktoken
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import MODEL_TOKEN_RATIOS, utcnow
+from api.db.transactions import Database
+from summarizer.tokens import encoding, o200k_encoding
+
+_O200K_MODELS = re.compile(r"(?:^|/)(?:gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|o1|o3|o4|chatgpt-4o|gpt-oss)")
+"""Model names (a provider prefix allowed) whose encoding is o200k."""
+
+_CL100K_MODELS = re.compile(r"(?:^|/)(?:gpt-4|gpt-3\.5|text-embedding-3)")
+"""Older OpenAI models: cl100k, what Precis counts with."""
+
+FALL_WEIGHT = 0.1
+"""How far one lower sample pulls the ratio down (a higher one sets it)."""
+
+SAMPLES_KEPT = 1_000
+"""Samples counted at most (the count says how settled the ratio is)."""
+
+WRITE_CHANGE = 0.01
+"""A learned ratio is written back when it moved by more than this share (or is new)."""
+
+CACHE_SECONDS = 30.0
+"""How long a replica trusts the ratio it read: another replica's learning reaches it then."""
+
+MIN_SAMPLE_TOKENS = 50
+"""Requests smaller than this teach nothing (framing dominates their count)."""
+
+
+def model_encoding(model: str) -> tiktoken.Encoding | None:
+    """The model's own encoding when one ships offline, else None."""
+    if _O200K_MODELS.search(model):
+        return o200k_encoding()
+    if _CL100K_MODELS.search(model):
+        return encoding()
+    return None
+
+
+@dataclass
+class TokenRatios:
+    """The learned ratios, read through a per-replica cache."""
+
+    database: Database
+    clock: Callable[[], float] = time.monotonic
+    _cached: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    async def ratio(self, model: str) -> float:
+        """The model's tokens per cl100k token (1 until learned)."""
+        cached = self._cached.get(model)
+        if cached is not None and self.clock() - cached[1] < CACHE_SECONDS:
+            return cached[0]
+        async with self.database.reading() as db:
+            stored = await _stored_ratio(db, model)
+        ratio = stored[0] if stored else 1.0
+        self._cached[model] = (ratio, self.clock())
+        return ratio
+
+    async def learn(self, model: str, counted: int, reported: int) -> None:
+        """Learn from one answer: Precis counted `counted` tokens in the request, the model
+        reported `reported`."""
+        if counted < MIN_SAMPLE_TOKENS or reported <= 0:
+            return
+        sample = reported / counted
+
+        async def update(db: AsyncSession) -> float:
+            stored = await _stored_ratio(db, model, for_update=True)
+            old, samples = stored if stored else (None, 0)
+            new = sample if old is None or sample > old else old + FALL_WEIGHT * (sample - old)
+            if old is None or abs(new - old) > WRITE_CHANGE * old:
+                await _upsert(db, model, new, min(samples + 1, SAMPLES_KEPT))
+            return new
+
+        self._cached[model] = (await self.database.write(update), self.clock())
+
+
+def fitted_window(window: int, ratio: float, margin: float) -> int:
+    """The window in cl100k tokens: what fits the model's `window` by its own count."""
+    return math.floor(window / (max(ratio, 0.0) * (1 + margin) or 1))
+
+
+def count_for_model(model: str, text_tokens: int, texts: list[str], ratio: float) -> int:
+    """Tokens of `texts` (whose cl100k count, framing included, is `text_tokens`) as the
+    model counts them: its own encoding when it ships, else the cl100k count times the ratio."""
+    own = model_encoding(model)
+    if own is None:
+        return math.ceil(text_tokens * ratio)
+    cl100k = sum(len(encoding().encode_ordinary(text)) for text in texts)
+    mine = sum(len(own.encode_ordinary(text)) for text in texts)
+    return text_tokens - cl100k + mine
+
+
+async def _stored_ratio(
+    db: AsyncSession, model: str, for_update: bool = False
+) -> tuple[float, int] | None:
+    columns = MODEL_TOKEN_RATIOS.c
+    query = select(columns.ratio, columns.samples).where(columns.model == model)
+    row = (await db.execute(query.with_for_update() if for_update else query)).first()
+    return None if row is None else (float(row.ratio), int(row.samples))
+
+
+async def _upsert(db: AsyncSession, model: str, ratio: float, samples: int) -> None:
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    values = {"model": model, "ratio": ratio, "samples": samples, "updated_at": utcnow()}
+    insert = dialect.insert(MODEL_TOKEN_RATIOS).values(**values)
+    await db.execute(
+        insert.on_conflict_do_update(
+            index_elements=["model"],
+            set_={"ratio": ratio, "samples": samples, "updated_at": values["updated_at"]},
+        )
+    )
