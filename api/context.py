@@ -97,12 +97,16 @@ history load sends it again, so counting it each time was a quarter of a load's 
 them (a few MB of text) cover the sessions in active use."""
 
 
+SUMMARY_HEADING = "Summary of earlier conversation"
+"""How a summary's message in a context begins."""
+
+
 def summary_message(
     first_seq: int, last_seq: int, text: str, responses: bool = False, source_id: int | None = None
 ) -> Entry:
     """A summary as the system message heading the context (a `developer` item in the
     `responses` format)."""
-    content = f"Summary of earlier conversation (messages {first_seq}-{last_seq}):\n{text}"
+    content = f"{SUMMARY_HEADING} (messages {first_seq}-{last_seq}):\n{text}"
     shown = [developer_item(content)] if responses else None
     message = {"role": "system", "content": content}
     return Entry(message, _system_message_tokens(content), shown, source_id)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.compat import anthropic_shapes, identify
 from api.compat.anthropic_stream import AnthropicStream
 from api.compat.turn import ChatTurn, ChatTurns, model_call, prompt_tokens
+from api.context_edits import EditOverrides
 from api.model_tokens import TokenRatios, count_for_model, model_encoding
 from api.openai_errors import OpenAIError
 from api.upstream import UpstreamFailed
@@ -26,6 +27,16 @@ from summarizer.tokens import count_text
 from summarizer.transcript import content_text
 
 WIRE = "messages"
+
+CLEAR_TOOL_USES = "clear_tool_uses_"
+"""The prefix of the `context_management` edit Precis applies (its version follows)."""
+
+CLEAR_TOOL_USES_VERSION = "20250919"
+"""The version an answer reports its applied edits under."""
+
+DEFAULT_CLEAR_TRIGGER = 100_000
+DEFAULT_CLEAR_KEEP = 3
+"""Anthropic's defaults: clear past 100,000 input tokens, keeping the newest 3 tool uses."""
 
 STORED_STOP_REASONS = frozenset({"end_turn", "max_tokens", "tool_use", "stop_sequence"})
 """Answers that are a turn of the session; a refusal, or a failed answer, stores nothing."""
@@ -91,7 +102,63 @@ async def prepare(
         turns.settings.memory_identify == "prefix",
     )
     request = {"model": body.model, **params}
-    return await turns.prepare(WIRE, tenant, session_id, messages, request, body.max_tokens)
+    edits = context_edits((body.model_extra or {}).get("context_management"))
+    turn = await turns.prepare(WIRE, tenant, session_id, messages, request, body.max_tokens)
+    turn.edits = edits
+    return turn
+
+
+def context_edits(management: object) -> EditOverrides | None:
+    """Anthropic's `context_management.edits` as Precis's context editing: a
+    `clear_tool_uses_*` edit sets the tool-result clearing of this request (Anthropic's
+    defaults where a field is absent); any other edit is a 400."""
+    if management is None:
+        return None
+    edits = management.get("edits") if isinstance(management, dict) else None
+    if not isinstance(edits, list):
+        raise OpenAIError(
+            400, "context_management.edits must be a list", param="context_management"
+        )
+    overrides = None
+    for index, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if not (isinstance(kind, str) and kind.startswith(CLEAR_TOOL_USES)):
+            raise OpenAIError(
+                400,
+                f"context_management.edits[{index}]: only `{CLEAR_TOOL_USES}*` edits are applied",
+                param="context_management",
+            )
+        assert isinstance(edit, dict)
+        overrides = EditOverrides(
+            tool_results_trigger_tokens=_value(edit.get("trigger"), DEFAULT_CLEAR_TRIGGER),
+            tool_results_keep=_value(edit.get("keep"), DEFAULT_CLEAR_KEEP),
+            tool_results_at_least_tokens=_value(edit.get("clear_at_least"), 0),
+            exclude_tools=frozenset(edit.get("exclude_tools") or ()),
+            clear_tool_inputs=bool(edit.get("clear_tool_inputs")),
+        )
+    return overrides
+
+
+def _value(setting: object, default: int) -> int:
+    value = setting.get("value") if isinstance(setting, dict) else None
+    return value if isinstance(value, int) and value >= 0 else default
+
+
+def applied_edits(turn: ChatTurn) -> dict[str, Any] | None:
+    """The answer's `context_management`, as Anthropic reports the edits it applied."""
+    if turn.edits is None:
+        return None
+    results = [part for part in turn.cleared if part.kind == "tool_result"]
+    applied = []
+    if turn.cleared:
+        applied.append(
+            {
+                "type": CLEAR_TOOL_USES + CLEAR_TOOL_USES_VERSION,
+                "cleared_tool_uses": len(results),
+                "cleared_input_tokens": sum(part.tokens for part in turn.cleared),
+            }
+        )
+    return {"applied_edits": applied}
 
 
 async def complete(turns: ChatTurns, turn: ChatTurn, model: str) -> dict[str, Any]:
@@ -101,7 +168,8 @@ async def complete(turns: ChatTurns, turn: ChatTurn, model: str) -> dict[str, An
     message = anthropic_shapes.anthropic_message(completion, model)
     if message["stop_reason"] in STORED_STOP_REASONS:
         await turns.store(turn, anthropic_shapes.assistant_chat_message(message))
-    return message
+    management = applied_edits(turn)
+    return message if management is None else {**message, "context_management": management}
 
 
 async def open_stream(
@@ -128,6 +196,9 @@ async def _stored_when_done(
                 if message["stop_reason"] in STORED_STOP_REASONS:
                     # stored before the client hears the message end
                     await turns.store(turn, anthropic_shapes.assistant_chat_message(message))
+            management = applied_edits(turn)
+            if event.get("type") == "message_delta" and management is not None:
+                event = {**event, "context_management": management}
             yield event
     except UpstreamFailed as exc:
         turns.count(turn, "model_failed")

@@ -26,11 +26,13 @@ from pydantic import TypeAdapter, ValidationError
 from api import compact, forks, metrics, offline_model, service
 from api.append.use_case import new_message, store_batch
 from api.compat.reconcile import Reconciled, links, reconcile
+from api.context import SUMMARY_HEADING
+from api.context_edits import EditOverrides
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.model_tokens import TokenRatios, fitted_window
 from api.openai_errors import OpenAIError
-from api.schemas import CompactRequest, SummaryOut
+from api.schemas import Cleared, CompactRequest, SummaryOut
 from api.schemas.messages import MessageIn
 from api.settings import Settings
 from api.store import NewMessage
@@ -63,6 +65,12 @@ BRANCHED_HEADER = "x-precis-branched-from"
 
 OVERFLOW_HEADER = "x-precis-overflow-retry"
 """Answer header of a turn retried after an `overflow_retry` summary: the summary's id."""
+
+ANTHROPIC_MODELS = ("anthropic/", "claude-")
+"""Model names litellm sends to Anthropic: their summaries carry a prompt-cache breakpoint."""
+
+EPHEMERAL = {"type": "ephemeral"}
+"""Anthropic's prompt-cache mark (`cache_control`)."""
 
 _MESSAGE = TypeAdapter(MessageIn)
 
@@ -183,6 +191,10 @@ class ChatTurn:
     budget: int = 0
     sent_tokens: int = 0
     """The request's tokens as Precis counted them (the context and the new messages)."""
+    edits: EditOverrides | None = None
+    """The request's context editing, on top of the session's (Anthropic's `context_management`)."""
+    cleared: list[Cleared] = field(default_factory=list)
+    """What the context sent upstream cleared (context editing)."""
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -299,9 +311,11 @@ class ChatTurns:
                     None,
                     turn.budget,
                     "openai",
+                    edits=turn.edits,
                 )
-                context = list(history.context)
+                context = _cache_breakpoint(history.context, turn.upstream_request["model"])
                 context_tokens = history.token_estimate
+                turn.cleared = list(history.cleared)
             except SessionNotFound:
                 context_tokens = 0  # the turn's answer creates the session
         turn.sent_tokens = context_tokens + _fixed_tokens(turn.stored_new, turn.upstream_request)
@@ -352,6 +366,26 @@ class ChatTurns:
     def count(self, turn: ChatTurn, outcome: str) -> None:
         branched = "yes" if BRANCHED_HEADER in turn.headers else "no"
         metrics.WIRE_TURNS.labels(turn.wire, outcome, branched).inc()
+
+
+def _cache_breakpoint(context: Sequence[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    """The context, its newest summary marked as a prompt-cache breakpoint when the model is
+    Anthropic's: the cached prefix (pinned messages and summaries) then holds until the next
+    summary."""
+    messages = list(context)
+    if not model.startswith(ANTHROPIC_MODELS):
+        return messages
+    summaries = [
+        index
+        for index, message in enumerate(messages)
+        if isinstance(message.get("content"), str)
+        and message["content"].startswith(SUMMARY_HEADING)
+    ]
+    if summaries:
+        newest = messages[summaries[-1]]
+        part = {"type": "text", "text": newest["content"], "cache_control": EPHEMERAL}
+        messages[summaries[-1]] = {**newest, "content": [part]}
+    return messages
 
 
 def _fixed_tokens(new: Sequence[NewMessage], request: Mapping[str, Any]) -> int:

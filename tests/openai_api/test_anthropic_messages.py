@@ -253,3 +253,94 @@ async def test_a_wrong_key_is_refused_in_anthropic_shape(app: FastAPI) -> None:
             assert by_header.json()["input_tokens"] == counted.input_tokens
     finally:
         app.state.tenant_keys = {}
+
+
+async def test_the_newest_summary_is_a_prompt_cache_breakpoint_for_anthropic(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    turns = [{"role": "user", "content": f"MARKER-early{number} question"} for number in range(3)]
+    history = []
+    for turn in turns:
+        history.extend([turn, {"role": "assistant", "content": "noted"}])
+    appended = await api.post(f"/v1/sessions/{sid}/messages", json={"messages": history})
+    assert appended.status_code == 201, appended.text
+    compacted = await api.post(f"/v1/sessions/{sid}/compact", json={"keep_last_n": 0})
+    assert compacted.json()["summary"] is not None, compacted.text
+    answer = await client.messages.create(
+        model=ANTHROPIC_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=[{"role": "user", "content": "MARKER-now what did I ask"}],
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert "MARKER-early2" in text(answer)
+    sent = upstream.calls[-1].request
+    marked = [
+        block
+        for block in sent.get("system") or []
+        if isinstance(block, dict) and block.get("cache_control")
+    ]
+    assert len(marked) == 1 and "Summary of earlier conversation" in marked[0]["text"]
+    # an OpenAI model gets the summary as plain text
+    await client.messages.create(
+        model=OPENAI_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=[{"role": "user", "content": "MARKER-again"}],
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert "cache_control" not in str(upstream.calls[-1].request)
+
+
+async def test_context_management_clears_old_tool_results_and_reports_it(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    big = "MARKER-result-{} " + "lines of a long tool result " * 60
+    turns: list[Any] = []
+    for number in range(4):
+        turns.append({"role": "user", "content": f"MARKER-ask{number} read the file"})
+        use = {"type": "tool_use", "id": f"toolu_{number}", "name": "get_weather", "input": {}}
+        turns.append({"role": "assistant", "content": [use]})
+        result = {
+            "type": "tool_result",
+            "tool_use_id": f"toolu_{number}",
+            "content": big.format(number),
+        }
+        turns.append({"role": "user", "content": [result]})
+    management = {
+        "edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "input_tokens", "value": 100},
+                "keep": {"type": "tool_uses", "value": 1},
+            }
+        ]
+    }
+    first = await client.messages.create(
+        model=OPENAI_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=turns,
+        tools=[WEATHER_TOOL],
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert "MARKER-result-0" in str(upstream.calls[-1].messages)  # new messages go as sent
+    turns.append({"role": "assistant", "content": first.content})
+    turns.append({"role": "user", "content": "MARKER-next what now"})
+    raw = await client.messages.with_raw_response.create(
+        model=OPENAI_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=turns,
+        tools=[WEATHER_TOOL],
+        extra_headers={SESSION_HEADER: sid},
+        extra_body={"context_management": management},
+    )
+    body = raw.http_response.json()
+    [applied] = body["context_management"]["applied_edits"]
+    assert applied["type"] == "clear_tool_uses_20250919"
+    assert applied["cleared_tool_uses"] >= 1 and applied["cleared_input_tokens"] > 0
+    results = [str(m["content"]) for m in upstream.calls[-1].messages if m["role"] == "tool"]
+    assert len(results) == 4
+    assert "MARKER-result-3" in results[3]  # the newest result is kept
+    assert "MARKER-result-0" not in results[0]  # an older one was cleared
+    # the stored session keeps every result as sent
+    kept = await stored(api, sid)
+    stored_results = [str(m["content"]) for m in kept if m["role"] == "tool"]
+    assert len(stored_results) == 4 and "MARKER-result-0" in stored_results[0]
