@@ -164,3 +164,24 @@ async def test_with_api_keys_it_is_refused_as_a_model_not_allowed(database_url: 
     body: Any = refused.value.body
     assert body["param"] == "model" and body["code"] == "model_not_allowed"
     assert "development mode only" in body["message"]
+
+
+async def test_the_chat_wire_answers_offline_from_the_stored_session(
+    client: AsyncOpenAI, sid: str
+) -> None:
+    headers = {"X-Precis-Session": sid}
+    history: list[Any] = [{"role": "user", "content": FIRST}]
+    first = await client.chat.completions.create(
+        model=OFFLINE_MODEL, messages=history, extra_headers=headers
+    )
+    text = first.choices[0].message.content or ""
+    assert text.startswith(f"{REPLY_TAG} You said: {FIRST}")
+    history += [first.choices[0].message.model_dump(), {"role": "user", "content": "My name?"}]
+    stream = await client.chat.completions.create(
+        model=OFFLINE_MODEL, messages=history, extra_headers=headers, stream=True
+    )
+    chunks = [chunk async for chunk in stream]
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert streamed.startswith(f"{REPLY_TAG} You said: My name?")
+    assert f"user: {FIRST}" in streamed, "the memory holds the stored first turn"
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
