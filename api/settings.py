@@ -163,7 +163,8 @@ class Settings(BaseSettings):
 
     model_allowed: str = ""
     """litellm models `POST /v1/responses`, `/v1/chat/completions` and `/v1/messages` may name
-    (comma-separated; `*`: any). Empty: the endpoints refuse every model, so that no client spends the server's key unasked."""
+    (comma-separated; `*`: any). Empty: the endpoints refuse every model, so that no client
+    spends the server's key unasked."""
     model_api_base: str | None = None
     """The API base of the models `/v1/responses` calls (none: litellm's default for each)."""
     model_api_key: SecretStr | None = None

@@ -34,6 +34,7 @@ from api.conversation_items import new_conversation_items
 from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
+from api.model_tokens import TokenRatios, fitted_window
 from api.openai_errors import OpenAIError, error_type
 from api.schemas import CompactRequest, SessionUpdate, SummaryOut
 from api.schemas.responses import ResponseRequest
@@ -66,6 +67,8 @@ class Turn:
     """The same, checked, counted and given their ids: stored with the output."""
     budget: int
     response_id: str = field(default_factory=lambda: new_id("resp"))
+    sent_tokens: int = 0
+    """The request's tokens as Precis counted them: what the model's usage is compared to."""
     headers: dict[str, str] = field(default_factory=dict)
     """Answer headers the turn adds (`OVERFLOW_HEADER`)."""
 
@@ -77,6 +80,7 @@ class Responder:
     database: Database
     summarization: Summarization
     settings: Settings
+    ratios: TokenRatios
 
     @property
     def upstream(self) -> Upstream:
@@ -102,6 +106,7 @@ class Responder:
             return answer, None
         answer = await self._with_overflow_retry(tenant, turn, call)
         answer = self._as_turn_answer(turn, answer)
+        await self._learn(turn, answer)
         if answer.get("status") in STORED_STATUSES:
             await self._store(tenant, turn, answer.get("output") or [])
         return answer, turn
@@ -130,6 +135,7 @@ class Responder:
             if isinstance(response, dict):
                 event = {**event, "response": self._as_turn_answer(turn, response)}
             if event.get("type") in TERMINAL_EVENTS and isinstance(response, dict):
+                await self._learn(turn, response)
                 # stored before the client hears the response is done: a client that reads
                 # the conversation next sees the turn
                 await self._store(tenant, turn, response.get("output") or [])
@@ -185,7 +191,11 @@ class Responder:
             fixed += count_messages([{"role": "system", "content": request.instructions}])
         if request.tools:
             fixed += count_text(json.dumps(request.tools))
-        budget = window - reserved - fixed
+        ratio = 1.0
+        if request.model != offline_model.OFFLINE_MODEL:
+            ratio = await self.ratios.ratio(request.model)
+        room = fitted_window(window - reserved, ratio, self.settings.model_token_margin)
+        budget = room - fixed
         if budget < 1:
             raise OpenAIError(
                 400,
@@ -194,7 +204,7 @@ class Responder:
                 param="input",
                 code="context_length_exceeded",
             )
-        return Turn(conversation_id, request, input_items, counted, budget)
+        return Turn(conversation_id, request, input_items, counted, budget, sent_tokens=fixed)
 
     async def _upstream_request(self, tenant: str, turn: Turn) -> dict[str, Any]:
         conversation_id = turn.conversation_id
@@ -228,6 +238,9 @@ class Responder:
                 start,
             )
         context = _without_placeholders_answered_by(history.context, turn.input_items)
+        turn.sent_tokens = history.token_estimate + sum(
+            message.token_count for message in turn.stored_input
+        )
         return turn.request.passed_through() | {"input": [*context, *turn.input_items]}
 
     async def _with_overflow_retry(self, tenant: str, turn: Turn, call: ModelCall) -> Any:
@@ -269,6 +282,12 @@ class Responder:
         except UpstreamFailed as exc:
             _count("model_failed", turn)
             raise OpenAIError(exc.status, exc.message, param=exc.param, code=exc.code) from None
+
+    async def _learn(self, turn: Turn, response: dict[str, Any]) -> None:
+        """Learn the model's token ratio from the input tokens its response reports."""
+        reported = (response.get("usage") or {}).get("input_tokens")
+        if isinstance(reported, int) and turn.request.model != offline_model.OFFLINE_MODEL:
+            await self.ratios.learn(turn.request.model, turn.sent_tokens, reported)
 
     def _as_turn_answer(self, turn: Turn, response: dict[str, Any]) -> dict[str, Any]:
         """The model's response as this conversation's: Precis's response id, the conversation."""

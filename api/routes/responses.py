@@ -11,7 +11,13 @@ from fastapi.responses import StreamingResponse
 
 from api.auth import Tenant
 from api.compat.responses import Responder
-from api.deps import AppDatabase, AppSettings, AppSummarization, database_faults_as_503
+from api.deps import (
+    AppDatabase,
+    AppSettings,
+    AppSummarization,
+    AppTokenRatios,
+    database_faults_as_503,
+)
 from api.openai_errors import openai_responses
 from api.routes.checks import v1_router
 from api.schemas.responses import ResponseRequest
@@ -29,13 +35,14 @@ async def create_response(
     summarization: AppSummarization,
     settings: AppSettings,
     tenant: Tenant,
+    ratios: AppTokenRatios,
 ) -> Response:
     """Call the model. With `conversation`, the conversation's context (pinned prefix,
     summaries, the messages after them) is put before `input`, fitted to the model's window,
     and the turn (input and output) is stored once the response completes; with `stream`,
     the model's events are relayed as server-sent events. Without `conversation`, the request
     is passed through and nothing is stored."""
-    responder = Responder(database, summarization, settings)
+    responder = Responder(database, summarization, settings, ratios)
     with database_faults_as_503():
         if not body.stream:
             answer, turn = await responder.respond(tenant, body)
