@@ -70,44 +70,72 @@ def canonical(message: Mapping[str, Any]) -> bytes:
     """What identifies a chat message in a resend: role, content, name, tool calls and the call
     it answers, with null, empty and SDK-only fields (`refusal`, `annotations`) left out."""
     role = message.get("role")
-    calls = [
-        (
-            call.get("id"),
-            (call.get("function") or {}).get("name"),
-            _arguments((call.get("function") or {}).get("arguments")),
+    role = "system" if role == "developer" else role
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    if not calls and (content is None or isinstance(content, str)):
+        # the common message, as the general form below encodes it
+        return orjson.dumps(
+            (role, content or "", message.get("name"), message.get("tool_call_id"), ())
         )
-        for call in message.get("tool_calls") or ()
-    ]
-    shape = [
-        "system" if role == "developer" else role,
-        _content(message.get("content")),
+    shape = (
+        role,
+        _content(content),
         message.get("name"),
         message.get("tool_call_id"),
-        calls,
-    ]
+        [
+            (
+                call.get("id"),
+                (call.get("function") or {}).get("name"),
+                _arguments((call.get("function") or {}).get("arguments")),
+            )
+            for call in calls or ()
+            if isinstance(call, Mapping)
+        ],
+    )
     return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
 
 
-def links(messages: Sequence[Mapping[str, Any]], after: str = "") -> list[str]:
-    """The chain's link of every message, the first one chained to `after` (the link of the
-    message before it; "" at the start of a session)."""
-    result: list[str] = []
-    previous = after.encode()
+def digests(messages: Sequence[Mapping[str, Any]], after: bytes = b"") -> list[bytes]:
+    """The chain's digest of every message, the first one chained to `after` (the digest of
+    the message before it; b"" at the start of a session)."""
+    result: list[bytes] = []
+    previous = after
     for message in messages:
         digest = hashlib.blake2b(previous, digest_size=LINK_BYTES)
         digest.update(canonical(message))
-        link = LINK_PREFIX + digest.hexdigest()
-        result.append(link)
-        previous = link.encode()
+        previous = digest.digest()
+        result.append(previous)
     return result
+
+
+def link(digest: bytes) -> str:
+    """A digest as the `client_id` it is stored as."""
+    return LINK_PREFIX + digest.hex()
+
+
+def digest_of(client_id: str | None) -> bytes | None:
+    """The digest a stored `client_id` holds (None: not a link)."""
+    if not client_id or not client_id.startswith(LINK_PREFIX):
+        return None
+    try:
+        return bytes.fromhex(client_id[len(LINK_PREFIX) :])
+    except ValueError:
+        return None
+
+
+def links(messages: Sequence[Mapping[str, Any]], after: str = "") -> list[str]:
+    """The links of `messages`, the first one chained to the link `after` ("": none)."""
+    return [link(digest) for digest in digests(messages, digest_of(after) or b"")]
 
 
 @dataclass(frozen=True)
 class Reconciled:
     """What a turn appends, and to what."""
 
-    new_messages: list[dict[str, Any]]
-    """The messages of the request the session does not hold yet, in order."""
+    new_start: int
+    """Where the messages the session does not hold yet begin in the request (they run to
+    its end)."""
     new_links: list[str]
     """Their links (their `client_id`s)."""
     previous_link: str = ""
@@ -136,35 +164,45 @@ def _leading_system(messages: Sequence[Mapping[str, Any]]) -> int:
 
 
 async def reconcile(
-    db: AsyncSession, tenant: str, external_id: str, messages: Sequence[dict[str, Any]]
+    db: AsyncSession, tenant: str, external_id: str, messages: Sequence[Mapping[str, Any]]
 ) -> Reconciled:
     """Match `messages` (the request's, in chat shape) against the stored session."""
-    chain = links(messages)
+    chain = digests(messages)
     try:
         session = await store.get_session(db, tenant, external_id)
     except SessionNotFound:
-        return Reconciled(list(messages), chain)
+        return Reconciled(0, [link(digest) for digest in chain])
     kind = session.format
     newest = await fork_store.message_at(db, session.id, session.last_seq)
     if newest is None:
-        return Reconciled(list(messages), chain, stored=True, format=kind)
+        return Reconciled(0, [link(digest) for digest in chain], stored=True, format=kind)
     newest_link = newest.client_id or ""
-    position = {link: index for index, link in enumerate(chain)}
-    if newest_link in position:
-        matched = position[newest_link] + 1
-        new = list(messages[matched:])
-        return Reconciled(new, chain[matched:], newest_link, stored=True, format=kind)
+    newest_digest = digest_of(newest_link)
+    matched = _position_after(chain, newest_digest)
+    if matched is not None:
+        new = [link(digest) for digest in chain[matched:]]
+        return Reconciled(matched, new, newest_link, stored=True, format=kind)
     stored, seq = await _longest_stored_prefix(db, session.id, chain)
     system = _leading_system(messages)
     if stored == system and _only_new(messages[system:]):
         # nothing after the system prompt is stored, and no answer of the model is resent:
         # the client sends only its new messages
-        tail = list(messages[system:])
-        chained = links(tail, after=newest_link)
-        return Reconciled(tail, chained, newest_link, stored=True, format=kind)
-    previous = chain[stored - 1] if stored else ""
-    new = list(messages[stored:])
-    return Reconciled(new, chain[stored:], previous, seq, stored=True, format=kind)
+        chained = links(messages[system:], after=newest_link)
+        return Reconciled(system, chained, newest_link, stored=True, format=kind)
+    previous = link(chain[stored - 1]) if stored else ""
+    new = [link(digest) for digest in chain[stored:]]
+    return Reconciled(stored, new, previous, seq, stored=True, format=kind)
+
+
+def _position_after(chain: Sequence[bytes], digest: bytes | None) -> int | None:
+    """How many of the request's messages end with the one whose digest is `digest` (searched
+    from the end, where a resend's match is: it adds its new messages after it)."""
+    if digest is None:
+        return None
+    for index in range(len(chain) - 1, -1, -1):
+        if chain[index] == digest:
+            return index + 1
+    return None
 
 
 def _only_new(messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -174,14 +212,14 @@ def _only_new(messages: Sequence[Mapping[str, Any]]) -> bool:
 
 
 async def _longest_stored_prefix(
-    db: AsyncSession, session_key: int, chain: Sequence[str]
+    db: AsyncSession, session_key: int, chain: Sequence[bytes]
 ) -> tuple[int, int]:
     """How many of the resend's first messages the session holds, and the seq of the last of
     them (0, 0: none): a binary search, each probe one read of the client id index."""
     low, high, seq = 0, len(chain), 0
     while low < high:
         middle = (low + high + 1) // 2
-        found = await store.message_by_client_id(db, session_key, chain[middle - 1])
+        found = await store.message_by_client_id(db, session_key, link(chain[middle - 1]))
         if found is None:
             high = middle - 1
         else:

@@ -157,11 +157,13 @@ def stored_shape(message: Mapping[str, Any]) -> dict[str, Any]:
     return shape
 
 
-def checked(messages: Sequence[Mapping[str, Any]], max_bytes: int) -> list[NewMessage]:
+def checked(
+    messages: Sequence[Mapping[str, Any]], max_bytes: int, offset: int = 0
+) -> list[NewMessage]:
     """The messages checked as an append checks them (shape, size) and counted: a 400 naming
-    the first one at fault."""
+    the first one at fault (`messages[offset + i]`)."""
     counted: list[NewMessage] = []
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages, start=offset):
         try:
             given = _MESSAGE.validate_python(message)
         except ValidationError as exc:
@@ -228,12 +230,15 @@ class ChatTurns:
         """Check the model and the messages; identify, reconcile and budget the turn."""
         model = str(upstream_request["model"])
         check_model(self.settings, model)
-        shaped = [stored_shape(message) for message in messages]
-        counted = checked(shaped, self.settings.max_message_bytes)
         if session_id is None:
-            return ChatTurn(wire, tenant, None, upstream_request, shaped, counted)
+            turn = ChatTurn(wire, tenant, None, upstream_request, [dict(m) for m in messages], [])
+            turn.sent_tokens = _fixed_tokens([], upstream_request) + count_messages(
+                [dict(message) for message in messages]
+            )
+            return turn
         async with self.database.reading() as db:
-            reconciled = await reconcile(db, tenant, session_id, shaped)
+            # only what the session does not hold yet is shaped, checked and counted
+            reconciled = await reconcile(db, tenant, session_id, messages)
         if reconciled.format not in (None, "openai"):
             raise OpenAIError(
                 409,
@@ -242,18 +247,17 @@ class ChatTurns:
                 param="session",
                 code="session_format",
             )
-        turn = ChatTurn(wire, tenant, session_id, upstream_request, shaped, [], reconciled)
+        new = [stored_shape(message) for message in messages[reconciled.new_start :]]
+        counted = checked(new, self.settings.max_message_bytes, reconciled.new_start)
+        turn = ChatTurn(wire, tenant, session_id, upstream_request, new, [], reconciled)
         if reconciled.branch_at is not None:
             kept_as = await forks.branch_session(
                 self.database, self.settings, tenant, session_id, reconciled.branch_at
             )
             turn.headers[BRANCHED_HEADER] = kept_as
-        new_count = len(reconciled.new_messages)
-        tail = counted[len(counted) - new_count :] if new_count else []
-        turn.new_messages = reconciled.new_messages
         turn.stored_new = [
             message._replace(client_id=link)
-            for message, link in zip(tail, reconciled.new_links, strict=True)
+            for message, link in zip(counted, reconciled.new_links, strict=True)
         ]
         turn.headers[SESSION_HEADER_OUT] = session_id
         window = await model_window(self.settings, model)
@@ -287,7 +291,6 @@ class ChatTurns:
         model answers that the context is too long."""
         if turn.session_id is None:
             request = turn.upstream_request | {"messages": turn.new_messages}
-            turn.sent_tokens = _fixed_tokens(turn.stored_new, request)
             return await self._call(turn, call, request, retrying=True)
         try:
             return await self._call(turn, call, await self._request(turn), retrying=False)
