@@ -1,14 +1,17 @@
 """`POST /v1/responses`: one model turn of a conversation, kept within the model's window.
 
-With `conversation`, a turn is: check the model, fit the conversation's context (pinned prefix,
-summaries, tail) into what the model's window leaves after `instructions`, `tools`, the new
-`input` and the answer's room, call the model with that context followed by `input`, and
-store `input` and the output together, once the response has completed. A turn that fails
+With `conversation` (or `previous_response_id`, or neither: then the response starts a chain
+of its own, `api.compat.stored_responses`), a turn is: check the model, fit the session's
+context (pinned prefix, summaries, tail) into what the model's window leaves after
+`instructions`, `tools`, the new `input` and the answer's room, call the model with that
+context followed by `input`, and store `input` and the output together, once the response
+has completed. A turn that fails
 (the model, a cut stream, a client gone) stores nothing. When the model still answers that
 the context is too long, the stored history is summarized (trigger `overflow_retry`; the new
-input stays verbatim) and the call is retried once. Without `conversation`, the request goes
-to the model as it came and nothing is stored. `precis/offline` (development mode only) is
-answered by `api.offline_model` where the model would be called: the turn is the same.
+input stays verbatim) and the call is retried once. Every response answered has a Precis id
+and is kept (unless `store` is false, which without `conversation` or `previous_response_id`
+passes the request to the model as it came, storing nothing). `precis/offline` (development
+mode only) is answered by `api.offline_model` where the model would be called.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from api import compact, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
+from api.compat import stored_responses
 from api.compat.turn import (
     OVERFLOW_HEADER,
     REPLY_PRIMING_TOKENS,
@@ -60,6 +64,7 @@ class Turn:
     """What a conversation turn knows before it calls the model."""
 
     conversation_id: str
+    """The session the turn runs in: the conversation, or the chain's session."""
     request: ResponseRequest
     input_items: list[dict[str, Any]]
     """The input as items, as the model gets them and the conversation keeps them."""
@@ -69,6 +74,12 @@ class Turn:
     response_id: str = field(default_factory=lambda: new_id("resp"))
     sent_tokens: int = 0
     """The request's tokens as Precis counted them: what the model's usage is compared to."""
+    in_conversation: bool = True
+    """Whether the client named the session as `conversation` (the answer names it then)."""
+    new_chain: bool = False
+    """The first response of a chain: its session is made by the turn's append."""
+    stored: bool = True
+    """Whether the turn and its response are kept (`store` not false)."""
     headers: dict[str, str] = field(default_factory=dict)
     """Answer headers the turn adds (`OVERFLOW_HEADER`)."""
 
@@ -103,12 +114,12 @@ class Responder:
         if turn is None:
             answer = await self._call(call, request.passed_through() | {"input": request.input})
             _count("passed_through", None)
-            return answer, None
+            return {**answer, "id": new_id("resp")}, None
         answer = await self._with_overflow_retry(tenant, turn, call)
         answer = self._as_turn_answer(turn, answer)
         await self._learn(turn, answer)
         if answer.get("status") in STORED_STATUSES:
-            await self._store(tenant, turn, answer.get("output") or [])
+            await self._store(tenant, turn, answer)
         return answer, turn
 
     # --- one response, streamed -----------------------------------------------------------
@@ -123,7 +134,7 @@ class Responder:
         call = _model_call(request, streamed=True)
         if turn is None:
             events = await self._call(call, request.passed_through() | {"input": request.input})
-            return _relayed(events, None), None
+            return _with_response_id(_relayed(events, None), new_id("resp")), None
         events = await self._with_overflow_retry(tenant, turn, call)
         return self._stored_when_done(tenant, turn, events), turn
 
@@ -138,7 +149,7 @@ class Responder:
                 await self._learn(turn, response)
                 # stored before the client hears the response is done: a client that reads
                 # the conversation next sees the turn
-                await self._store(tenant, turn, response.get("output") or [])
+                await self._store(tenant, turn, event["response"])
             yield event
 
     # --- the steps ------------------------------------------------------------------------
@@ -154,8 +165,15 @@ class Responder:
                 param="conversation",
                 code="invalid_conversation_id",
             )
+        if request.previous_response_id is not None and conversation_id is not None:
+            raise OpenAIError(
+                400,
+                "Mutually exclusive parameters: Ensure you are only providing one of: "
+                "'previous_response_id' or 'conversation'.",
+                param="previous_response_id",
+                code="mutually_exclusive_parameters",
+            )
         refused = {
-            "previous_response_id": request.previous_response_id is not None,
             "background": bool(request.background),
             "prompt": request.prompt is not None,
             "store": request.store is False and request.conversation is not None,
@@ -173,9 +191,22 @@ class Responder:
                 )
 
     async def _prepare(self, tenant: str, request: ResponseRequest) -> Turn | None:
-        conversation_id = request.conversation_id()
-        if conversation_id is None:
-            return None
+        session_id = request.conversation_id()
+        response_id = new_id("resp")
+        in_conversation, stored, new_chain = (
+            session_id is not None,
+            request.store is not False,
+            False,
+        )
+        if session_id is None and request.previous_response_id is not None:
+            continued = await stored_responses.continuation(
+                self.database, self.settings, tenant, request.previous_response_id, response_id
+            )
+            session_id = continued.session_id
+        elif session_id is None:
+            if request.store is False:
+                return None
+            session_id, new_chain = response_id, True
         input_items = (
             [{"type": "message", "role": "user", "content": request.input}]
             if isinstance(request.input, str)
@@ -204,10 +235,24 @@ class Responder:
                 param="input",
                 code="context_length_exceeded",
             )
-        return Turn(conversation_id, request, input_items, counted, budget, sent_tokens=fixed)
+        return Turn(
+            session_id,
+            request,
+            input_items,
+            counted,
+            budget,
+            response_id,
+            sent_tokens=fixed,
+            in_conversation=in_conversation,
+            new_chain=new_chain,
+            stored=stored,
+        )
 
     async def _upstream_request(self, tenant: str, turn: Turn) -> dict[str, Any]:
         conversation_id = turn.conversation_id
+        if turn.new_chain:
+            turn.sent_tokens = sum(message.token_count for message in turn.stored_input)
+            return turn.request.passed_through() | {"input": turn.input_items}
         async with self.database.reading() as db:
             # the history's own first read checks the conversation too: no round trip more
             try:
@@ -290,14 +335,36 @@ class Responder:
             await self.ratios.learn(turn.request.model, turn.sent_tokens, reported)
 
     def _as_turn_answer(self, turn: Turn, response: dict[str, Any]) -> dict[str, Any]:
-        """The model's response as this conversation's: Precis's response id, the conversation."""
-        return {**response, "id": turn.response_id, "conversation": {"id": turn.conversation_id}}
+        """The model's response as this turn's: Precis's response id, the conversation or the
+        previous response, and whether it is stored."""
+        answer = {
+            **response,
+            "id": turn.response_id,
+            "previous_response_id": turn.request.previous_response_id,
+            "store": turn.stored,
+        }
+        if turn.in_conversation:
+            answer["conversation"] = {"id": turn.conversation_id}
+        return answer
 
-    async def _store(self, tenant: str, turn: Turn, output: Sequence[dict[str, Any]]) -> None:
-        """The turn's input and output in one append: both or neither."""
+    async def _store(self, tenant: str, turn: Turn, response: dict[str, Any]) -> None:
+        """The turn's input and output in one append (both or neither), then the response."""
+        if not turn.stored:
+            _count("passed_through", turn)
+            return
+        output = response.get("output") or []
         answer = await prepared(new_conversation_items(output), self.settings.max_message_bytes)
         batch = [*turn.stored_input, *answer]
-        await store_batch(self.database, self.settings, tenant, turn.conversation_id, batch)
+        session = turn.conversation_id
+        outcome, _ = await store_batch(self.database, self.settings, tenant, session, batch)
+        await stored_responses.record(
+            self.database,
+            tenant,
+            outcome,
+            len(turn.stored_input),
+            turn.request.previous_response_id,
+            response,
+        )
         _count("stored", turn)
 
 
@@ -352,6 +419,19 @@ async def _relayed(
                 "param": exc.param,
             },
         }
+
+
+async def _with_response_id(
+    events: AsyncIterator[dict[str, Any]], response_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """A passed-through stream's events, its response carrying Precis's id."""
+    async for event in events:
+        response = event.get("response")
+        yield (
+            {**event, "response": {**response, "id": response_id}}
+            if isinstance(response, dict)
+            else event
+        )
 
 
 def new_id(prefix: str) -> str:

@@ -33,7 +33,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -293,6 +293,30 @@ class ConsoleLogin(Base):
     expires_at: Mapped[datetime]
 
 
+class StoredResponse(Base):
+    """A response `POST /v1/responses` answered and stored (`store` not false): its body as
+    answered, and the seqs its input and output items hold in its session (the conversation,
+    or the session its `previous_response_id` chain lives in), so a later turn continues or
+    branches that session from it (`api.compat.stored_responses`)."""
+
+    __tablename__ = "responses"
+    __table_args__ = (Index("ix_responses_session_id", "session_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    first_seq: Mapped[int] = mapped_column(BigInteger)
+    """The seq of its first input item (its first output item when its input is empty)."""
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+    """The seq of its last output item."""
+    input_count: Mapped[int] = mapped_column(Integer)
+    """How many of its items are input (the rest, up to `last_seq`, are its output)."""
+    previous_response_id: Mapped[str | None] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    """The response object as answered (JSON text)."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ModelTokenRatio(Base):
     """How many tokens a model counts per token Precis counts (cl100k), learned from the usage
     its answers report (`api.model_tokens`): a row, so every replica and restart shares it."""
@@ -314,3 +338,4 @@ SUMMARY_LINKS = cast(Table, SummaryMessage.__table__)
 SUMMARY_JOBS = cast(Table, SummaryJob.__table__)
 CONSOLE_LOGINS = cast(Table, ConsoleLogin.__table__)
 MODEL_TOKEN_RATIOS = cast(Table, ModelTokenRatio.__table__)
+RESPONSES = cast(Table, StoredResponse.__table__)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Response
-from fastapi.responses import StreamingResponse
+from fastapi import Path, Query, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from api.auth import Tenant
+from api.compat import stored_responses
 from api.compat.responses import Responder
+from api.conversations import ItemOrder
 from api.deps import (
     AppDatabase,
     AppSettings,
@@ -18,8 +20,9 @@ from api.deps import (
     AppTokenRatios,
     database_faults_as_503,
 )
-from api.openai_errors import openai_responses
+from api.openai_errors import OpenAIError, openai_responses
 from api.routes.checks import v1_router
+from api.routes.conversations import DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS
 from api.schemas.responses import ResponseRequest
 
 router = v1_router()
@@ -57,3 +60,70 @@ async def _server_sent(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[b
     """Each event as the Responses API sends it: `event: <type>` and its JSON."""
     async for event in events:
         yield f"event: {event.get('type')}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+ResponsePath = Annotated[
+    str, Path(description="A response id Precis answered (`resp_...`).", max_length=128)
+]
+Include = Annotated[
+    list[str] | None,
+    Query(description="Accepted and ignored: a response is served as it was answered."),
+]
+IncludeBrackets = Annotated[
+    list[str] | None,
+    Query(alias="include[]", description="`include` as the `openai` packages write it."),
+]
+RESPONSE_ERRORS = openai_responses(400, 401, 403, 404, 503)
+
+
+@router.get("/responses/{response_id}", responses=RESPONSE_ERRORS)
+async def get_response(
+    response_id: ResponsePath,
+    database: AppDatabase,
+    tenant: Tenant,
+    include: Include = None,
+    include_brackets: IncludeBrackets = None,
+) -> Response:
+    """A stored response, as it was answered (404 for an id Precis did not issue, another
+    tenant's, one stored with `store: false`, or one deleted)."""
+    with database_faults_as_503():
+        return JSONResponse(await stored_responses.retrieve(database, tenant, response_id))
+
+
+@router.delete("/responses/{response_id}", responses=RESPONSE_ERRORS)
+async def delete_response(
+    response_id: ResponsePath, database: AppDatabase, tenant: Tenant
+) -> Response:
+    """Delete a stored response; its items stay in its conversation or chain's history."""
+    with database_faults_as_503():
+        return JSONResponse(await stored_responses.delete(database, tenant, response_id))
+
+
+@router.get("/responses/{response_id}/input_items", responses=RESPONSE_ERRORS)
+async def list_input_items(
+    response_id: ResponsePath,
+    database: AppDatabase,
+    tenant: Tenant,
+    after: Annotated[str | None, Query(description="List the items after this item id.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_ITEMS)] = DEFAULT_PAGE_ITEMS,
+    order: ItemOrder = "desc",
+    include: Include = None,
+    include_brackets: IncludeBrackets = None,
+) -> Response:
+    """A page of the response's input items (`order=desc` by default, as OpenAI lists them)."""
+    with database_faults_as_503():
+        page = await stored_responses.input_items(
+            database, tenant, response_id, after, limit, order
+        )
+    return JSONResponse(page)
+
+
+@router.post("/responses/{response_id}/cancel", responses=RESPONSE_ERRORS)
+async def cancel_response(
+    response_id: ResponsePath, database: AppDatabase, tenant: Tenant
+) -> Response:
+    """Only a background response can be cancelled, and Precis runs none: a response it
+    answered is 400, any other id 404."""
+    with database_faults_as_503():
+        await stored_responses.retrieve(database, tenant, response_id)
+    raise OpenAIError(400, "Only background responses can be cancelled.", param="response_id")

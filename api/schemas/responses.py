@@ -57,8 +57,8 @@ class ResponseRequest(BaseModel):
     context_management: list[Compaction] | None = None
     """`[{"type": "compaction", "compact_threshold": N}]`: the conversation's proactive
     summary threshold."""
-    previous_response_id: str | None = None
-    """Not supported: a conversation carries the state."""
+    previous_response_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """The response this turn continues (its chain's session; not with `conversation`)."""
     store: bool | None = None
     """Passed through without a conversation; a conversation always stores its turns."""
     background: bool | None = None
@@ -74,5 +74,11 @@ class ResponseRequest(BaseModel):
         """The fields sent to the model as the client gave them (Precis's own left out)."""
         return self.model_dump(
             exclude_unset=True,
-            exclude={"conversation", "context_management", "stream", "input"},
+            exclude={
+                "conversation",
+                "context_management",
+                "stream",
+                "input",
+                "previous_response_id",
+            },
         )

@@ -280,15 +280,18 @@ async def test_a_stream_cut_by_the_model_ends_in_an_error_event_and_stores_nothi
     assert await stored_items(api_client, conversation.id) == []
 
 
-async def test_without_a_conversation_the_request_passes_through_and_nothing_is_stored(
+async def test_with_store_false_the_request_passes_through_and_nothing_is_stored(
     client: AsyncOpenAI, api_client: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
     upstream.mode = "echo"
     before = (await api_client.get("/v1/sessions", params={"limit": 1000})).json()
     answer = await client.responses.create(
-        model="openai/fake", input="just this", instructions="plain", temperature=0.1
+        model="openai/fake", input="just this", instructions="plain", temperature=0.1, store=False
     )
     assert answer.output_text == "just this"
+    assert answer.id.startswith("resp_") and len(answer.id) == len("resp_") + 48
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(answer.id)
     sent = turn_calls(upstream)[-1].request
     assert sent["input"] == "just this" and sent["temperature"] == 0.1
     after = (await api_client.get("/v1/sessions", params={"limit": 1000})).json()

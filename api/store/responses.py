@@ -1,0 +1,79 @@
+"""Stored responses: insert one after its turn is stored, read one (with its session), delete.
+
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import RESPONSES, SESSIONS, utcnow
+from api.store.retention import Expiry, unexpired
+
+_responses = RESPONSES.c
+_sessions = SESSIONS.c
+
+
+class ResponseRow(NamedTuple):
+    """A stored response and where its items are."""
+
+    id: str
+    session_key: int
+    session_id: str
+    """The external id of its session."""
+    session_last_seq: int
+    first_seq: int
+    last_seq: int
+    input_count: int
+    previous_response_id: str | None
+    body: str
+
+
+class NewResponse(NamedTuple):
+    id: str
+    tenant: str
+    session_key: int
+    first_seq: int
+    last_seq: int
+    input_count: int
+    previous_response_id: str | None
+    body: str
+
+
+async def insert_response(db: AsyncSession, response: NewResponse) -> None:
+    values = response._asdict()
+    values["session_id"] = values.pop("session_key")
+    await db.execute(insert(RESPONSES).values(**values, created_at=utcnow()))
+
+
+async def get_response(db: AsyncSession, tenant: str, response_id: str) -> ResponseRow | None:
+    """The tenant's stored response, unless its session has expired (or it is another's)."""
+    query = select(
+        _responses.id,
+        _responses.session_id,
+        _sessions.external_id,
+        _sessions.last_seq,
+        _responses.first_seq,
+        _responses.last_seq,
+        _responses.input_count,
+        _responses.previous_response_id,
+        _responses.body,
+    ).join(SESSIONS, _sessions.id == _responses.session_id)
+    query = query.where(
+        _responses.id == response_id, _responses.tenant == tenant, unexpired(_sessions)
+    )
+    row = (await db.execute(query, Expiry.of(db).params())).first()
+    return None if row is None else ResponseRow._make(row)
+
+
+async def delete_response(db: AsyncSession, tenant: str, response_id: str) -> bool:
+    """Delete the tenant's stored response (its items stay in its session); False: none."""
+    result = await db.execute(
+        delete(RESPONSES)
+        .where(_responses.id == response_id, _responses.tenant == tenant)
+        .returning(_responses.id)
+    )
+    return result.first() is not None
