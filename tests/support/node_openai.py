@@ -1,10 +1,14 @@
-"""The official `openai` npm package, driven from Node by a test: installed once per version
-into a cache directory outside the repository, then run as a list of steps.
+"""The official `openai` npm package (and other npm packages), driven from Node by a test:
+installed once per version into a cache directory outside the repository, then run as a list
+of steps.
 
 `openai_package_dir()` installs (or reuses) the pinned package and answers the directory that
 holds `node_modules/openai`; `run_openai_steps()` runs `tests/client/node/openai_steps.mjs`
 with the steps and answers what each step answered. The script's own header says what a step
-is. `NodeUnavailable` says why Node cannot be used here; the tests decide to skip or fail.
+is. `npm_package_dir()` installs any pinned package the same way; `run_sdk_steps()` runs
+`tests/client/node/sdk_steps.mjs` with the client class of a `NodeSdk` (the `openai` package's
+`OPENAI_SDK`, or `tests/support/node_anthropic.py`'s). `NodeUnavailable` says why Node cannot
+be used here; the tests decide to skip or fail.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,8 @@ CACHE_ENV = "PRECIS_TEST_CACHE_DIR"
 """Overrides the cache directory (default `~/.cache/precis-tests`, or under XDG_CACHE_HOME)."""
 
 NPM_INSTALL_TIMEOUT_SECONDS = 300.0
-"""A first install downloads one package (no dependencies); slow mirrors get five minutes."""
+"""A first install downloads a package and its few dependencies; slow mirrors get five
+minutes."""
 
 NPM_ERROR_LINES = 3
 """The first lines of npm's error output (its code and cause) that a skip or failure quotes."""
@@ -41,6 +47,29 @@ SCRIPT_TIMEOUT_SECONDS = 120.0
 
 STEPS_SCRIPT = REPO_ROOT / "tests" / "client" / "node" / "openai_steps.mjs"
 """The committed script that runs the steps (its header documents them)."""
+
+SDK_STEPS_SCRIPT = REPO_ROOT / "tests" / "client" / "node" / "sdk_steps.mjs"
+"""The committed script that runs the steps of any `NodeSdk` (its header documents them)."""
+
+
+@dataclass(frozen=True)
+class NodeSdk:
+    """An SDK npm package, pinned, and the client class it exports."""
+
+    package: str
+    version: str
+    export: str
+    """The client class: `new <export>({baseURL, apiKey, ...})`."""
+    env_prefix: str
+    """The package reads variables of this prefix (base URL, key) as defaults: a test's
+    Node process runs without them."""
+
+    def package_dir(self) -> Path:
+        return npm_package_dir(self.package, self.version)
+
+
+OPENAI_SDK = NodeSdk("openai", OPENAI_NPM_VERSION, "OpenAI", "OPENAI_")
+"""The `openai` npm package as `run_sdk_steps` drives it."""
 
 
 class NodeUnavailable(Exception):
@@ -66,7 +95,7 @@ def node_binary() -> str:
     if node is None:
         raise NodeUnavailable(
             "node not found on PATH: install Node.js "
-            f"{MIN_NODE_MAJOR}+ to run the tests of the openai npm package"
+            f"{MIN_NODE_MAJOR}+ to run the tests of the npm client packages"
         )
     version = _run([node, "--version"], timeout=30).stdout.strip()
     major = version.lstrip("v").split(".")[0]
@@ -76,37 +105,42 @@ def node_binary() -> str:
 
 
 def openai_package_dir(version: str = OPENAI_NPM_VERSION) -> Path:
-    """The directory holding `node_modules/openai` at `version`, installed on first use.
+    """The directory holding `node_modules/openai` at `version`, installed on first use."""
+    return npm_package_dir("openai", version)
+
+
+def npm_package_dir(package: str, version: str) -> Path:
+    """The directory holding `node_modules/<package>` at `version`, installed on first use.
 
     The install goes to a scratch directory renamed into place once complete, so an
     interrupted install is never reused and two concurrent runs do not mix their files.
     """
-    target = cache_root() / "node-openai" / version
-    if _installed_version(target) == version:
+    target = cache_root() / f"node-{package.lstrip('@').replace('/', '-')}" / version
+    if _installed_version(target, package) == version:
         return target
     npm = shutil.which("npm")
     if npm is None:
-        raise NodeUnavailable("npm not found on PATH: it installs the openai npm package")
+        raise NodeUnavailable(f"npm not found on PATH: it installs the {package} npm package")
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
     try:
-        manifest = {"private": True, "dependencies": {"openai": version}}
+        manifest = {"private": True, "dependencies": {package: version}}
         (scratch / "package.json").write_text(json.dumps(manifest))
         completed = _run(
             [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=scratch,
             timeout=NPM_INSTALL_TIMEOUT_SECONDS,
         )
-        if completed.returncode != 0 or _installed_version(scratch) != version:
+        if completed.returncode != 0 or _installed_version(scratch, package) != version:
             lines = [line for line in completed.stderr.splitlines() if line.strip()]
             raise NodeUnavailable(
-                f"npm install openai@{version} failed: {'; '.join(lines[:NPM_ERROR_LINES])}"
+                f"npm install {package}@{version} failed: {'; '.join(lines[:NPM_ERROR_LINES])}"
             )
         shutil.rmtree(target, ignore_errors=True)
         try:
             scratch.rename(target)
         except OSError:  # another run put its complete install there first
-            if _installed_version(target) != version:
+            if _installed_version(target, package) != version:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -122,17 +156,41 @@ def run_openai_steps(
 ) -> dict[str, Any]:
     """Run `steps` with `new OpenAI({baseURL: base_url, apiKey: api_key, ...})`; answers each
     step's answer by its name. `base_url` includes `/v1`, as an app would write it."""
-    node = node_binary()
     request = {
         "package_dir": str(openai_package_dir()),
         "client": {"baseURL": base_url, "apiKey": api_key, **(client_options or {})},
         "steps": list(steps),
     }
-    # The package reads OPENAI_* variables (base URL, organization, project) as defaults.
-    env = {name: value for name, value in os.environ.items() if not name.startswith("OPENAI_")}
+    return _run_steps(STEPS_SCRIPT, request, OPENAI_SDK.env_prefix)
+
+
+def run_sdk_steps(
+    sdk: NodeSdk,
+    base_url: str,
+    api_key: str,
+    steps: Sequence[Mapping[str, Any]],
+    *,
+    client_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run `steps` (`tests/client/node/sdk_steps.mjs`) with `new <sdk.export>({baseURL:
+    base_url, apiKey: api_key, ...})`; answers each step's answer by its name. `base_url` is
+    what an app would write for that SDK (with `/v1` for `openai`, without for Anthropic's)."""
+    request = {
+        "package_dir": str(sdk.package_dir()),
+        "package": sdk.package,
+        "export": sdk.export,
+        "client": {"baseURL": base_url, "apiKey": api_key, **(client_options or {})},
+        "steps": list(steps),
+    }
+    return _run_steps(SDK_STEPS_SCRIPT, request, sdk.env_prefix)
+
+
+def _run_steps(script: Path, request: Mapping[str, Any], env_prefix: str) -> dict[str, Any]:
+    node = node_binary()
+    env = {name: value for name, value in os.environ.items() if not name.startswith(env_prefix)}
     try:
         completed = _run(
-            [node, str(STEPS_SCRIPT)],
+            [node, str(script)],
             input=json.dumps(request),
             env=env,
             timeout=SCRIPT_TIMEOUT_SECONDS,
@@ -152,8 +210,8 @@ def run_openai_steps(
     return results
 
 
-def _installed_version(folder: Path) -> str | None:
-    manifest = folder / "node_modules" / "openai" / "package.json"
+def _installed_version(folder: Path, package: str) -> str | None:
+    manifest = folder / "node_modules" / package / "package.json"
     try:
         version = json.loads(manifest.read_text())["version"]
     except (OSError, ValueError, KeyError):
