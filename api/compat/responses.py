@@ -17,7 +17,6 @@ mode only) is answered by `api.offline_model` where the model would be called.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from api import compact, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
 from api.compat import stored_responses
+from api.compat.response_events import new_id, relayed, with_response_id
 from api.compat.turn import (
     OVERFLOW_HEADER,
     REPLY_PRIMING_TOKENS,
@@ -39,7 +39,7 @@ from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.model_tokens import TokenRatios, fitted_window
-from api.openai_errors import OpenAIError, error_type
+from api.openai_errors import OpenAIError
 from api.schemas import CompactRequest, SessionUpdate, SummaryOut
 from api.schemas.responses import ResponseRequest
 from api.settings import Settings
@@ -134,14 +134,16 @@ class Responder:
         call = _model_call(request, streamed=True)
         if turn is None:
             events = await self._call(call, request.passed_through() | {"input": request.input})
-            return _with_response_id(_relayed(events, None), new_id("resp")), None
+            return with_response_id(
+                relayed(events, lambda outcome: _count(outcome, None), True), new_id("resp")
+            ), None
         events = await self._with_overflow_retry(tenant, turn, call)
         return self._stored_when_done(tenant, turn, events), turn
 
     async def _stored_when_done(
         self, tenant: str, turn: Turn, events: AsyncIterator[dict[str, Any]]
     ) -> AsyncIterator[dict[str, Any]]:
-        async for event in _relayed(events, turn):
+        async for event in relayed(events, lambda outcome: _count(outcome, turn), False):
             response = event.get("response")
             if isinstance(response, dict):
                 event = {**event, "response": self._as_turn_answer(turn, response)}
@@ -164,6 +166,13 @@ class Responder:
                 f"'{CONVERSATION_ID_PREFIX}'",
                 param="conversation",
                 code="invalid_conversation_id",
+            )
+        if request.input is None and conversation_id is None and not request.previous_response_id:
+            raise OpenAIError(
+                400,
+                "input is required unless conversation or previous_response_id gives the context",
+                param="input",
+                code="missing_required_parameter",
             )
         if request.previous_response_id is not None and conversation_id is not None:
             raise OpenAIError(
@@ -210,7 +219,7 @@ class Responder:
         input_items = (
             [{"type": "message", "role": "user", "content": request.input}]
             if isinstance(request.input, str)
-            else list(request.input)
+            else list(request.input or [])
         )
         given = new_conversation_items(input_items)
         # the size and shape checks of a stored item, before anything is called or stored
@@ -272,16 +281,24 @@ class Responder:
                     self.database, self.settings, tenant, conversation_id, update
                 )
                 start = await session_for_history(db, tenant, conversation_id)
-            history = await service.history(
-                db,
-                self.summarization,
-                tenant,
-                conversation_id,
-                None,
-                turn.budget,
-                "responses",
-                start,
-            )
+            if turn.request.truncation == "disabled":
+                # the context as it is stored, or OpenAI's refusal: nothing summarized, cut
+                history = await service.load_history(
+                    db, self.summarization, start, None, None, "responses"
+                )
+                if history.token_estimate > turn.budget:
+                    raise _does_not_fit(history.token_estimate, turn.budget)
+            else:
+                history = await service.history(
+                    db,
+                    self.summarization,
+                    tenant,
+                    conversation_id,
+                    None,
+                    turn.budget,
+                    "responses",
+                    start,
+                )
         context = _without_placeholders_answered_by(history.context, turn.input_items)
         turn.sent_tokens = history.token_estimate + sum(
             message.token_count for message in turn.stored_input
@@ -291,7 +308,9 @@ class Responder:
     async def _with_overflow_retry(self, tenant: str, turn: Turn, call: ModelCall) -> Any:
         request = await self._upstream_request(tenant, turn)
         try:
-            return await self._call(call, request, turn, retrying=False)
+            return await self._call(
+                call, request, turn, retrying=turn.request.truncation == "disabled"
+            )
         except ContextTooLong:
             summary = await self._summarize_for_overflow(tenant, turn)
             if summary is None:
@@ -395,45 +414,11 @@ def _count(outcome: str, turn: Turn | None) -> None:
     metrics.RESPONSES.labels(outcome, "yes" if retried else "no").inc()
 
 
-async def _relayed(
-    events: AsyncIterator[dict[str, Any]], turn: Turn | None
-) -> AsyncIterator[dict[str, Any]]:
-    """The model's events; a failure mid-stream becomes the Responses API's `error` event."""
-    try:
-        async for event in events:
-            yield event
-        if turn is None:
-            _count("passed_through", None)
-    except UpstreamFailed as exc:
-        _count("model_failed", turn)
-        # the Responses API's `error` event, and the `error` object the SDKs raise from
-        yield {
-            "type": "error",
-            "code": exc.code,
-            "message": exc.message,
-            "param": exc.param,
-            "error": {
-                "type": error_type(exc.status),
-                "code": exc.code,
-                "message": exc.message,
-                "param": exc.param,
-            },
-        }
-
-
-async def _with_response_id(
-    events: AsyncIterator[dict[str, Any]], response_id: str
-) -> AsyncIterator[dict[str, Any]]:
-    """A passed-through stream's events, its response carrying Precis's id."""
-    async for event in events:
-        response = event.get("response")
-        yield (
-            {**event, "response": {**response, "id": response_id}}
-            if isinstance(response, dict)
-            else event
-        )
-
-
-def new_id(prefix: str) -> str:
-    """An id shaped like OpenAI's: the prefix and 48 hex characters."""
-    return f"{prefix}_{uuid.uuid4().hex}{uuid.uuid4().hex[:16]}"
+def _does_not_fit(tokens: int, budget: int) -> OpenAIError:
+    return OpenAIError(
+        400,
+        f"the stored context ({tokens} tokens) does not fit the model's window with this input "
+        f"and the answer's room ({budget} tokens left) and truncation is disabled",
+        param="input",
+        code="context_length_exceeded",
+    )

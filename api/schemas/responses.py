@@ -40,8 +40,12 @@ class ResponseRequest(BaseModel):
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """A litellm model string the server allows (MODEL_ALLOWED)."""
-    input: str | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=500)]
-    """Text (one user message) or Responses input items."""
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=500)] | None = None
+    """Text (one user message) or Responses input items; may be left out when `conversation`
+    or `previous_response_id` gives the context (the model answers what is stored)."""
+    truncation: Literal["auto", "disabled"] | None = None
+    """`auto` (Precis's default): summaries fit the context to the window. `disabled`: a
+    context that does not fit as it is stored is 400 `context_length_exceeded`."""
     conversation: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=128)] | (
         ConversationRef | None
     ) = None

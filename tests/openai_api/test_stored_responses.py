@@ -60,7 +60,8 @@ async def test_a_response_is_stored_retrieved_listed_and_deleted(
     client: AsyncOpenAI, api: httpx.AsyncClient
 ) -> None:
     answer = await client.responses.create(model=MODEL, input="MARKER-alpha first")
-    assert answer.id.startswith("resp_") and answer.store is True
+    assert answer.id.startswith("resp_") and answer.model_extra is not None
+    assert answer.model_extra["store"] is True
     again = await client.responses.retrieve(answer.id)
     assert again.id == answer.id and again.output_text == answer.output_text == "MARKER-alpha"
     items = await client.responses.input_items.list(answer.id)
@@ -69,8 +70,8 @@ async def test_a_response_is_stored_retrieved_listed_and_deleted(
     # the chain is a session under the response's id
     session = await api.get(f"/v1/sessions/{answer.id}/messages")
     assert [m["role"] for m in session.json()["messages"]] == ["user", "assistant"]
-    deleted = await client.responses.delete(answer.id)
-    assert deleted is None  # the SDK answers nothing; the request succeeded
+    deleted = await client.responses.with_raw_response.delete(answer.id)
+    assert deleted.http_response.json() == {"id": answer.id, "object": "response", "deleted": True}
     with pytest.raises(openai.NotFoundError) as gone:
         await client.responses.retrieve(answer.id)
     assert answer.id in gone.value.message
@@ -161,3 +162,46 @@ async def test_a_streamed_chain_is_stored_too(client: AsyncOpenAI) -> None:
     assert done.response.previous_response_id == first.id
     kept = await client.responses.retrieve(done.response.id)
     assert kept.output_text == "MARKER-s1\nMARKER-s2"
+
+
+async def test_input_may_be_left_out_when_the_conversation_gives_the_context(
+    client: AsyncOpenAI,
+) -> None:
+    conversation = await client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "MARKER-stored question"}]
+    )
+    answer = await client.responses.create(model=MODEL, conversation=conversation.id)
+    assert answer.output_text == "MARKER-stored"
+    items = await client.responses.input_items.list(answer.id)
+    assert items.data == []
+    listed = [item async for item in client.conversations.items.list(conversation.id)]
+    assert len(listed) == 2  # the stored question and the answer, nothing more
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(model=MODEL)
+    assert refused.value.param == "input"
+
+
+async def test_truncation_disabled_refuses_a_context_that_does_not_fit(
+    client: AsyncOpenAI, api: httpx.AsyncClient
+) -> None:
+    long_text = " ".join(f"word{index % 97}" for index in range(900))
+    conversation = await client.conversations.create(
+        items=[
+            {"type": "message", "role": "user", "content": f"MARKER-long{turn} {long_text}"}
+            for turn in range(5)
+        ]
+    )
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(
+            model=MODEL, conversation=conversation.id, input="MARKER-q", truncation="disabled"
+        )
+    assert refused.value.code == "context_length_exceeded"
+    summaries = await api.get(f"/v1/sessions/{conversation.id}/summaries")
+    assert summaries.json()["summaries"] == [], "nothing summarized"
+    listed = [item async for item in client.conversations.items.list(conversation.id)]
+    assert len(listed) == 5, "nothing stored"
+    # the default, auto, fits the context to the window (docs/design.md, "OpenAI Responses")
+    answer = await client.responses.create(
+        model=MODEL, conversation=conversation.id, input="MARKER-q"
+    )
+    assert answer.output_text.endswith("MARKER-q")
