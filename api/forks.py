@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
@@ -25,6 +26,9 @@ from api.settings import Settings
 from api.store import forks as fork_store
 from api.store.rows import SessionRow
 from api.summary_jobs import schedule_remake_if_owed
+
+BRANCH_ATTEMPTS = 3
+"""Runs of a branch at most when concurrent branches of one session refuse its snapshot."""
 
 BRANCH_ID_ROOM = 128 - len(":branch-") - 12
 """Characters of a session's id an earlier branch's id keeps (an id is at most 128)."""
@@ -68,12 +72,25 @@ async def branch_session(
         await fork_store.read_one_snapshot(db)
         session = await store.get_session(db, tenant, external_id, for_update=True)
         kept_as = branch_id(external_id)
-        await store.rename_session(db, session.id, kept_as)
+        parent = await store.rename_session(db, session.id, kept_as)
         if seq > 0:
             await _fork(db, settings, tenant, kept_as, ForkRequest(seq=seq, id=external_id))
+        else:
+            await fork_store.insert_fork(db, parent, external_id, 0)
+        # the branch ends when the session would have: its expiry goes with it
+        changes = {"expires_at": parent.expires_at}
+        await store.update_session(db, tenant, external_id, changes)
         return kept_as
 
-    return await database.write(branch)
+    for attempt in range(BRANCH_ATTEMPTS):
+        try:
+            return await database.write(branch)
+        except DBAPIError as exc:
+            # two branches of one session at once: the later one's snapshot is refused
+            raced = getattr(exc.orig, "sqlstate", None) == fork_store.SERIALIZATION_FAILURE
+            if not raced or attempt == BRANCH_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def branch_id(external_id: str) -> str:

@@ -40,14 +40,17 @@ FALL_WEIGHT = 0.1
 SAMPLES_KEPT = 1_000
 """Samples counted at most (the count says how settled the ratio is)."""
 
-WRITE_CHANGE = 0.01
-"""A learned ratio is written back when it moved by more than this share (or is new)."""
+WRITE_CHANGE = 0.0005
+"""A learned ratio is written back when it moved by more than this share (or is new): a
+falling one settles at most WRITE_CHANGE / FALL_WEIGHT (0.5 %) above the true ratio, well
+within MODEL_TOKEN_MARGIN."""
 
 CACHE_SECONDS = 30.0
 """How long a replica trusts the ratio it read: another replica's learning reaches it then."""
 
-MIN_SAMPLE_TOKENS = 50
-"""Requests smaller than this teach nothing (framing dominates their count)."""
+MIN_SAMPLE_TOKENS = 1_000
+"""Requests smaller than this teach nothing: what a provider adds to every request (a tool
+prompt, framing) would dominate their count."""
 
 
 def model_encoding(model: str) -> tiktoken.Encoding | None:

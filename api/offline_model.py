@@ -1,6 +1,6 @@
 """`precis/offline`: a model Precis serves itself, to try the model endpoints without a key.
 
-Development mode only (no API_KEYS): `api.compat.turn.check_model` refuses it otherwise. It
+Development mode only (no API_KEYS): `api.compat.model_limits.check_model` refuses it. It
 calls nothing (no network, no litellm) and answers the request it is given, the conversation's
 fitted context then the new input, deterministically: the last user input echoed, and what
 the offline summarizer (`summarizer/local`) keeps of everything before it, so a user sees what

@@ -103,7 +103,12 @@ async def prepare(
     )
     request = {"model": body.model, **params}
     edits = context_edits((body.model_extra or {}).get("context_management"))
-    turn = await turns.prepare(WIRE, tenant, session_id, messages, request, body.max_tokens)
+    # `metadata.user_id` names a user, who may start another conversation: only the header
+    # names one conversation for sure
+    stateful = bool(header)
+    turn = await turns.prepare(
+        WIRE, tenant, session_id, messages, request, body.max_tokens, stateful
+    )
     turn.edits = edits
     return turn
 
@@ -190,12 +195,14 @@ async def _stored_when_done(
 ) -> AsyncIterator[dict[str, Any]]:
     try:
         async for event in stream.events(chunks):
-            if event.get("type") == "message_stop":
-                await turns.learn(turn, stream.completion().get("usage"))
+            if event.get("type") == "message_delta":
                 message = stream.message()
                 if message["stop_reason"] in STORED_STOP_REASONS:
-                    # stored before the client hears the message end
+                    # stored before the client hears the stop reason: a client that reads
+                    # the session next sees the turn, one that leaves then loses nothing
                     await turns.store(turn, anthropic_shapes.assistant_chat_message(message))
+            if event.get("type") == "message_stop":
+                await turns.learn(turn, stream.completion().get("usage"))
             management = applied_edits(turn)
             if event.get("type") == "message_delta" and management is not None:
                 event = {**event, "context_management": management}

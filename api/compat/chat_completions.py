@@ -1,9 +1,9 @@
 """`POST /v1/chat/completions`: OpenAI's Chat Completions wire, with Precis keeping the session.
 
 The wire's request is already chat messages: it names the session (`X-Precis-Session`, then
-`metadata.session_id`, then `prompt_cache_key`, then the prefix fingerprint when
-MEMORY_IDENTIFY=prefix), and its answer, whole or streamed as `chat.completion.chunk`
-events, is the model's as litellm returns it. The turn is `api.compat.turn`'s.
+`metadata.session_id`, then the prefix fingerprint when MEMORY_IDENTIFY=prefix), and its
+answer, whole or streamed as `chat.completion.chunk` events, is the model's as litellm
+returns it. The turn is `api.compat.turn`'s.
 """
 
 from __future__ import annotations
@@ -46,11 +46,9 @@ class ChatCompletionRequest(BaseModel):
     """Longest answer; kept free of the window when the context is fitted."""
     metadata: dict[str, Any] | None = None
     """`metadata.session_id` names the session (unless the header does)."""
-    prompt_cache_key: str | None = None
-    """Names the session when neither the header nor `metadata.session_id` does."""
 
     def session_fields(self) -> list[object]:
-        return [(self.metadata or {}).get(SESSION_METADATA_KEY), self.prompt_cache_key]
+        return [(self.metadata or {}).get(SESSION_METADATA_KEY)]
 
     def upstream_request(self) -> dict[str, Any]:
         """The request's parameters for the model: without the messages, `stream` and the
@@ -75,8 +73,11 @@ async def prepare(
         turns.settings.memory_identify == "prefix",
     )
     answer_tokens = body.max_completion_tokens or body.max_tokens
+    request = body.upstream_request()
+    # only a header names one conversation for sure: a body field may name a user
+    stateful = bool(header)
     return await turns.prepare(
-        WIRE, tenant, session_id, body.messages, body.upstream_request(), answer_tokens
+        WIRE, tenant, session_id, body.messages, request, answer_tokens, stateful
     )
 
 
@@ -101,19 +102,25 @@ async def _stored_when_done(
     turns: ChatTurns, turn: ChatTurn, chunks: AsyncIterator[dict[str, Any]]
 ) -> AsyncIterator[dict[str, Any]]:
     answer = AssembledAnswer()
+    stored = False
+    # Precis asks for the usage (it learns from it); a client that did not gets no usage chunk
+    usage_asked = bool((turn.upstream_request.get("stream_options") or {}).get("include_usage"))
     try:
         async for chunk in chunks:
             answer.add(chunk)
+            if not chunk.get("choices") and not usage_asked:
+                continue
+            if not stored and answer.finish_reason in STORED_FINISH_REASONS:
+                # stored before the client hears the answer end: a client that reads the
+                # session next sees the turn, and one that leaves right then loses nothing
+                await turns.store(turn, answer.message())
+                stored = True
             yield chunk
     except UpstreamFailed as exc:
         turns.count(turn, "model_failed")
         yield {"error": {"message": exc.message, "type": error_type(exc.status), "code": exc.code}}
         return
     await turns.learn(turn, answer.usage)
-    if answer.finish_reason in STORED_FINISH_REASONS:
-        # stored before the client hears the stream end: a client that reads the session next
-        # sees the turn
-        await turns.store(turn, answer.message())
 
 
 class AssembledAnswer:

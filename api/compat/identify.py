@@ -1,10 +1,11 @@
 """Which session a Chat Completions or Messages request belongs to: the session ladder.
 
 In this order: the `X-Precis-Session` header (the session id as it is); a field the wire
-already has (`metadata.session_id`, then `prompt_cache_key` on OpenAI's; `metadata.user_id`
-on Anthropic's), used as it is when it is a valid session id, else as the hash of it; then,
-with `MEMORY_IDENTIFY=prefix`, a fingerprint of the tenant, the system prompt and the first
-user message. Without any of them the request is a plain proxy call: nothing is stored.
+already has (`metadata.session_id` on OpenAI's, `metadata.user_id` on Anthropic's; not
+`prompt_cache_key`, which OpenAI documents as shared by requests with a common prefix), used
+as it is when it is a valid session id, else as the hash of it; then, with
+`MEMORY_IDENTIFY=prefix`, a fingerprint of the tenant, the system prompt and the first user
+message. Without any of them the request is a plain proxy call: nothing is stored.
 """
 
 from __future__ import annotations

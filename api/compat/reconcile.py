@@ -8,9 +8,10 @@ message therefore names its whole prefix, and matching a resend is a lookup by t
 
 - the session's newest message is a link of the resend: the messages after it are the new tail
   (the common case: one index read, whatever the history's length);
-- nothing past the resend's leading system messages is stored, and it holds no assistant
-  message: the client sends only its new messages (stateful mode), appended after the
-  session's newest (so a resend of a single edited first message reads as a new message);
+- it holds no assistant message, and what of it is stored is its system prompt, or less than
+  the session's newest exchange: the client sends only its new messages (stateful mode, for
+  a session named per conversation), appended after the session's newest; a repeat of the
+  newest exchange's own messages is a retry, answered again in a branch;
 - otherwise the resend diverges from what is stored (an edited or regenerated message) after
   its longest stored prefix, found by a binary search over the links: the session branches
   there (`api.forks.branch_session`) and the turn goes on in the branch.
@@ -164,9 +165,14 @@ def _leading_system(messages: Sequence[Mapping[str, Any]]) -> int:
 
 
 async def reconcile(
-    db: AsyncSession, tenant: str, external_id: str, messages: Sequence[Mapping[str, Any]]
+    db: AsyncSession,
+    tenant: str,
+    external_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    stateful: bool = True,
 ) -> Reconciled:
-    """Match `messages` (the request's, in chat shape) against the stored session."""
+    """Match `messages` (the request's, in chat shape) against the stored session;
+    `stateful`: whether a request of new messages only may be appended (rule 2)."""
     chain = digests(messages)
     try:
         session = await store.get_session(db, tenant, external_id)
@@ -184,10 +190,16 @@ async def reconcile(
         return Reconciled(matched, new, newest_link, stored=True, format=kind)
     stored, seq = await _longest_stored_prefix(db, session.id, chain)
     system = _leading_system(messages)
-    if stored == system and _only_new(messages[system:]):
-        # nothing after the system prompt is stored, and no answer of the model is resent:
-        # the client sends only its new messages
-        chained = links(messages[system:], after=newest_link)
+    tail = messages[system:]
+    if stateful and _only_new(tail) and (stored == system or stored + 1 < session.last_seq):
+        # no answer of the model is resent, and the request's own messages are not the
+        # session's newest exchange: the client sends only its new messages
+        repeated = await _repeats_newest_exchange(db, session.id, session.last_seq, tail)
+        if repeated is not None:
+            # a retry of the newest exchange, whose answer the client never got: answered
+            # again in a branch after its messages, as a regenerated answer is
+            return Reconciled(len(messages), [], repeated, session.last_seq - 1, True, kind)
+        chained = links(tail, after=newest_link)
         return Reconciled(system, chained, newest_link, stored=True, format=kind)
     previous = link(chain[stored - 1]) if stored else ""
     new = [link(digest) for digest in chain[stored:]]
@@ -203,6 +215,20 @@ def _position_after(chain: Sequence[bytes], digest: bytes | None) -> int | None:
         if chain[index] == digest:
             return index + 1
     return None
+
+
+async def _repeats_newest_exchange(
+    db: AsyncSession, session_key: int, last_seq: int, tail: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The link of the last of `tail` when the session ends with `tail` and one answer (a
+    stateful client retrying its newest turn), else None."""
+    before_seq = last_seq - len(tail) - 1
+    if before_seq < 0:
+        return None
+    before = await fork_store.message_at(db, session_key, before_seq) if before_seq else None
+    last = await fork_store.message_at(db, session_key, last_seq - 1)
+    chained = links(tail, after=(before.client_id or "") if before is not None else "")
+    return chained[-1] if last is not None and last.client_id == chained[-1] else None
 
 
 def _only_new(messages: Sequence[Mapping[str, Any]]) -> bool:

@@ -24,15 +24,9 @@ from typing import Any
 from api import compact, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
 from api.compat import stored_responses
+from api.compat.model_limits import answer_room, check_model, model_window, too_long
 from api.compat.response_events import new_id, relayed, with_response_id
-from api.compat.turn import (
-    OVERFLOW_HEADER,
-    REPLY_PRIMING_TOKENS,
-    answer_room,
-    check_model,
-    model_window,
-    too_long,
-)
+from api.compat.turn import OVERFLOW_HEADER, REPLY_PRIMING_TOKENS
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
 from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
@@ -72,6 +66,8 @@ class Turn:
     """The same, checked, counted and given their ids: stored with the output."""
     budget: int
     response_id: str = field(default_factory=lambda: new_id("resp"))
+    fixed_tokens: int = 0
+    """The tokens of the request besides the stored context: input, instructions, tools."""
     sent_tokens: int = 0
     """The request's tokens as Precis counted them: what the model's usage is compared to."""
     in_conversation: bool = True
@@ -251,6 +247,7 @@ class Responder:
             counted,
             budget,
             response_id,
+            fixed_tokens=fixed,
             sent_tokens=fixed,
             in_conversation=in_conversation,
             new_chain=new_chain,
@@ -260,7 +257,7 @@ class Responder:
     async def _upstream_request(self, tenant: str, turn: Turn) -> dict[str, Any]:
         conversation_id = turn.conversation_id
         if turn.new_chain:
-            turn.sent_tokens = sum(message.token_count for message in turn.stored_input)
+            turn.sent_tokens = turn.fixed_tokens
             return turn.request.passed_through() | {"input": turn.input_items}
         async with self.database.reading() as db:
             # the history's own first read checks the conversation too: no round trip more
@@ -300,9 +297,7 @@ class Responder:
                     start,
                 )
         context = _without_placeholders_answered_by(history.context, turn.input_items)
-        turn.sent_tokens = history.token_estimate + sum(
-            message.token_count for message in turn.stored_input
-        )
+        turn.sent_tokens = history.token_estimate + turn.fixed_tokens
         return turn.request.passed_through() | {"input": [*context, *turn.input_items]}
 
     async def _with_overflow_retry(self, tenant: str, turn: Turn, call: ModelCall) -> Any:

@@ -5,28 +5,32 @@ request's messages with what is stored (`api.compat.reconcile`: the new tail, or
 fit the session's context (pinned prefix, summaries, unsummarized tail) into what the model's
 window leaves after the new tail, the tools and the answer's room, call the model with that
 context followed by the new tail, and store the new tail and the answer together, once, when
-the answer is complete. When the model still answers that the context is too long, the
-session is summarized (trigger `overflow_retry`) and the call retried once. A request no
-session is identified for goes to the model as it came, and nothing is stored.
+the answer is complete (in a branch when another turn stored in the session meanwhile). When
+the model still answers that the context is too long, the session is summarized (trigger
+`overflow_retry`) and the call retried once. A request no session is identified for goes to
+the model as it came, and nothing is stored.
 
 The wires (`api.compat.chat_completions`, `api.compat.anthropic_messages`) only translate
-their shapes to chat messages and back; `api.compat.responses` shares the model checks, the
-window and the answer's room (`check_model`, `model_window`, `answer_room`).
+their shapes to chat messages and back; they and `api.compat.responses` share the model's
+checks, window and answer room (`api.compat.model_limits`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from api import compact, forks, metrics, offline_model, service
+from api import compact, forks, metrics, offline_model, service, store
 from api.append.use_case import new_message, store_batch
+from api.compat.model_limits import answer_room, check_model, model_window, too_long
 from api.compat.reconcile import Reconciled, links, reconcile
-from api.context import SUMMARY_HEADING
+from api.context import MISSING_TOOL_RESULT, SUMMARY_HEADING
 from api.context_edits import EditOverrides
 from api.db.transactions import Database
 from api.errors import SessionNotFound
@@ -36,6 +40,7 @@ from api.schemas import Cleared, CompactRequest, SummaryOut
 from api.schemas.messages import MessageIn
 from api.settings import Settings
 from api.store import NewMessage
+from api.store import forks as fork_store
 from api.summarization import Summarization
 from api.upstream import (
     ContextTooLong,
@@ -44,15 +49,10 @@ from api.upstream import (
     create_completion,
     open_completion_stream,
 )
-from summarizer.llm import model_context_window
 from summarizer.tokens import count_messages, count_text
 
 REPLY_PRIMING_TOKENS = 3
 """Tokens a chat model adds to every prompt to prime its reply (as OpenAI counts them)."""
-
-DEFAULT_OUTPUT_SHARE = 4
-"""Without a request's answer length, the answer's room is MODEL_DEFAULT_OUTPUT_TOKENS, but
-never more than a quarter of the window (a small model keeps room for its context)."""
 
 STORED_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
 """What a stored chat message keeps of a wire's message: what a model reads of it."""
@@ -76,59 +76,6 @@ _MESSAGE = TypeAdapter(MessageIn)
 
 ModelCall = Callable[[Upstream, Mapping[str, Any]], Awaitable[Any]]
 """One call of the model (`create_completion` or `open_completion_stream`)."""
-
-
-def check_model(settings: Settings, model: str) -> None:
-    """The model is one this server lets clients call (MODEL_ALLOWED), or Precis's offline
-    model in development mode."""
-    if model == offline_model.OFFLINE_MODEL:
-        if settings.tenant_keys():
-            raise OpenAIError(
-                400,
-                f"model {model!r} is Precis's offline model, for development mode only (no "
-                "API_KEYS configured): name a model of MODEL_ALLOWED",
-                param="model",
-                code="model_not_allowed",
-            )
-        return
-    allowed = settings.responses_models()
-    if "*" not in allowed and model not in allowed:
-        raise OpenAIError(
-            400,
-            f"model {model!r} is not allowed on this server (MODEL_ALLOWED)",
-            param="model",
-            code="model_not_allowed",
-        )
-
-
-async def model_window(settings: Settings, model: str) -> int:
-    """The model's context window: MODEL_CONTEXT_TOKENS, else what litellm knows."""
-    window = settings.model_windows().get(model)
-    if window is None and model == offline_model.OFFLINE_MODEL:
-        window = offline_model.OFFLINE_WINDOW
-    window = window or await model_context_window(model)
-    if window is None:
-        raise OpenAIError(
-            400,
-            f"the context window of model {model!r} is unknown: set it in MODEL_CONTEXT_TOKENS",
-            param="model",
-            code="unknown_window",
-        )
-    return window
-
-
-def answer_room(settings: Settings, window: int, requested: int | None) -> int:
-    """Tokens kept free for the answer."""
-    return requested or min(settings.model_default_output_tokens, window // DEFAULT_OUTPUT_SHARE)
-
-
-def too_long(param: str = "messages") -> OpenAIError:
-    return OpenAIError(
-        400,
-        "the conversation does not fit the model's context window, even summarized",
-        param=param,
-        code="context_length_exceeded",
-    )
 
 
 def stored_shape(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -226,8 +173,11 @@ class ChatTurns:
         messages: Sequence[Mapping[str, Any]],
         upstream_request: dict[str, Any],
         answer_tokens: int | None,
+        stateful: bool = True,
     ) -> ChatTurn:
-        """Check the model and the messages; identify, reconcile and budget the turn."""
+        """Check the model and the messages; identify, reconcile and budget the turn.
+        `stateful`: whether a request holding only new messages may be appended to the
+        session (a session named per conversation; not one named per user)."""
         model = str(upstream_request["model"])
         check_model(self.settings, model)
         if session_id is None:
@@ -238,7 +188,7 @@ class ChatTurns:
             return turn
         async with self.database.reading() as db:
             # only what the session does not hold yet is shaped, checked and counted
-            reconciled = await reconcile(db, tenant, session_id, messages)
+            reconciled = await reconcile(db, tenant, session_id, messages, stateful)
         if reconciled.format not in (None, "openai"):
             raise OpenAIError(
                 409,
@@ -250,11 +200,6 @@ class ChatTurns:
         new = [stored_shape(message) for message in messages[reconciled.new_start :]]
         counted = checked(new, self.settings.max_message_bytes, reconciled.new_start)
         turn = ChatTurn(wire, tenant, session_id, upstream_request, new, [], reconciled)
-        if reconciled.branch_at is not None:
-            kept_as = await forks.branch_session(
-                self.database, self.settings, tenant, session_id, reconciled.branch_at
-            )
-            turn.headers[BRANCHED_HEADER] = kept_as
         turn.stored_new = [
             message._replace(client_id=link)
             for message, link in zip(counted, reconciled.new_links, strict=True)
@@ -264,16 +209,35 @@ class ChatTurns:
         reserved = answer_room(self.settings, window, answer_tokens)
         ratio = await self._ratio(model)
         room = fitted_window(window - reserved, ratio, self.settings.model_token_margin)
-        fixed = _fixed_tokens(turn.stored_new, upstream_request)
-        turn.budget = room - fixed
-        if turn.budget < 1:
+        pending = _pending_start(turn.new_messages)
+        if room - _fixed_tokens(turn.stored_new[pending:], upstream_request) < 1:
             raise OpenAIError(
                 400,
-                f"the new messages and tools ({fixed} tokens) and the answer's room ({reserved})"
-                f" do not fit the model's window of {window} tokens",
+                f"the new turn and tools and the answer's room ({reserved}) do not fit the "
+                f"model's window of {window} tokens",
                 param="messages",
                 code="context_length_exceeded",
             )
+        if reconciled.branch_at is not None:
+            kept_as = await forks.branch_session(
+                self.database, self.settings, tenant, session_id, reconciled.branch_at
+            )
+            turn.headers[BRANCHED_HEADER] = kept_as
+        if room - _fixed_tokens(turn.stored_new, upstream_request) < 1 and pending:
+            # a history the session never held, too long to send as it is: stored first, so
+            # it is summarized and fitted like any stored history
+            await store_batch(
+                self.database, self.settings, tenant, session_id, turn.stored_new[:pending]
+            )
+            turn.new_messages = turn.new_messages[pending:]
+            turn.stored_new = turn.stored_new[pending:]
+            turn.reconciled = replace(
+                reconciled,
+                new_start=reconciled.new_start + pending,
+                new_links=reconciled.new_links[pending:],
+                previous_link=reconciled.new_links[pending - 1],
+            )
+        turn.budget = room - _fixed_tokens(turn.stored_new, upstream_request)
         return turn
 
     async def _ratio(self, model: str) -> float:
@@ -316,7 +280,10 @@ class ChatTurns:
                     "openai",
                     edits=turn.edits,
                 )
-                context = _cache_breakpoint(history.context, turn.upstream_request["model"])
+                context = _cache_breakpoint(
+                    _without_placeholders_answered_by(history.context, turn.new_messages),
+                    turn.upstream_request["model"],
+                )
                 context_tokens = history.token_estimate
                 turn.cleared = list(history.cleared)
             except SessionNotFound:
@@ -363,12 +330,80 @@ class ChatTurns:
         [counted] = checked([shaped], self.settings.max_message_bytes)
         [link] = links([shaped], after=turn.reconciled.last_link)
         batch = [*turn.stored_new, counted._replace(client_id=link)]
-        await store_batch(self.database, self.settings, turn.tenant, turn.session_id, batch)
+        async with _store_lock(turn.tenant, turn.session_id):
+            own = [message.client_id for message in batch]
+            moved_at = await self._moved_since_read(turn, own)
+            if moved_at is not None:
+                kept_as = await forks.branch_session(
+                    self.database, self.settings, turn.tenant, turn.session_id, moved_at
+                )
+                turn.headers[BRANCHED_HEADER] = kept_as
+            await store_batch(self.database, self.settings, turn.tenant, turn.session_id, batch)
         self.count(turn, "stored")
+
+    async def _moved_since_read(self, turn: ChatTurn, own: list[str | None]) -> int | None:
+        """Where to branch when another turn stored in the session since this one read it
+        (two turns at once: a client's retry, an agent's side calls): the seq of the message
+        this turn follows (0: none); None when the session's newest message is still that one,
+        or one of this turn's own (a retry that landed)."""
+        assert turn.session_id is not None and turn.reconciled is not None
+        previous = turn.reconciled.previous_link
+        async with self.database.reading() as db:
+            try:
+                session = await store.get_session(db, turn.tenant, turn.session_id)
+            except SessionNotFound:
+                return None
+            newest = await fork_store.message_at(db, session.id, session.last_seq)
+            newest_link = (newest.client_id if newest is not None else None) or ""
+            if newest_link == previous or newest_link in own:
+                return None
+            if not previous:
+                return 0
+            found = await store.message_by_client_id(db, session.id, previous)
+        return found.seq if found is not None else 0
 
     def count(self, turn: ChatTurn, outcome: str) -> None:
         branched = "yes" if BRANCHED_HEADER in turn.headers else "no"
         metrics.WIRE_TURNS.labels(turn.wire, outcome, branched).inc()
+
+
+_STORE_LOCKS: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _store_lock(tenant: str, session_id: str) -> asyncio.Lock:
+    """One turn at a time checks and stores in a session, in this process (replicas may
+    still race between the check and the append: the window is one read)."""
+    key = (tenant, session_id)
+    lock = _STORE_LOCKS.get(key)
+    if lock is None:
+        lock = _STORE_LOCKS[key] = asyncio.Lock()
+    return lock
+
+
+def _pending_start(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Where the turn's own messages begin: after the last answer of the model among them
+    (what comes before is history the session did not hold)."""
+    answers = [index for index, message in enumerate(messages) if message["role"] == "assistant"]
+    return answers[-1] + 1 if answers else 0
+
+
+def _without_placeholders_answered_by(
+    context: Sequence[dict[str, Any]], new: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The context without the placeholder result it gives a stored call still waiting for
+    its result, where the new messages bring that result (the stored call, then its result)."""
+    answered = {message.get("tool_call_id") for message in new if message.get("role") == "tool"}
+    return [
+        message
+        for message in context
+        if not (
+            message.get("role") == "tool"
+            and message.get("tool_call_id") in answered
+            and message.get("content") == MISSING_TOOL_RESULT
+        )
+    ]
 
 
 def _cache_breakpoint(context: Sequence[dict[str, Any]], model: str) -> list[dict[str, Any]]:

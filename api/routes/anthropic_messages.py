@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Response
+from fastapi import Query, Response
 from fastapi.responses import StreamingResponse
 
 from api.auth import Tenant
@@ -27,6 +27,11 @@ from api.routes.checks import v1_router
 
 router = v1_router()
 
+BetaQuery = Annotated[
+    bool | None,
+    Query(description="Accepted and ignored: Anthropic's clients mark their beta calls with it."),
+]
+
 
 @router.post(
     "/messages",
@@ -40,6 +45,7 @@ async def create_message(
     tenant: Tenant,
     ratios: AppTokenRatios,
     session: SessionHeader = None,
+    beta: BetaQuery = None,
 ) -> Response:
     """Call the model. When the request names a session (`X-Precis-Session`,
     `metadata.user_id`, or the prefix fingerprint with MEMORY_IDENTIFY=prefix), the resent
@@ -59,7 +65,7 @@ async def create_message(
 
 @router.post("/messages/count_tokens", responses=anthropic_responses(400, 401, 403, 413))
 async def count_message_tokens(
-    body: CountTokensRequest, tenant: Tenant, ratios: AppTokenRatios
+    body: CountTokensRequest, tenant: Tenant, ratios: AppTokenRatios, beta: BetaQuery = None
 ) -> dict[str, int]:
     """The request's input tokens as the model counts them: its own encoding where one ships
     offline, else Precis's count times the ratio learned from the model's answers."""

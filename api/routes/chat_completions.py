@@ -51,7 +51,7 @@ async def create_chat_completion(
     session: SessionHeader = None,
 ) -> Response:
     """Call the model. When the request names a session (`X-Precis-Session`,
-    `metadata.session_id`, `prompt_cache_key`, or the prefix fingerprint with
+    `metadata.session_id`, or the prefix fingerprint with
     MEMORY_IDENTIFY=prefix), the resent messages are reconciled with the stored session, the
     session's context is fitted to the model's window before the new messages, and the turn is
     stored once the answer completes; otherwise the request is passed through."""

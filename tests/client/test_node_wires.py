@@ -135,15 +135,6 @@ def tool_call_of(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return call["function"]["name"], json.loads(call["function"]["arguments"])
 
 
-TOOL_RESULT_ONCE = pytest.mark.xfail(
-    strict=True,
-    reason="the turn that sends a tool's result is called with the stored context repaired by "
-    "a placeholder result of that call (MISSING_TOOL_RESULT) before the real one",
-)
-"""A known fault of the chat wires' turn: the context ends with the stored tool call, which
-the context repairs with a placeholder result, and the new tail adds the real result."""
-
-
 def user_texts(call: Call) -> list[str]:
     """The user messages of a call the fake got, as text."""
     return _texts(call, "user")
@@ -291,7 +282,6 @@ def test_chat_the_model_gets_each_message_once(chat: Run) -> None:
     assert user_texts(chat.calls[3]) == [ASKED, NEXT, LAST]
 
 
-@TOOL_RESULT_ONCE
 def test_chat_the_tools_result_reaches_the_model_once(chat: Run) -> None:
     assert tool_messages(chat.calls[1]) == [TOOL_RESULT]
 
@@ -421,7 +411,6 @@ def test_messages_the_model_gets_each_message_once(messages: Run) -> None:
     assert tool_messages(messages.calls[-1]) == [TOOL_RESULT]
 
 
-@TOOL_RESULT_ONCE
 def test_messages_the_tools_result_reaches_the_model_once(messages: Run) -> None:
     assert tool_messages(messages.calls[1]) == [TOOL_RESULT]
 

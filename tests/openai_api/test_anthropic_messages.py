@@ -344,3 +344,10 @@ async def test_context_management_clears_old_tool_results_and_reports_it(
     kept = await stored(api, sid)
     stored_results = [str(m["content"]) for m in kept if m["role"] == "tool"]
     assert len(stored_results) == 4 and "MARKER-result-0" in stored_results[0]
+
+
+async def test_the_beta_marker_of_anthropics_clients_is_accepted(api: httpx.AsyncClient) -> None:
+    body = {"model": OPENAI_MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    counted = await api.post("/v1/messages/count_tokens?beta=true", json=body)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["input_tokens"] > 0

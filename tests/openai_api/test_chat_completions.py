@@ -5,6 +5,7 @@ OpenAI's shape (docs/design.md, "Chat Completions and Anthropic Messages")."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
 
+from summarizer.tokens import count_messages
 from tests.support.fake_llm import CHAT_PATH, Call, FakeLLM, running_fake_llm
 
 MODEL = "openai/fake"
@@ -313,3 +315,151 @@ async def test_a_model_counting_more_tokens_is_learned_and_never_refuses_again(
     assert max(over) <= WINDOW
     ratio = await app.state.token_ratios.ratio(MODEL)
     assert 1.45 < ratio < 1.6
+
+
+async def test_a_streamed_turn_is_stored_before_the_client_hears_it_end(
+    client: AsyncOpenAI, api: httpx.AsyncClient, sid: str
+) -> None:
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "MARKER-leaving early"}],
+        max_tokens=OUTPUT_TOKENS,
+        stream=True,
+        extra_headers={SESSION_HEADER: sid},
+    )
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].finish_reason:
+            break  # a client that leaves at the finish reason, before the usage and [DONE]
+    await stream.close()
+    assert [m["role"] for m in await stored(api, sid)] == ["user", "assistant"]
+
+
+async def test_two_turns_at_once_never_interleave_in_one_session(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    upstream.latency_seconds = 0.3
+    first = [
+        {"role": "system", "content": "MARKER-warmup"},
+        {"role": "user", "content": "MARKER-a"},
+    ]
+    second = [
+        {"role": "system", "content": "MARKER-real"},
+        {"role": "user", "content": "MARKER-b"},
+    ]
+    raws = await asyncio.gather(
+        *(
+            client.chat.completions.with_raw_response.create(
+                model=MODEL,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=OUTPUT_TOKENS,
+                extra_headers={SESSION_HEADER: sid},
+            )
+            for messages in (first, second)
+        )
+    )
+    sessions = [
+        sid,
+        *(
+            raw.headers["x-precis-branched-from"]
+            for raw in raws
+            if "x-precis-branched-from" in raw.headers
+        ),
+    ]
+    assert len(sessions) == 2, "the turn that stored second branched the session"
+    contents = [
+        [message["content"] for message in await stored(api, session)] for session in sessions
+    ]
+    expected = [
+        [first[0]["content"], first[1]["content"], "MARKER-warmup\nMARKER-a"],
+        [second[0]["content"], second[1]["content"], "MARKER-real\nMARKER-b"],
+    ]
+    assert sorted(contents) == sorted(expected)
+
+
+async def test_a_stateful_retry_is_answered_again_in_a_branch_not_stored_twice(
+    client: AsyncOpenAI, api: httpx.AsyncClient, sid: str
+) -> None:
+    await chat(client, sid, [{"role": "user", "content": "MARKER-s1 first"}])
+    await chat(client, sid, [{"role": "user", "content": "MARKER-s2 second"}])
+    raw = await client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "MARKER-s2 second"}],
+        max_tokens=OUTPUT_TOKENS,
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert "x-precis-branched-from" in raw.headers
+    contents = [message["content"] for message in await stored(api, sid)]
+    assert contents.count("MARKER-s2 second") == 1 and len(contents) == 4
+    # a stateful client repeating its first words ("yes") is a new message, not a branch
+    again = await client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "MARKER-s1 first"}],
+        max_tokens=OUTPUT_TOKENS,
+        extra_headers={SESSION_HEADER: sid},
+    )
+    assert "x-precis-branched-from" not in again.headers
+    assert len(await stored(api, sid)) == 6
+
+
+async def test_a_branch_keeps_the_sessions_expiry_metadata_and_settings(
+    client: AsyncOpenAI, api: httpx.AsyncClient, sid: str
+) -> None:
+    created = await api.post(
+        "/v1/sessions",
+        json={
+            "id": sid,
+            "metadata": {"owner": "ada"},
+            "settings": {"keep_last_n": 3},
+            "expires_at": "2030-01-01T00:00:00Z",
+        },
+    )
+    assert created.status_code == 201, created.text
+    history: list[dict[str, Any]] = [{"role": "user", "content": "MARKER-e1"}]
+    answer = await chat(client, sid, history)
+    history += [answer.choices[0].message.model_dump(), {"role": "user", "content": "MARKER-e2"}]
+    await chat(client, sid, history)
+    for resent in (history, [{"role": "system", "content": "MARKER-new start"}, *history]):
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=resent,  # type: ignore[arg-type]
+            max_tokens=OUTPUT_TOKENS,
+            extra_headers={SESSION_HEADER: sid},
+        )
+        assert "x-precis-branched-from" in raw.headers
+        session = (await api.get(f"/v1/sessions/{sid}")).json()
+        assert session["expires_at"].startswith("2030-01-01")
+        assert session["metadata"] == {"owner": "ada"}
+        assert session["settings"] == {"keep_last_n": 3}
+
+
+async def test_a_first_resend_longer_than_the_window_is_stored_and_fitted(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    filler = " ".join(["earlier words of a long conversation"] * 40)
+    history: list[dict[str, Any]] = []
+    for number in range(20):
+        history.append({"role": "user", "content": f"MARKER-old{number} {filler}"})
+        history.append({"role": "assistant", "content": f"noted {number}"})
+    history.append({"role": "user", "content": "MARKER-now the question"})
+    upstream.context_window = WINDOW
+    assert count_messages(history) > WINDOW, "the resend alone would overflow the window"
+    answer = await chat(client, sid, history)
+    assert "MARKER-now" in (answer.choices[0].message.content or "")
+    sent = model_calls(upstream)[-1]
+    assert sent.prompt_tokens + (sent.max_tokens or 0) <= WINDOW
+    assert len(await stored(api, sid)) == len(history) + 1
+
+
+async def test_a_stream_carries_no_usage_chunk_unless_asked(client: AsyncOpenAI, sid: str) -> None:
+    for asked in (False, True):
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": f"MARKER-usage{asked}"}],
+            max_tokens=OUTPUT_TOKENS,
+            stream=True,
+            extra_headers={SESSION_HEADER: f"{sid}-{asked}"},
+            stream_options={"include_usage": True} if asked else openai.omit,
+        )
+        chunks = [chunk async for chunk in stream]
+        assert all(chunk.choices for chunk in chunks) is not asked
+        assert (chunks[-1].usage is not None) is asked

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from openai import AsyncOpenAI
 
 from api import upstream
-from api.compat import turn
+from api.compat import model_limits
 from api.main import create_app
 from api.offline_model import OFFLINE_MODEL, REPLY_TAG
 from tests.conftest import make_settings
@@ -36,7 +36,7 @@ def no_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the offline model used litellm")
 
     monkeypatch.setattr(upstream, "load_litellm", refused)
-    monkeypatch.setattr(turn, "model_context_window", refused)
+    monkeypatch.setattr(model_limits, "model_context_window", refused)
 
 
 @pytest.fixture

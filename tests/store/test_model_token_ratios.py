@@ -56,8 +56,11 @@ async def test_a_ratio_rises_at_once_falls_slowly_and_is_shared(engine: AsyncEng
     await replica.learn(MODEL, 1_000, 1_000)
     lowered = await replica.ratio(MODEL)
     assert 1.4 < lowered < 1.5  # one short sample does not undo what was learned
-    await replica.learn(MODEL, 10, 100)  # too small to teach anything
+    await replica.learn(MODEL, 100, 1_000)  # too small to teach anything
     assert await replica.ratio(MODEL) == lowered
     assert await other.ratio(MODEL) == 1.5  # its cache holds until it expires
     clock.now += CACHE_SECONDS + 1
     assert await other.ratio(MODEL) == lowered
+    for _ in range(100):
+        await replica.learn(MODEL, 1_000, 1_000)
+    assert await replica.ratio(MODEL) < 1.01, "it falls all the way to what the model counts"

@@ -1,0 +1,65 @@
+"""The model a turn calls, whatever the API: allowed or not, its window, the answer's room."""
+
+from __future__ import annotations
+
+from api import offline_model
+from api.openai_errors import OpenAIError
+from api.settings import Settings
+from summarizer.llm import model_context_window
+
+DEFAULT_OUTPUT_SHARE = 4
+"""Without a request's answer length, the answer's room is MODEL_DEFAULT_OUTPUT_TOKENS, but
+never more than a quarter of the window (a small model keeps room for its context)."""
+
+
+def check_model(settings: Settings, model: str) -> None:
+    """The model is one this server lets clients call (MODEL_ALLOWED), or Precis's offline
+    model in development mode."""
+    if model == offline_model.OFFLINE_MODEL:
+        if settings.tenant_keys():
+            raise OpenAIError(
+                400,
+                f"model {model!r} is Precis's offline model, for development mode only (no "
+                "API_KEYS configured): name a model of MODEL_ALLOWED",
+                param="model",
+                code="model_not_allowed",
+            )
+        return
+    allowed = settings.responses_models()
+    if "*" not in allowed and model not in allowed:
+        raise OpenAIError(
+            400,
+            f"model {model!r} is not allowed on this server (MODEL_ALLOWED)",
+            param="model",
+            code="model_not_allowed",
+        )
+
+
+async def model_window(settings: Settings, model: str) -> int:
+    """The model's context window: MODEL_CONTEXT_TOKENS, else what litellm knows."""
+    window = settings.model_windows().get(model)
+    if window is None and model == offline_model.OFFLINE_MODEL:
+        window = offline_model.OFFLINE_WINDOW
+    window = window or await model_context_window(model)
+    if window is None:
+        raise OpenAIError(
+            400,
+            f"the context window of model {model!r} is unknown: set it in MODEL_CONTEXT_TOKENS",
+            param="model",
+            code="unknown_window",
+        )
+    return window
+
+
+def answer_room(settings: Settings, window: int, requested: int | None) -> int:
+    """Tokens kept free for the answer."""
+    return requested or min(settings.model_default_output_tokens, window // DEFAULT_OUTPUT_SHARE)
+
+
+def too_long(param: str = "messages") -> OpenAIError:
+    return OpenAIError(
+        400,
+        "the conversation does not fit the model's context window, even summarized",
+        param=param,
+        code="context_length_exceeded",
+    )
