@@ -12,9 +12,10 @@ DEFAULT_OUTPUT_SHARE = 4
 never more than a quarter of the window (a small model keeps room for its context)."""
 
 
-def check_model(settings: Settings, model: str) -> None:
-    """The model is one this server lets clients call (MODEL_ALLOWED), or Precis's offline
-    model in development mode."""
+def check_model(settings: Settings, model: str) -> str:
+    """The model as the server calls it: one of MODEL_ALLOWED (a name without its provider,
+    as the Agents SDK sends `openai/gpt-4o-mini`, is the one allowed entry that ends with
+    `/<name>`), or Precis's offline model in development mode; else 400."""
     if model == offline_model.OFFLINE_MODEL:
         if settings.tenant_keys():
             raise OpenAIError(
@@ -24,15 +25,19 @@ def check_model(settings: Settings, model: str) -> None:
                 param="model",
                 code="model_not_allowed",
             )
-        return
+        return model
     allowed = settings.responses_models()
-    if "*" not in allowed and model not in allowed:
-        raise OpenAIError(
-            400,
-            f"model {model!r} is not allowed on this server (MODEL_ALLOWED)",
-            param="model",
-            code="model_not_allowed",
-        )
+    if "*" in allowed or model in allowed:
+        return model
+    with_provider = [name for name in allowed if name.endswith(f"/{model}")]
+    if len(with_provider) == 1:
+        return with_provider[0]
+    raise OpenAIError(
+        400,
+        f"model {model!r} is not allowed on this server (MODEL_ALLOWED)",
+        param="model",
+        code="model_not_allowed",
+    )
 
 
 async def model_window(settings: Settings, model: str) -> int:

@@ -153,7 +153,7 @@ class Responder:
     # --- the steps ------------------------------------------------------------------------
 
     def _check_supported(self, request: ResponseRequest) -> None:
-        check_model(self.settings, request.model)
+        request.model = check_model(self.settings, request.model)
         conversation_id = request.conversation_id()
         if conversation_id is not None and not conversation_id.startswith(CONVERSATION_ID_PREFIX):
             raise OpenAIError(

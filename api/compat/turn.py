@@ -178,8 +178,8 @@ class ChatTurns:
         """Check the model and the messages; identify, reconcile and budget the turn.
         `stateful`: whether a request holding only new messages may be appended to the
         session (a session named per conversation; not one named per user)."""
-        model = str(upstream_request["model"])
-        check_model(self.settings, model)
+        model = check_model(self.settings, str(upstream_request["model"]))
+        upstream_request = upstream_request | {"model": model}
         if session_id is None:
             turn = ChatTurn(wire, tenant, None, upstream_request, [dict(m) for m in messages], [])
             turn.sent_tokens = _fixed_tokens([], upstream_request) + count_messages(

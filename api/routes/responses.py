@@ -10,7 +10,7 @@ from fastapi import Path, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from api.auth import Tenant
-from api.compat import stored_responses
+from api.compat import input_tokens, stored_responses
 from api.compat.responses import Responder
 from api.conversations import ItemOrder
 from api.deps import (
@@ -23,7 +23,7 @@ from api.deps import (
 from api.openai_errors import OpenAIError, openai_responses
 from api.routes.checks import v1_router
 from api.routes.conversations import DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS
-from api.schemas.responses import ResponseRequest
+from api.schemas.responses import InputTokensRequest, ResponseRequest
 
 router = v1_router()
 
@@ -74,6 +74,21 @@ IncludeBrackets = Annotated[
     Query(alias="include[]", description="`include` as the `openai` packages write it."),
 ]
 RESPONSE_ERRORS = openai_responses(400, 401, 403, 404, 503)
+
+
+@router.post("/responses/input_tokens", responses=RESPONSE_ERRORS)
+async def count_input_tokens(
+    body: InputTokensRequest,
+    database: AppDatabase,
+    summarization: AppSummarization,
+    tenant: Tenant,
+    ratios: AppTokenRatios,
+) -> Response:
+    """The input tokens the request would send: the conversation's or chain's stored context
+    as it loads now, then the input, instructions and tools, as the model counts them."""
+    with database_faults_as_503():
+        counted = await input_tokens.count(database, summarization, ratios, tenant, body)
+    return JSONResponse(counted)
 
 
 @router.get("/responses/{response_id}", responses=RESPONSE_ERRORS)

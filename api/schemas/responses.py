@@ -86,3 +86,28 @@ class ResponseRequest(BaseModel):
                 "previous_response_id",
             },
         )
+
+
+class InputTokensRequest(BaseModel):
+    """`POST /v1/responses/input_tokens`: a Responses request, as far as its count reads it."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """The model the count is for (its own encoding, or its learned ratio); cl100k without."""
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=500)] | None = None
+    """Text or items."""
+    conversation: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=128)] | (
+        ConversationRef | None
+    ) = None
+    """A conversation whose stored context comes first."""
+    previous_response_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """A stored response whose chain's context comes first."""
+    instructions: str | None = None
+    """A system message."""
+    tools: list[dict[str, Any]] | None = None
+    """Tool definitions."""
+
+    def conversation_id(self) -> str | None:
+        conversation = self.conversation
+        return conversation.id if isinstance(conversation, ConversationRef) else conversation

@@ -205,3 +205,41 @@ async def test_truncation_disabled_refuses_a_context_that_does_not_fit(
         model=MODEL, conversation=conversation.id, input="MARKER-q"
     )
     assert answer.output_text.endswith("MARKER-q")
+
+
+async def test_input_tokens_count_what_a_turn_would_send(client: AsyncOpenAI) -> None:
+    alone = await client.responses.input_tokens.count(model=MODEL, input="MARKER-count me")
+    assert alone.object == "response.input_tokens" and alone.input_tokens > 0
+    conversation = await client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "stored words " * 50}]
+    )
+    with_context = await client.responses.input_tokens.count(
+        model=MODEL, input="MARKER-count me", conversation=conversation.id
+    )
+    assert with_context.input_tokens > alone.input_tokens + 50
+    first = await client.responses.create(model=MODEL, input="chain words " * 50)
+    chained = await client.responses.input_tokens.count(
+        model=MODEL, input="MARKER-count me", previous_response_id=first.id
+    )
+    assert chained.input_tokens > alone.input_tokens + 50
+    japanese = "東京の天気は晴れです。明日は雨が降るでしょう。" * 20
+    cl100k = await client.responses.input_tokens.count(input=japanese)
+    o200k = await client.responses.input_tokens.count(model="gpt-4o", input=japanese)
+    assert o200k.input_tokens < cl100k.input_tokens * 0.8, "the model's own encoding"
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.input_tokens.count(
+            input="hi", previous_response_id="resp_" + "1" * 48
+        )
+
+
+async def test_a_model_named_without_its_provider_is_the_allowed_one(
+    client: AsyncOpenAI, upstream: FakeLLM
+) -> None:
+    answer = await client.responses.create(model="fake", input="MARKER-bare name")
+    assert answer.output_text == "MARKER-bare"
+    chat = await client.chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "MARKER-bare chat"}]
+    )
+    assert chat.choices[0].message.content == "MARKER-bare"
+    with pytest.raises(openai.BadRequestError):
+        await client.responses.create(model="other", input="hi")

@@ -1,0 +1,82 @@
+"""`POST /v1/responses/input_tokens`: the input tokens a Responses request would send.
+
+The count covers what the turn would send: with `conversation` or `previous_response_id`, the
+stored context as it loads now (pinned prefix, summaries, the messages after them), then the
+input, the instructions and the tools, as the model counts them (`api.model_tokens`: its own
+encoding where one ships offline, else cl100k times its learned ratio; cl100k without a
+model). Nothing is called or stored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from api import service
+from api.compat import stored_responses
+from api.compat.turn import REPLY_PRIMING_TOKENS
+from api.db.transactions import Database
+from api.errors import SessionNotFound
+from api.items import check_item, projection
+from api.model_tokens import TokenRatios, count_for_model, model_encoding
+from api.openai_errors import OpenAIError
+from api.schemas.responses import InputTokensRequest
+from api.store import session_for_history
+from api.store.responses import get_response
+from api.summarization import Summarization
+from summarizer.tokens import count_messages, count_text
+from summarizer.transcript import content_text
+
+
+async def count(
+    database: Database,
+    summarization: Summarization,
+    ratios: TokenRatios,
+    tenant: str,
+    request: InputTokensRequest,
+) -> dict[str, Any]:
+    session_id = request.conversation_id()
+    if session_id is not None and request.previous_response_id is not None:
+        raise OpenAIError(
+            400,
+            "Mutually exclusive parameters: Ensure you are only providing one of: "
+            "'previous_response_id' or 'conversation'.",
+            param="previous_response_id",
+        )
+    if request.previous_response_id is not None:
+        async with database.reading() as db:
+            previous = await get_response(db, tenant, request.previous_response_id)
+        if previous is None:
+            raise stored_responses.not_found(request.previous_response_id, "previous_response_id")
+        session_id = previous.session_id
+    messages: list[dict[str, Any]] = []
+    if session_id is not None:
+        async with database.reading() as db:
+            try:
+                start = await session_for_history(db, tenant, session_id)
+            except SessionNotFound:
+                raise OpenAIError(
+                    404, f"Conversation with id '{session_id}' not found.", param="conversation"
+                ) from None
+            history = await service.load_history(db, summarization, start, None, None, "openai")
+        messages = [dict(message) for message in history.context]
+    given = request.input
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
+    for index, item in enumerate(items):
+        try:
+            check_item(item, f"input[{index}]")
+        except ValueError as exc:
+            raise OpenAIError(400, str(exc), param=f"input[{index}]") from None
+    messages += [projection(item) for item in items]
+    if request.instructions:
+        messages.insert(0, {"role": "system", "content": request.instructions})
+    tokens = count_messages(messages) + REPLY_PRIMING_TOKENS
+    texts = [content_text(message.get("content")) for message in messages]
+    if request.tools:
+        tools = json.dumps(request.tools)
+        tokens += count_text(tools)
+        texts.append(tools)
+    model = request.model or ""
+    ratio = 1.0 if not model or model_encoding(model) else await ratios.ratio(model)
+    counted = count_for_model(model, tokens, texts, ratio)
+    return {"object": "response.input_tokens", "input_tokens": counted}
