@@ -29,7 +29,10 @@ deadline (2 s) plus one second. Then `tool-heavy` rows (`scripts/bench/fidelity_
 an agent session with tool-result clearing off and on), then `responses` rows
 (`scripts/bench/fidelity_responses.py`): a 200-turn conversation driven through
 `POST /v1/responses` at model windows of 4k and 16k (`--quick`: 4k), every fact checked in
-every request the model receives, then `depth` rows (`scripts/bench/fidelity_depth.py`: sessions
+every request the model receives, then `wires` rows (`scripts/bench/fidelity_wires.py`: the
+same conversation resent whole every turn through `POST /v1/chat/completions` and
+`POST /v1/messages` at a 16k window, also with a model counting 1.5x cl100k's tokens; `--quick`:
+the window-bound rows only), then `depth` rows (`scripts/bench/fidelity_depth.py`: sessions
 of 600 and 3,000 messages under a lossy model, the facts kept by age quarter, the deepest
 summary and what removing an early message costs; `--quick`: 600 messages), each beside the
 same row measured in the same run on the roll-up chain's commit
@@ -58,7 +61,13 @@ from typing import Any
 import httpx
 from alembic import command
 
-from scripts.bench import depth_baseline, fidelity_depth, fidelity_responses, fidelity_tools
+from scripts.bench import (
+    depth_baseline,
+    fidelity_depth,
+    fidelity_responses,
+    fidelity_tools,
+    fidelity_wires,
+)
 from scripts.bench.lib import in_process_app
 from tests.support import scratch_db
 from tests.support.fake_llm import FakeLLM, running_fake_llm
@@ -501,6 +510,9 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
         QUICK_RESPONSES_WINDOWS if quick else fidelity_responses.WINDOWS,
         fidelity_responses.TURNS,
     )
+    wire_rows = await fidelity_wires.run(
+        limits=fidelity_wires.QUICK_LIMITS if quick else fidelity_wires.LIMITS
+    )
     depth_rows = await fidelity_depth.run(
         fidelity_depth.QUICK_ROWS if quick else fidelity_depth.ROWS
     )
@@ -513,6 +525,8 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
     print(fidelity_tools.render(tools_rows))
     print()
     print(fidelity_responses.render(responses_rows))
+    print()
+    print(fidelity_wires.render(wire_rows))
     print()
     print(depth_baseline.side_by_side(baseline, depth_rows))
     report: dict[str, Any] = {
@@ -529,6 +543,7 @@ async def main_async(windows: tuple[int, ...]) -> dict[str, Any]:
     report["hang"]["missed"] = hang_row.missed()
     report["tool_heavy"] = fidelity_tools.report(tools_rows)
     report["responses"] = [{**asdict(row), "missed": row.missed()} for row in responses_rows]
+    report["wires"] = fidelity_wires.report(wire_rows)
     report["depth"] = {
         "targets": fidelity_depth.targets(),
         "rows": fidelity_depth.report(depth_rows),

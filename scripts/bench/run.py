@@ -5,7 +5,8 @@ mode), against the libraries users would pick instead (OpenAI Agents SDK SQLAlch
 langchain-postgres) and, through HTTP, against a minimal ASGI app doing the same SQL and
 answering the same bytes (`scripts/bench/minimal_app.py`), in one run, on loopback only; and
 what `POST /v1/responses` with a conversation adds to a model call
-(`scripts/bench/responses_overhead.py`); and the export and import of a 100,000-message session
+(`scripts/bench/responses_overhead.py`), and what the chat wires add to a resent conversation's
+call (`scripts/bench/wire_overhead.py`); and the export and import of a 100,000-message session
 in constant memory (`scripts/bench/transfer.py`); and the operator console's pages on a
 100,000-message session (`scripts/bench/console.py`).
 Every comparison is a ratio between two numbers of the same run; fixed times mean nothing
@@ -35,7 +36,7 @@ import httpx
 from sqlalchemy import text
 
 from api.db.engine import create_engine
-from scripts.bench import console, responses_overhead, transfer
+from scripts.bench import console, responses_overhead, transfer, wire_overhead
 from scripts.bench.append_rows import appends
 from scripts.bench.baselines import (
     AgentsPeer,
@@ -158,10 +159,12 @@ async def main_async(args: argparse.Namespace) -> int:
         await transfer.run(results, tuple(backends), args.postgres_admin_url, max(plan.sizes))
         await console.run(results, tuple(backends), args.postgres_admin_url, max(plan.sizes))
     overhead: list[responses_overhead.OverheadRow] = []
+    wires: list[wire_overhead.WireOverheadRow] = []
     if not args.throughput_only:
         overhead = await responses_overhead.run(
             tuple(backends), responses_overhead.CALLS, args.postgres_admin_url
         )
+        wires = await wire_overhead.run(tuple(backends), postgres_admin_url=args.postgres_admin_url)
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     info["duration_s"] = round(time.perf_counter() - started, 1)
     report = {
@@ -176,6 +179,7 @@ async def main_async(args: argparse.Namespace) -> int:
             {**row.__dict__, "added_p50_ms": row.added_p50_ms, "missed": row.missed()}
             for row in overhead
         ],
+        "wire_overhead": wire_overhead.report(wires),
     }
     output = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     await asyncio.to_thread(Path(args.json).write_text, output)
@@ -184,6 +188,9 @@ async def main_async(args: argparse.Namespace) -> int:
     if overhead:
         print()
         print(responses_overhead.render(overhead))
+    if wires:
+        print()
+        print(wire_overhead.render(wires))
     print()
     print(f"machine: {info}")
     for note in results.notes:
@@ -191,6 +198,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print(f"wrote {args.json}")
     missed = sum(row.met is False for row in results.rows)
     missed += sum(row.backend in backends and row.missed() for row in overhead)
+    missed += sum(row.missed() for row in wires)
     print(f"{missed} target(s) missed" if missed else "every target met")
     return 0
 
