@@ -96,8 +96,13 @@ def request_messages(body: Mapping[str, Any]) -> list[JSON]:
             messages.extend(_user_turn(turn.get("content"), where))
         elif role == "assistant":
             messages.append(_assistant_turn(turn.get("content"), where))
+        elif role == "system":
+            # a system turn between the others, as newer clients send one
+            messages.append({"role": "system", "content": _system_text(turn.get("content")) or ""})
         else:
-            raise ValueError(f"{where}.role: expected 'user' or 'assistant', got {role!r}")
+            raise ValueError(
+                f"{where}.role: expected 'user', 'assistant' or 'system', got {role!r}"
+            )
     return messages
 
 

@@ -317,9 +317,9 @@ def test_an_assistant_turn_of_tool_calls_only_has_null_content() -> None:
             "'file'",
         ),
         (
-            {"messages": [{"role": "system", "content": "x"}]},
+            {"messages": [{"role": "tool", "content": "x"}]},
             "messages[0].role",
-            "'system'",
+            "'tool'",
         ),
         (
             {"messages": [{"role": "user", "content": []}]},
@@ -762,3 +762,18 @@ def test_a_fragment_for_an_earlier_call_still_reaches_its_block() -> None:
     message = stream.message()
     assert [block["input"] for block in message["content"]] == [{"a": 1}, {}]
     assert _accumulated(events).model_dump() == Message.model_validate(message).model_dump()
+
+
+def test_a_system_turn_between_the_others_is_a_system_message() -> None:
+    messages = request_messages(
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+                {"role": "user", "content": "again"},
+            ]
+        }
+    )
+    assert messages[1] == {"role": "system", "content": "be brief"}
+    with pytest.raises(ValueError, match=r"messages\[0\]\.role"):
+        request_messages({"messages": [{"role": "tool", "content": "x"}]})
