@@ -13,6 +13,7 @@ GPT-4o and later families, cl100k for older OpenAI models), else cl100k times th
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -24,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.db.faults import describe_fault
 from api.db.models import MODEL_TOKEN_RATIOS, utcnow
 from api.db.transactions import Database
 from summarizer.tokens import encoding, o200k_encoding
@@ -47,6 +49,8 @@ within MODEL_TOKEN_MARGIN."""
 
 CACHE_SECONDS = 30.0
 """How long a replica trusts the ratio it read: another replica's learning reaches it then."""
+
+logger = logging.getLogger("precis.model_tokens")
 
 MIN_SAMPLE_TOKENS = 1_000
 """Requests smaller than this teach nothing: what a provider adds to every request (a tool
@@ -96,7 +100,10 @@ class TokenRatios:
                 await _upsert(db, model, new, min(samples + 1, SAMPLES_KEPT))
             return new
 
-        self._cached[model] = (await self.database.write(update), self.clock())
+        try:
+            self._cached[model] = (await self.database.write(update), self.clock())
+        except Exception as exc:  # the answer is the client's: a ratio not learned costs less
+            logger.warning("the token ratio of %r was not learned: %s", model, describe_fault(exc))
 
 
 def fitted_window(window: int, ratio: float, margin: float) -> int:

@@ -169,10 +169,10 @@ def applied_edits(turn: ChatTurn) -> dict[str, Any] | None:
 async def complete(turns: ChatTurns, turn: ChatTurn, model: str) -> dict[str, Any]:
     """The Message of a non-streamed request; the turn stored when it is one."""
     completion = await turns.call(turn, model_call(turn, streamed=False))
-    await turns.learn(turn, completion.get("usage"))
     message = anthropic_shapes.anthropic_message(completion, model)
     if message["stop_reason"] in STORED_STOP_REASONS:
         await turns.store(turn, anthropic_shapes.assistant_chat_message(message))
+    await turns.learn(turn, completion.get("usage"))
     management = applied_edits(turn)
     return message if management is None else {**message, "context_management": management}
 

@@ -85,9 +85,9 @@ async def complete(turns: ChatTurns, turn: ChatTurn) -> dict[str, Any]:
     """The `chat.completion` of a non-streamed request; the turn stored when it is one."""
     completion: dict[str, Any] = await turns.call(turn, model_call(turn, streamed=False))
     choice = (completion.get("choices") or [{}])[0]
-    await turns.learn(turn, completion.get("usage"))
     if choice.get("finish_reason") in STORED_FINISH_REASONS:
         await turns.store(turn, choice.get("message") or {})
+    await turns.learn(turn, completion.get("usage"))
     return completion
 
 

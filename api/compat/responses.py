@@ -113,9 +113,9 @@ class Responder:
             return {**answer, "id": new_id("resp")}, None
         answer = await self._with_overflow_retry(tenant, turn, call)
         answer = self._as_turn_answer(turn, answer)
-        await self._learn(turn, answer)
         if answer.get("status") in STORED_STATUSES:
             await self._store(tenant, turn, answer)
+        await self._learn(turn, answer)
         return answer, turn
 
     # --- one response, streamed -----------------------------------------------------------
@@ -144,10 +144,10 @@ class Responder:
             if isinstance(response, dict):
                 event = {**event, "response": self._as_turn_answer(turn, response)}
             if event.get("type") in TERMINAL_EVENTS and isinstance(response, dict):
-                await self._learn(turn, response)
                 # stored before the client hears the response is done: a client that reads
                 # the conversation next sees the turn
                 await self._store(tenant, turn, event["response"])
+                await self._learn(turn, response)
             yield event
 
     # --- the steps ------------------------------------------------------------------------

@@ -178,7 +178,11 @@ async def test_the_chat_wire_answers_offline_from_the_stored_session(
     assert text.startswith(f"{REPLY_TAG} You said: {FIRST}")
     history += [first.choices[0].message.model_dump(), {"role": "user", "content": "My name?"}]
     stream = await client.chat.completions.create(
-        model=OFFLINE_MODEL, messages=history, extra_headers=headers, stream=True
+        model=OFFLINE_MODEL,
+        messages=history,
+        extra_headers=headers,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     chunks = [chunk async for chunk in stream]
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
