@@ -28,8 +28,9 @@ none for a fallback) and their ratio. A last `hang` row times
 deadline (2 s) plus one second. Then `tool-heavy` rows (`scripts/bench/fidelity_tools.py`:
 an agent session with tool-result clearing off and on), then `responses` rows
 (`scripts/bench/fidelity_responses.py`): a 200-turn conversation driven through
-`POST /v1/responses` at model windows of 4k and 16k (`--quick`: 4k), every fact checked in
-every request the model receives, then `wires` rows (`scripts/bench/fidelity_wires.py`: the
+`POST /v1/responses` with `conversation` and as a `previous_response_id` chain, at model
+windows of 4k and 16k (`--quick`: 4k), every fact checked in every request the model
+receives, then `wires` rows (`scripts/bench/fidelity_wires.py`: the
 same conversation resent whole every turn through `POST /v1/chat/completions` and
 `POST /v1/messages` at a 16k window, also with a model counting 1.5x cl100k's tokens; `--quick`:
 the window-bound rows only), then `depth` rows (`scripts/bench/fidelity_depth.py`: sessions

@@ -4,16 +4,20 @@
 
 Part of `make bench-fidelity` (`scripts.bench.fidelity` runs it and prints its rows). The
 app runs in-process on a fresh SQLite database; the `openai` package drives a conversation
-of `--turns` turns with `responses.create(conversation=...)`, each input carrying a new
-`MARKER-...` fact and some filler, so the conversation outgrows the model's window many
-times. One loopback fake serves both the model (Responses wire format; it answers a short
-acknowledgement that repeats no fact, so a fact reaches a request only through the stored
-conversation or its summaries) and the summarizer (chat completions, in the perfect-recall
-`marker_echo` reading: it repeats every marker of its transcript). Per window: the lowest
-share of the facts given so far that the model's request held (over every turn), the share
-in the last request, the largest request against the window (its prompt plus
-`max_output_tokens`), requests refused for their size, and the turns retried after an
-`overflow_retry` summary. Targets: every fact in every request, no request over the window.
+of `--turns` turns, each input carrying a new `MARKER-...` fact and some filler, so the
+conversation outgrows the model's window many times. It is driven twice per window: with
+`responses.create(conversation=...)`, and as a chain, each turn naming the previous
+response's `previous_response_id` (no conversation; the chain's first input carries the
+conversation's developer item). One loopback fake serves both the model (Responses wire
+format; it answers a short acknowledgement that repeats no fact, so a fact reaches a request
+only through the stored conversation or its summaries) and the summarizer (chat completions,
+in the perfect-recall `marker_echo` reading: it repeats every marker of its transcript). Per
+window and chain: the lowest share of the facts given so far that the model's request held
+(over every turn), the share in the last request, the largest request against the window
+(its prompt plus `max_output_tokens`), requests refused for their size, the turns retried
+after an `overflow_retry` summary and the sessions the run made. Targets: every fact in every
+request, no request over the window, one session (a chain that always names its newest
+response is never branched).
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ from tests.support.fake_llm import (
 MODEL = "openai/fake"
 TURNS = 200
 WINDOWS = (4_000, 16_000)
+CHAINS = ("conversation", "previous_response_id")
+"""How the turns are tied together: a conversation, or a chain of stored responses."""
+DEVELOPER_ITEM = {"type": "message", "role": "developer", "content": "Be brief."}
 OUTPUT_TOKENS = 100
 """`max_output_tokens` of every turn: the room the fitted context leaves for the answer."""
 FILLER_WORDS = 60
@@ -60,6 +67,7 @@ TARGET_SHARE = 1.0
 
 @dataclass
 class ResponsesRow:
+    chain: str
     window: int
     turns: int
     min_share: float
@@ -68,6 +76,7 @@ class ResponsesRow:
     refused_for_size: int
     overflow_retries: int
     summaries: int
+    sessions: int
     seconds: float
 
     def missed(self) -> list[str]:
@@ -76,6 +85,8 @@ class ResponsesRow:
             missed.append("min share")
         if self.largest_request > self.window or self.refused_for_size:
             missed.append("window")
+        if self.sessions != 1:
+            missed.append("sessions")
         return missed
 
 
@@ -89,8 +100,8 @@ def _share(request: dict[str, Any], facts: list[str]) -> float:
     return sum(fact in text for fact in facts) / len(facts) if facts else 1.0
 
 
-async def run_window(window: int, turns: int, folder: Path) -> ResponsesRow:
-    database = folder / f"responses-{window}.db"
+async def run_window(window: int, turns: int, folder: Path, chain: str) -> ResponsesRow:
+    database = folder / f"responses-{chain}-{window}.db"
     url = f"sqlite+aiosqlite:///{database}"
     await asyncio.to_thread(command.upgrade, scratch_db.alembic_config(url), "head")
     started = time.perf_counter()
@@ -106,39 +117,63 @@ async def run_window(window: int, turns: int, folder: Path) -> ResponsesRow:
             ) as http,
         ):
             client = AsyncOpenAI(base_url="http://localhost/v1", api_key="dev", http_client=http)
-            conversation = await client.conversations.create(
-                items=[{"type": "message", "role": "developer", "content": "Be brief."}]
-            )
-            facts: list[str] = []
-            shares: list[float] = []
-            overflow_retries = 0
-            for turn in range(turns):
-                facts.append(f"MARKER-fact{turn:03d}")
-                raw = await client.responses.with_raw_response.create(
-                    model=MODEL,
-                    conversation=conversation.id,
-                    input=_turn_input(turn),
-                    max_output_tokens=OUTPUT_TOKENS,
-                )
-                overflow_retries += "x-precis-overflow-retry" in raw.headers
-                requests = [call for call in fake.calls if call.path == RESPONSES_PATH]
-                shares.append(_share(requests[-1].request, facts))
-            answer = await http.get(f"/v1/sessions/{conversation.id}/summaries")
+            turn_shares, overflow_retries, session_id = await _drive(client, fake, turns, chain)
+            answer = await http.get(f"/v1/sessions/{session_id}/summaries")
             summaries = len(answer.json()["summaries"])
+            listed = await http.get("/v1/sessions", params={"limit": 100})
+            sessions = len(listed.json()["sessions"])
         model_calls = [call for call in fake.calls if call.path == RESPONSES_PATH]
     return ResponsesRow(
+        chain=chain,
         window=window,
         turns=turns,
-        min_share=min(shares, default=1.0),
-        final_share=shares[-1] if shares else 1.0,
+        min_share=min(turn_shares, default=1.0),
+        final_share=turn_shares[-1] if turn_shares else 1.0,
         largest_request=max(
             (call.prompt_tokens + OUTPUT_TOKENS for call in model_calls), default=0
         ),
         refused_for_size=sum(call.status == 400 for call in model_calls),
         overflow_retries=overflow_retries,
         summaries=summaries,
+        sessions=sessions,
         seconds=time.perf_counter() - started,
     )
+
+
+async def _drive(
+    client: AsyncOpenAI, fake: FakeLLM, turns: int, chain: str
+) -> tuple[list[float], int, str]:
+    """The turns, tied as `chain` says: each request's fact share, the turns retried after an
+    overflow, and the session the turns ran in (the conversation, or the chain's first
+    response)."""
+    session_id = ""
+    previous_id: str | None = None
+    if chain == "conversation":
+        conversation = await client.conversations.create(items=[DEVELOPER_ITEM])  # type: ignore[list-item]
+        session_id = conversation.id
+    facts: list[str] = []
+    shares: list[float] = []
+    overflow_retries = 0
+    for turn in range(turns):
+        facts.append(f"MARKER-fact{turn:03d}")
+        given: Any = _turn_input(turn)
+        tied: dict[str, Any] = {}
+        if chain == "conversation":
+            tied["conversation"] = session_id
+        elif previous_id is not None:
+            tied["previous_response_id"] = previous_id
+        else:
+            given = [DEVELOPER_ITEM, {"type": "message", "role": "user", "content": given}]
+        raw = await client.responses.with_raw_response.create(
+            model=MODEL, input=given, max_output_tokens=OUTPUT_TOKENS, **tied
+        )
+        response = raw.parse()
+        previous_id = response.id
+        session_id = session_id or response.id
+        overflow_retries += "x-precis-overflow-retry" in raw.headers
+        requests = [call for call in fake.calls if call.path == RESPONSES_PATH]
+        shares.append(_share(requests[-1].request, facts))
+    return shares, overflow_retries, session_id
 
 
 def _settings(url: str, fake: FakeLLM, window: int) -> Settings:
@@ -164,32 +199,35 @@ def _settings(url: str, fake: FakeLLM, window: int) -> Settings:
 
 def render(rows: list[ResponsesRow]) -> str:
     lines = [
-        "| responses: window | turns | min fact share | final fact share | largest request "
-        "| refused for size | overflow retries | summaries | s | missed |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| responses: chain | window | turns | min fact share | final fact share "
+        "| largest request | refused for size | overflow retries | summaries | sessions | s "
+        "| missed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         missed = ", ".join(row.missed())
         lines.append(
-            f"| {row.window:,} | {row.turns} | {row.min_share:.1%} | {row.final_share:.1%} "
-            f"| {row.largest_request:,} | {row.refused_for_size} | {row.overflow_retries} "
-            f"| {row.summaries} | {row.seconds:.1f} | {'MISSED: ' + missed if missed else ''} |"
+            f"| {row.chain} | {row.window:,} | {row.turns} | {row.min_share:.1%} "
+            f"| {row.final_share:.1%} | {row.largest_request:,} | {row.refused_for_size} "
+            f"| {row.overflow_retries} | {row.summaries} | {row.sessions} | {row.seconds:.1f} "
+            f"| {'MISSED: ' + missed if missed else ''} |"
         )
-    lines.append(f"| targets | | {TARGET_SHARE:.0%} | | <= window | 0 | | | | |")
+    lines.append(f"| targets | | | {TARGET_SHARE:.0%} | | <= window | 0 | | | 1 | | |")
     return "\n".join(lines)
 
 
 async def run(windows: tuple[int, ...], turns: int) -> list[ResponsesRow]:
     with tempfile.TemporaryDirectory(prefix="bench-responses-") as tmp:
         rows = []
-        for window in windows:
-            row = await run_window(window, turns, Path(tmp))
-            print(
-                f"responses window={window}: min {row.min_share:.1%}, final "
-                f"{row.final_share:.1%}, largest {row.largest_request}, {row.seconds:.1f} s",
-                flush=True,
-            )
-            rows.append(row)
+        for chain in CHAINS:
+            for window in windows:
+                row = await run_window(window, turns, Path(tmp), chain)
+                print(
+                    f"responses chain={chain} window={window}: min {row.min_share:.1%}, final "
+                    f"{row.final_share:.1%}, largest {row.largest_request}, {row.seconds:.1f} s",
+                    flush=True,
+                )
+                rows.append(row)
         return rows
 
 
