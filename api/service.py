@@ -286,9 +286,7 @@ async def history(
                     keep_pending_turn=True,
                 )
                 async with asyncio.timeout(summarization.settings.summary_inline_deadline_seconds):
-                    summary = await retrying(
-                        summarizing, "an inline summarization", "summarization"
-                    )
+                    await retrying(summarizing, "an inline summarization", "summarization")
             except Exception as exc:
                 if not isinstance(exc, TimeoutError) and not connection_lost_or_commit_unknown(exc):
                     raise
@@ -309,12 +307,13 @@ async def history(
 
                 await retrying(record_job, "scheduling a summarization", "summarization")
                 return loaded.model_copy(update={"summarization_pending": True})
-            if summary is not None:
-                # One summarization only: whatever it achieved, truncation does the rest.
-                start = await store.session_for_history(db, tenant, external_id)
-                loaded = await load_history(
-                    db, summarization, start, summary_limit, max_tokens, message_format, edits
-                )
+            # One summarization only: whatever it achieved, truncation does the rest. Loaded
+            # again even when it stored nothing: it may have waited for another run (a
+            # background job) that stored the summary of what the first load cut.
+            start = await store.session_for_history(db, tenant, external_id)
+            loaded = await load_history(
+                db, summarization, start, summary_limit, max_tokens, message_format, edits
+            )
     return loaded
 
 
