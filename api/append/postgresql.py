@@ -32,7 +32,7 @@ from api.append.batch import (
     raise_idempotency_conflict,
     stored_row,
 )
-from api.db.faults import connection_lost
+from api.db.faults import connection_lost, refused_as_read_only
 from api.db.models import utcnow
 from api.db.pooler import transaction_pooled
 from api.db.transactions import driver_connection
@@ -307,8 +307,9 @@ async def append(
             ]
             stored = await _stored(connection, session.id, batch, fresh)
     except Exception as exc:
-        # lost before the statement was sent: nothing ran, the caller runs it again
-        if server_pid is not None and connection_lost(exc):
+        # lost before the statement was sent, or refused by a server that takes no writes:
+        # nothing ran, the caller runs it again
+        if server_pid is not None and connection_lost(exc) and not refused_as_read_only(exc):
             raise AppendConnectionLost(server_pid) from exc
         raise
     after_seq = row["after_seq"]

@@ -7,6 +7,13 @@ same statement on a fresh connection would succeed. SQLAlchemy's asyncpg dialect
 an error a disconnect once the socket is closed, which lags the server's "terminating
 connection" message; `mark_lost_connections` makes every such error a disconnect, so the
 pool throws the connection (and its stale siblings) away instead of handing it out again.
+
+A failover adds one more: a connection that reached a server that does not take writes (a
+standby still in recovery, the old writer a DNS name still points at, a multi-host URL with
+`target_session_attrs=any`) has its writes refused as read-only. The statement is not wrong
+either: on the primary it would succeed. It counts as a lost connection too, so the pool
+drops the connection and the work runs again on a fresh one, which finds the promoted
+primary once there is one (`docs/reliability.md`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ SHUTDOWN_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 
 CONNECTION_SQLSTATE_CLASS = "08"
 """SQLSTATE class 08, connection exception (08003: the connection does not exist, ...)."""
+
+READ_ONLY_SQLSTATE = "25006"
+"""read_only_sql_transaction: "cannot execute INSERT in a read-only transaction", as a standby
+(or a primary demoted to one) answers a write."""
 
 ASYNCPG_CLOSED_PHRASES = ("connection is closed", "another operation is in progress")
 """asyncpg `InterfaceError`s about the connection's state, not the statement."""
@@ -46,7 +57,9 @@ def driver_error_means_connection_lost(error: BaseException) -> bool:
     for cause in _causes(error):
         sqlstate = getattr(cause, "sqlstate", None)
         if isinstance(sqlstate, str) and (
-            sqlstate.startswith(CONNECTION_SQLSTATE_CLASS) or sqlstate in SHUTDOWN_SQLSTATES
+            sqlstate.startswith(CONNECTION_SQLSTATE_CLASS)
+            or sqlstate in SHUTDOWN_SQLSTATES
+            or sqlstate == READ_ONLY_SQLSTATE
         ):
             return True
         if isinstance(cause, ConnectionError):  # reset, refused, aborted, broken pipe
@@ -54,6 +67,11 @@ def driver_error_means_connection_lost(error: BaseException) -> bool:
         if type(cause).__module__.startswith("asyncpg") and _asyncpg_state_error(cause):
             return True
     return False
+
+
+def refused_as_read_only(error: BaseException) -> bool:
+    """The server refused the statement because it takes no writes: it never ran."""
+    return any(getattr(cause, "sqlstate", None) == READ_ONLY_SQLSTATE for cause in _causes(error))
 
 
 def _asyncpg_state_error(cause: BaseException) -> bool:

@@ -4,6 +4,8 @@
                            [--database sqlite|postgresql] [--message-limit 12]
                            [--chaos [--chaos-kills 12] [--chaos-max-interval 3]]
                            [--restart [--restart-after 2] [--restart-downtime 3]]
+                           [--failover [--replication sync|async] [--failover-after 2]
+                                       [--promote-after 2] [--target-session-attrs primary]]
                            [--compare-minimal]
 
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
@@ -29,6 +31,13 @@ every connection is cut, new ones are refused), and started again `--restart-dow
 seconds later, as a failover or a minor-version upgrade would. The run must pass all the
 same: requests wait for the database within DATABASE_RETRY_SECONDS instead of failing. The
 report gives the downtime and the latencies of the requests that spanned it.
+
+With `--failover` (PostgreSQL), the run's database lives on a primary and a streaming standby
+of the run's own, replicated synchronously or not (`--replication`), which the service reaches
+through a multi-host `DATABASE_URL`; the primary is lost mid-run and the standby promoted
+(`scripts/bench/load_failover.py`). With synchronous replication the run must pass as with
+`--restart`; with asynchronous replication acknowledged messages may be lost (counted, not a
+failure). The report prints the failover's timeline.
 
 With `--compare-minimal`, summarization is off and the same turns are played twice on one
 database: against Precis, then against the minimal ASGI app of `scripts/bench/minimal_app.py`
@@ -78,6 +87,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from scripts.bench.load_failover import (
+    FAILOVER_AFTER_SECONDS,
+    PROMOTE_AFTER_SECONDS,
+    FailedOver,
+    Failover,
+    fail_over,
+    timeline,
+)
+from scripts.bench.load_failover import report_lines as failover_lines
 from tests.support.live_server import LiveServer
 
 if TYPE_CHECKING:
@@ -178,8 +196,8 @@ class Stats:
 
     latencies: dict[str, list[float]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    spans: list[tuple[float, float]] = field(default_factory=list)
-    """(start, end) on the monotonic clock of every answered request."""
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    """(operation, start, end) on the monotonic clock of every answered request."""
     acknowledged: dict[str, list[Sent]] = field(default_factory=dict)
     """Per session, the messages whose append answered 201, in the order sent."""
     unacknowledged: set[str] = field(default_factory=set)
@@ -187,7 +205,7 @@ class Stats:
 
     def record(self, operation: str, seconds: float, started: float) -> None:
         self.latencies.setdefault(operation, []).append(seconds)
-        self.spans.append((started, started + seconds))
+        self.spans.append((operation, started, started + seconds))
 
     @property
     def requests(self) -> int:
@@ -232,6 +250,7 @@ class Plan:
     seed: int
     chaos: Chaos | None = None
     restart: Restart | None = None
+    failover: Failover | None = None
 
 
 @dataclass(frozen=True)
@@ -501,6 +520,7 @@ class Outcome:
     database_retries: float = 0.0
     chaos: ChaosTally | None = None
     restarted: Restarted | None = None
+    failed_over: FailedOver | None = None
     contents: Contents = field(default_factory=Contents)
 
 
@@ -551,10 +571,16 @@ async def run_load(base_url: str, api_key: str, plan: Plan, operator_key: str) -
             if plan.restart is not None
             else None
         )
+        failover = (
+            asyncio.create_task(fail_over(plan.failover, time.monotonic()))
+            if plan.failover is not None
+            else None
+        )
         turns, elapsed = await play(http, plan, session_ids, stats)
         backends_done.set()
         chaos_tally = await chaos if chaos is not None else None
         restarted = spanning(await restart, stats) if restart is not None else None
+        failed_over = timeline(await failover, stats.spans) if failover is not None else None
         drained = await drain(
             http, [*session_ids, "load-warm-up"], DRAIN_TIMEOUT_SECONDS, operator_key
         )
@@ -575,6 +601,7 @@ async def run_load(base_url: str, api_key: str, plan: Plan, operator_key: str) -
         database_retries=sample_total(metrics_text, DATABASE_RETRIES_METRIC),
         chaos=chaos_tally,
         restarted=restarted,
+        failed_over=failed_over,
         contents=contents,
     )
 
@@ -583,7 +610,7 @@ def spanning(restarted: Restarted, stats: Stats) -> Restarted:
     """`restarted` with the latencies of the answered requests that overlapped its downtime."""
     latencies = tuple(
         end - start
-        for start, end in stats.spans
+        for _, start, end in stats.spans
         if start < restarted.up and end > restarted.stopping
     )
     return replace(restarted, spanning=latencies)
@@ -670,6 +697,8 @@ def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: 
             f"({outcome.pending_jobs:.0f} jobs pending)"
         )
     contents = outcome.contents
+    if lost_allowed(outcome):
+        contents = replace(contents, lost=0)
     if contents.wrong:
         reasons.append(
             f"sessions read back wrong: {contents.lost} acknowledged messages lost, "
@@ -678,10 +707,18 @@ def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: 
         )
     if outcome.restarted is not None and not outcome.restarted.spanning:
         reasons.append("no request spanned the database restart: lower --restart-after")
+    if outcome.failed_over is not None and not outcome.failed_over.spanning:
+        reasons.append("no request spanned the failover: lower --failover-after")
     reasons += server_failures(log, server_exit)
     if verify_exit != 0:
         reasons.append(f"scripts.verify failed (exit {verify_exit})")
     return reasons
+
+
+def lost_allowed(outcome: Outcome) -> bool:
+    """Acknowledged messages may be lost: the primary was lost under asynchronous replication."""
+    failed = outcome.failed_over
+    return failed is not None and failed.replication == "asynchronous"
 
 
 def server_failures(log: LogFindings, server_exit: int) -> list[str]:
@@ -762,11 +799,18 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
                 f"p50 {cells[0]:.1f} ms, p99 {cells[1]:.1f} ms, "
                 f"max {max(restarted.spanning) * 1000:.1f} ms"
             )
+    if outcome.failed_over is not None:
+        lines += failover_lines(outcome.failed_over, outcome.database_retries)
     contents = outcome.contents
     lines.append(
         f"  read back: {contents.acknowledged} acknowledged messages; {contents.lost} lost, "
         f"{contents.duplicated} duplicated, {contents.altered} altered, "
         f"{contents.unexpected} unexpected"
+        + (
+            " (asynchronous replication: the loss may take the last moments)"
+            if lost_allowed(outcome)
+            else ""
+        )
     )
     lines.append(
         f"  errors: {len(stats.errors)} HTTP, {job_failures} summarization job failures, "
@@ -955,6 +999,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="seconds between the stop and the start",
     )
     parser.add_argument(
+        "--failover",
+        action="store_true",
+        help="run on a primary and a streaming standby of the run's own, lose the primary "
+        "during the turns (pg_ctl stop -m immediate) and promote the standby",
+    )
+    parser.add_argument(
+        "--replication",
+        choices=["sync", "async"],
+        default="sync",
+        help="--failover: how the standby streams (synchronous_standby_names '*', or not)",
+    )
+    parser.add_argument(
+        "--target-session-attrs",
+        choices=["primary", "read-write", "any"],
+        default="primary",
+        help="--failover: the multi-host URL's target_session_attrs (with any, a reconnect "
+        "may land on the standby before its promotion, and its writes are refused)",
+    )
+    parser.add_argument(
+        "--failover-after",
+        type=float,
+        default=FAILOVER_AFTER_SECONDS,
+        help="seconds into the turns when the primary is lost",
+    )
+    parser.add_argument(
+        "--promote-after",
+        type=float,
+        default=PROMOTE_AFTER_SECONDS,
+        help="seconds between the primary's loss and the standby's promotion",
+    )
+    parser.add_argument(
         "--compare-minimal",
         action="store_true",
         help="summarization off: the same turns against Precis, then against the minimal ASGI "
@@ -969,8 +1044,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.backends < 1 or args.turns < 1 or args.duration <= 0:
         parser.error("--backends, --turns and --duration must be positive")
-    if (args.chaos or args.restart) and args.compare_minimal:
-        parser.error("--compare-minimal measures throughput: leave out --chaos and --restart")
+    if (args.chaos or args.restart or args.failover) and args.compare_minimal:
+        parser.error(
+            "--compare-minimal measures throughput: leave out --chaos, --restart and --failover"
+        )
+    if args.failover:
+        if args.database != "postgresql":
+            parser.error("--failover fails PostgreSQL over: add --database postgresql")
+        if args.restart or args.chaos:
+            parser.error("--failover is one fault: leave out --restart and --chaos")
+        if args.failover_after < 0 or args.promote_after < 0:
+            parser.error("--failover-after and --promote-after must not be negative")
     if args.restart:
         if args.database != "postgresql":
             parser.error("--restart restarts PostgreSQL: add --database postgresql")
@@ -999,14 +1083,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         with temporary_cluster() as cluster:
             restart = Restart(cluster, args.restart_after, args.restart_downtime)
             return run_and_judge(args, cluster.admin_url, restart)
+    if args.failover:
+        from tests.support.pg_replication import replicated_pair
+
+        with replicated_pair(synchronous=args.replication == "sync") as pair:
+            failover = Failover(pair, args.failover_after, args.promote_after)
+            return run_and_judge(args, pair.primary.admin_url, failover=failover)
     return run_and_judge(args, args.postgres_url)
 
 
 def run_and_judge(
-    args: argparse.Namespace, postgres_url: str, restart: Restart | None = None
+    args: argparse.Namespace,
+    postgres_url: str,
+    restart: Restart | None = None,
+    failover: Failover | None = None,
 ) -> int:
-    """The load run (on a new database of `postgres_url`'s server for PostgreSQL), its report
-    and its verdict; the exit status."""
+    """The load run (on a new database of `postgres_url`'s server for PostgreSQL; with
+    `failover`, reached through the pair's multi-host URL), its report and its verdict; the
+    exit status."""
     from tests.support.fake_llm import running_fake_llm  # the loopback OpenAI-compatible test LLM
 
     api_key, operator_key = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
@@ -1015,11 +1109,22 @@ def run_and_judge(
             database_url = f"sqlite+aiosqlite:///{Path(folder) / 'load.db'}"
         else:
             database_url = create_postgres_database(postgres_url)
+            if failover is not None:
+                database_url = failover.pair.failover_url(
+                    make_url(database_url).database or "", args.target_session_attrs
+                )
         chaos = (
             Chaos(database_url, args.chaos_kills, args.chaos_max_interval) if args.chaos else None
         )
         plan = Plan(
-            args.backends, args.turns, args.duration, args.max_tokens, args.seed, chaos, restart
+            args.backends,
+            args.turns,
+            args.duration,
+            args.max_tokens,
+            args.seed,
+            chaos,
+            restart,
+            failover,
         )
         try:
             migrate(database_url)
@@ -1048,7 +1153,8 @@ def run_and_judge(
                 print(f"  the server exited with {exit_status}:\n{server.log_tail()}")
             verified = run_verify(database_url)
         finally:
-            if args.database == "postgresql":
+            # a failed-over pair is thrown away whole; its old primary is gone
+            if args.database == "postgresql" and failover is None:
                 drop_postgres_database(postgres_url, database_url)
     reasons = failures(outcome, log, exit_status, verified)
     print(verdict(reasons), flush=True)
