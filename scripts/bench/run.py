@@ -6,9 +6,10 @@ langchain-postgres) and, through HTTP, against a minimal ASGI app doing the same
 answering the same bytes (`scripts/bench/minimal_app.py`), in one run, on loopback only; and
 what `POST /v1/responses` with a conversation adds to a model call
 (`scripts/bench/responses_overhead.py`), and what the chat wires add to a resent conversation's
-call (`scripts/bench/wire_overhead.py`); and the export and import of a 100,000-message session
-in constant memory (`scripts/bench/transfer.py`); and the operator console's pages on a
-100,000-message session (`scripts/bench/console.py`).
+call (`scripts/bench/wire_overhead.py`); and the hot path against the least a chat backend
+needs, stage by stage (`scripts/bench/hot_path.py`); and the export and import of a
+100,000-message session in constant memory (`scripts/bench/transfer.py`); and the operator
+console's pages on a 100,000-message session (`scripts/bench/console.py`).
 Every comparison is a ratio between two numbers of the same run; fixed times mean nothing
 across machines.
 
@@ -36,7 +37,7 @@ import httpx
 from sqlalchemy import text
 
 from api.db.engine import create_engine
-from scripts.bench import console, responses_overhead, transfer, wire_overhead
+from scripts.bench import console, hot_path, responses_overhead, transfer, wire_overhead
 from scripts.bench.append_rows import appends
 from scripts.bench.baselines import (
     AgentsPeer,
@@ -160,7 +161,10 @@ async def main_async(args: argparse.Namespace) -> int:
         await console.run(results, tuple(backends), args.postgres_admin_url, max(plan.sizes))
     overhead: list[responses_overhead.OverheadRow] = []
     wires: list[wire_overhead.WireOverheadRow] = []
+    hot: list[hot_path.Measured] = []
     if not args.throughput_only:
+        hot_plan = hot_path.Plan.quick() if args.quick else hot_path.Plan.full()
+        hot = await hot_path.run(results, tuple(backends), args.postgres_admin_url, hot_plan)
         overhead = await responses_overhead.run(
             tuple(backends), responses_overhead.CALLS, args.postgres_admin_url
         )
@@ -191,6 +195,9 @@ async def main_async(args: argparse.Namespace) -> int:
     if wires:
         print()
         print(wire_overhead.render(wires))
+    for measured in hot:
+        print()
+        print(hot_path.render_stages(measured))
     print()
     print(f"machine: {info}")
     for note in results.notes:

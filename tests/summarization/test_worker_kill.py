@@ -3,8 +3,11 @@
 Store level: a renewal extends the lease, and only the claim that holds the job can renew,
 release or finish it. Worker level (with a lease of a second or two): a job held longer
 than its lease keeps it and no other claim gets it; the heartbeat ends with the job, also
-when the worker stops, and a failed renewal is retried. Real processes: `python -m api` is
-SIGKILLed while its job runs; once the lease has run out a second process completes it.
+when the worker stops, and a failed renewal is retried. Real processes: two replicas of
+`python -m api` on one database, one SIGKILLed while it streams a `/v1/responses` turn and
+runs a summarization job: the client's stream ends without
+`response.completed`, nothing of the turn is stored, the turn retried on the survivor is
+stored once, and once the lease has run out the survivor completes the job.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
+from openai import AsyncOpenAI
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import store, worker
-from api.db.models import Summary, SummaryJob, utcnow
+from api.db.models import SummarizationLease, SummaryJob, utcnow
 from api.main import create_app
 from tests.conftest import make_settings
 from tests.helpers import (
@@ -111,6 +116,15 @@ async def expire_lease(sessionmaker: async_sessionmaker[AsyncSession], job_id: i
             update(SummaryJob)
             .where(SummaryJob.id == job_id)
             .values(locked_until=utcnow() - timedelta(seconds=1))
+        )
+
+
+async def expire_session_leases(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+    """Backdate every session's summarization lease (`api.locks`), as if its holder had stopped
+    renewing it long ago."""
+    async with sessionmaker() as db, db.begin():
+        await db.execute(
+            update(SummarizationLease).values(expires_at=utcnow() - timedelta(seconds=1))
         )
 
 
@@ -283,35 +297,93 @@ async def test_a_failed_renewal_is_logged_and_retried_and_the_job_completes(
 # --- a real process killed --------------------------------------------------------------------
 
 
-async def test_a_sigkilled_servers_job_is_completed_by_the_next_process_once_its_lease_runs_out(
+STREAMED_MODEL = "openai/gpt-4o"
+"""A model litellm streams event by event (for `openai/fake` it relays a whole answer)."""
+
+TURN = "Where is my parcel? MARKER-turn-1"
+
+
+def responses_settings(fake_llm: FakeLLM) -> dict[str, Any]:
+    """`/v1/responses` calling the fake for `STREAMED_MODEL`."""
+    return {
+        "model_allowed": STREAMED_MODEL,
+        "model_api_base": fake_llm.base_url,
+        "model_api_key": "test",
+        "model_context_tokens": f"{STREAMED_MODEL}=16000",
+    }
+
+
+async def stream_until_killed(
+    client: AsyncOpenAI, conversation: str, server: LiveServer
+) -> list[str]:
+    """Stream a turn from `server` and SIGKILL it at the first text delta; the event types the
+    client saw before its stream broke."""
+    stream = await client.responses.create(
+        model=STREAMED_MODEL, input=TURN, conversation=conversation, stream=True
+    )
+    kinds: list[str] = []
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        async for event in stream:
+            kinds.append(event.type)
+            if event.type == "response.output_text.delta":
+                server.kill()  # SIGKILL: no shutdown, no release
+    return kinds
+
+
+async def test_a_replica_sigkilled_mid_turn_and_mid_job_stores_no_half_turn_and_loses_no_job(
     gate: Gate,
     fake_llm: FakeLLM,
     database_url: str,
     sessionmaker: async_sessionmaker[AsyncSession],
     tmp_path: Path,
 ) -> None:
-    settings = {**llm_overrides(fake_llm), **SETTINGS}
-    first = LiveServer(database_url, tmp_path / "first.log", settings)
-    with first:
+    settings = {**llm_overrides(fake_llm), **SETTINGS, **responses_settings(fake_llm)}
+    fake_llm.stream_delay_seconds = 0.2  # the answer streams for about a second
+    first = LiveServer(database_url, tmp_path / "first.log", settings).start()
+    try:
         async with httpx.AsyncClient(base_url=first.base_url, timeout=WAIT_SECONDS) as http:
             await append(http, "killed", *(user(f"{HELD} {i}") for i in range(4)))
             await wait_until(gate.entered)
         running = await the_job(sessionmaker)
         assert (running.status, running.attempts) == ("running", 1), first.log_tail()
-        first.kill()  # SIGKILL: no shutdown, no release; the job row stays `running`
-        assert first.process is not None and first.process.returncode == -9
-    assert await count(sessionmaker, Summary) == 0
-    gate.release.set()  # the next process's call to the LLM is answered at once
+        with LiveServer(database_url, tmp_path / "second.log", settings) as second:
+            on_first, on_second = (
+                AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="dev", max_retries=0)
+                for server in (first, second)
+            )
+            conversation = (await on_first.conversations.create()).id
+            kinds = await stream_until_killed(on_first, conversation, first)
+            assert first.process is not None and first.process.returncode == -9
+            assert "response.output_text.delta" in kinds and "response.completed" not in kinds
+            # nothing of the cut turn is stored
+            assert [item async for item in on_second.conversations.items.list(conversation)] == []
 
-    with LiveServer(database_url, tmp_path / "second.log", settings) as second:
-        # The dead worker's lease still holds: the new process leaves its job alone.
-        await asyncio.sleep(2 * worker.POLL_SECONDS + 0.5)
-        job = await the_job(sessionmaker)
-        assert (job.status, job.attempts) == ("running", 1), second.log_tail()
-        await expire_lease(sessionmaker, job.id)
-        async with httpx.AsyncClient(base_url=second.base_url, timeout=WAIT_SECONDS) as http:
-            history = await wait_for_summary(http, "killed")
-        await poll(lambda: no_jobs(sessionmaker), "the job is finished")
+            retried = await on_second.responses.create(
+                model=STREAMED_MODEL, input=TURN, conversation=conversation
+            )
+            assert retried.status == "completed"
+            items = [
+                item async for item in on_second.conversations.items.list(conversation, order="asc")
+            ]
+            assert [(item.type, getattr(item, "role", None)) for item in items] == [
+                ("message", "user"),
+                ("message", "assistant"),
+            ]
+            assert TURN in str(items[0])
+
+            # the dead replica's job: the survivor leaves it while the lease holds (see
+            # test_a_job_running_past_its_lease_keeps_it_and_no_other_claim_gets_it), and
+            # completes it once the lease has run out
+            job = await the_job(sessionmaker)
+            assert (job.status, job.attempts) == ("running", 1), second.log_tail()
+            gate.release.set()
+            await expire_lease(sessionmaker, running.id)
+            await expire_session_leases(sessionmaker)  # the dead job's lease on the session
+            async with httpx.AsyncClient(base_url=second.base_url, timeout=WAIT_SECONDS) as http:
+                history = await wait_for_summary(http, "killed")
+            await poll(lambda: no_jobs(sessionmaker), "the job is finished")
+    finally:
+        first.kill()
     [summary] = history["summaries"]
     assert (summary["first_seq"], summary["last_seq"]) == (1, 3)
     assert summary["metadata"]["truncated"] is False
