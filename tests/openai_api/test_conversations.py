@@ -333,6 +333,25 @@ async def test_an_item_is_served_as_stored_with_what_openais_types_require(
     assert [message["item"] for message in stored] == given
 
 
+async def test_an_assistant_messages_phase_and_unknown_fields_round_trip_verbatim(
+    client: AsyncOpenAI, api: httpx.AsyncClient
+) -> None:
+    conversation = await created(client)
+    commentary = {
+        **said("Checking the tracking number.", "assistant"),
+        "phase": "commentary",
+        "x_vendor_hint": {"kept": True},
+    }
+    final = {**said("It ships Friday.", "assistant"), "phase": "final_answer"}
+    page = await added(client, conversation.id, commentary, final)
+    assert [item.model_dump().get("phase") for item in page.data] == ["commentary", "final_answer"]
+    listed = await every_item(client, conversation.id, order="asc")
+    assert [item.model_dump().get("phase") for item in listed] == ["commentary", "final_answer"]
+    assert listed[0].model_dump()["x_vendor_hint"] == {"kept": True}
+    stored = (await api.get(f"/v1/sessions/{conversation.id}/messages")).json()["messages"]
+    assert [message["item"] for message in stored] == [commentary, final]
+
+
 async def test_a_retried_items_create_with_ids_stores_each_item_once(
     client: AsyncOpenAI,
 ) -> None:
