@@ -205,10 +205,21 @@ FROM sessions WHERE tenant = $1 AND external_id = $2
 expired (a row absent: a concurrent request created the session, or deleted it)."""
 
 
-_RUNNING = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')"
-"""A server process not idle may still commit: running a statement, or (behind a transaction
-pooler, whose append is a transaction) holding its transaction open until the pooler closes
-the connection of the client that went away."""
+_RUNNING = (
+    "SELECT pg_is_in_recovery(), "
+    "EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')"
+)
+"""Whether the server answering is a standby still in recovery, and whether the process is
+not idle. A server process not idle may still commit: running a statement, or (behind a
+transaction pooler, whose append is a transaction) holding its transaction open until the
+pooler closes the connection of the client that went away."""
+
+
+class AskedAStandby(ConnectionError):
+    """The question whether an append landed reached a standby still in recovery (a failover
+    under way): a commit the old primary acknowledged may be flushed there and not yet
+    replayed, so its answer would be wrong. Asked again, like a lost connection, until the
+    promoted primary answers."""
 
 
 class AppendConnectionLost(Exception):
@@ -345,10 +356,13 @@ async def _stored(
 async def still_running(engine: AsyncEngine, server_pid: int) -> bool:
     """Whether the server process of a lost connection is still running its statement or
     transaction (it commits or rolls back when it ends; a process that is gone or idle has
-    ended)."""
+    ended). Raises `AskedAStandby` when the server answering is in recovery: `landed` must
+    then not be asked of it either."""
     async with driver_connection(engine) as connection:
-        running: bool = await connection.fetchval(_RUNNING, server_pid)
-    return running
+        in_recovery, running = await connection.fetchrow(_RUNNING, server_pid)
+    if in_recovery:
+        raise AskedAStandby("asked whether an append landed of a standby in recovery")
+    return bool(running)
 
 
 async def landed(
@@ -360,8 +374,10 @@ async def landed(
 ) -> AppendOutcome | None:
     """What an append whose statement has ended stored (by its `append_id`), or None if it
     stored nothing: it did not land, or every message in it was a repeat (running it again
-    is then the same)."""
+    is then the same). Raises `AskedAStandby` when the server answering is in recovery."""
     async with driver_connection(engine) as connection:
+        if await connection.fetchval("SELECT pg_is_in_recovery()"):
+            raise AskedAStandby("asked whether an append landed of a standby in recovery")
         rows = await connection.fetch(_OF_APPEND, tenant, external_id, append_id)
         if not rows:
             return None

@@ -35,13 +35,20 @@ async def healthz() -> Health:
 
 @router.get("/readyz", responses=responses(ServiceUnavailable))
 async def readyz(request: Request) -> Health:
-    """Readiness: the database answers, and its schema is at the revision this build needs."""
-    probe = partial(readiness.database_revision, request.app.state.engine)
+    """Readiness: the database answers, takes writes (not a standby in recovery), and its
+    schema is at the revision this build needs."""
+    probe = partial(readiness.database_state, request.app.state.engine)
     try:
         with retry_budget(PROBE_RETRIES):
-            revision = await retrying(probe, "the readiness probe", "read")
+            state = await retrying(probe, "the readiness probe", "read")
     except Exception as exc:
         raise ServiceUnavailable(f"the database is unreachable: {type(exc).__name__}") from exc
+    if state.in_recovery:
+        raise ServiceUnavailable(
+            "the database is a standby in recovery and takes no writes: point DATABASE_URL at "
+            "the primary (several hosts: add target_session_attrs=primary)"
+        )
+    revision = state.revision
     if revision != SCHEMA_REVISION:
         raise ServiceUnavailable(
             f"the database schema is at revision {revision or 'none'}, this build needs "

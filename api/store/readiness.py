@@ -1,6 +1,8 @@
-"""The readiness probe's read: the database answers, at its schema revision."""
+"""The readiness probe's read: the database answers, at its schema revision, and takes writes."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError
@@ -9,11 +11,24 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from api.db.faults import connection_lost
 
 
-async def database_revision(engine: AsyncEngine) -> str | None:
-    """Reach the database; its Alembic revision."""
+@dataclass(frozen=True)
+class DatabaseState:
+    revision: str | None
+    """The database's Alembic revision; None on a database that was never migrated."""
+    in_recovery: bool
+    """A PostgreSQL standby still in recovery: it takes no writes (a replica, a failover
+    under way)."""
+
+
+async def database_state(engine: AsyncEngine) -> DatabaseState:
+    """Reach the database: its Alembic revision, and whether it is a standby in recovery."""
     async with engine.connect() as connection:
-        await connection.execute(text("SELECT 1"))
-        return await _schema_revision(connection)
+        in_recovery = False
+        if connection.dialect.name == "postgresql":
+            in_recovery = bool(await connection.scalar(text("SELECT pg_is_in_recovery()")))
+        else:
+            await connection.execute(text("SELECT 1"))
+        return DatabaseState(await _schema_revision(connection), in_recovery)
 
 
 async def _schema_revision(connection: AsyncConnection) -> str | None:

@@ -189,7 +189,9 @@ async def measure_stages(measured: Measured, url: str, precis: PrecisStore, plan
     rng = random.Random(11)
     messages = [chat_message(rng, index) for index in range(HISTORY_MESSAGES)]
     news = [
-        store.NewMessage(m["role"], m["content"], None, None, None, None, None, None, 0)
+        store.NewMessage(
+            m["role"], m["content"], None, None, None, None, None, None, count_message(m)
+        )
         for m in messages
     ]
     samples = plan.stage_samples

@@ -5,7 +5,8 @@
                            [--chaos [--chaos-kills 12] [--chaos-max-interval 3]]
                            [--restart [--restart-after 2] [--restart-downtime 3]]
                            [--failover [--replication sync|async] [--failover-after 2]
-                                       [--promote-after 2] [--target-session-attrs primary]]
+                                       [--promote-after 2] [--async-lag 1]
+                                       [--target-session-attrs primary]]
                            [--compare-minimal]
 
 Starts `python -m api` on a free loopback port with a fresh database (an SQLite file in a
@@ -88,6 +89,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from scripts.bench.load_failover import (
+    ASYNC_LAG_SECONDS,
     FAILOVER_AFTER_SECONDS,
     PROMOTE_AFTER_SECONDS,
     FailedOver,
@@ -620,6 +622,9 @@ def spanning(restarted: Restarted, stats: Stats) -> Restarted:
 
 TRACEBACK = "Traceback (most recent call last):"
 
+READ_ONLY_REFUSAL = "in a read-only transaction"
+"""What PostgreSQL says when it refuses a write as read-only (SQLSTATE 25006)."""
+
 ERROR_LEVEL = re.compile(r"(?:^|[\s:\[\"'=|])(?:ERROR|CRITICAL)(?=$|[\s:\]\"'|,\x1b])")
 """An ERROR or CRITICAL level name as log formats print it: uvicorn's `ERROR:    ...`, the
 `ERROR:name:...` of logging's basic format, litellm's `LiteLLM:ERROR`, `[ERROR]`,
@@ -635,6 +640,8 @@ class LogFindings:
     error_lines: int
     excerpts: tuple[str, ...]
     """The ERROR lines, and each traceback's exception line, in log order."""
+    read_only_refusals: int = 0
+    """Lines saying a write was refused as read-only (a retry's first warning, in a failover)."""
 
 
 def scan_log(text: str) -> LogFindings:
@@ -663,7 +670,8 @@ def scan_log(text: str) -> LogFindings:
         elif ERROR_LEVEL.search(line):
             error_lines += 1
             excerpts.append(line)
-    return LogFindings(tracebacks, error_lines, tuple(excerpts))
+    refusals = sum(READ_ONLY_REFUSAL in line for line in lines)
+    return LogFindings(tracebacks, error_lines, tuple(excerpts), refusals)
 
 
 def read_log(path: Path, offset: int) -> str:
@@ -800,7 +808,9 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
                 f"max {max(restarted.spanning) * 1000:.1f} ms"
             )
     if outcome.failed_over is not None:
-        lines += failover_lines(outcome.failed_over, outcome.database_retries)
+        lines += failover_lines(
+            outcome.failed_over, outcome.database_retries, log.read_only_refusals
+        )
     contents = outcome.contents
     lines.append(
         f"  read back: {contents.acknowledged} acknowledged messages; {contents.lost} lost, "
@@ -1011,6 +1021,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="--failover: how the standby streams (synchronous_standby_names '*', or not)",
     )
     parser.add_argument(
+        "--async-lag",
+        type=float,
+        default=ASYNC_LAG_SECONDS,
+        help="--replication async: seconds before the loss when the standby stops receiving "
+        "WAL (what is acknowledged after that is lost)",
+    )
+    parser.add_argument(
         "--target-session-attrs",
         choices=["primary", "read-write", "any"],
         default="primary",
@@ -1053,8 +1070,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error("--failover fails PostgreSQL over: add --database postgresql")
         if args.restart or args.chaos:
             parser.error("--failover is one fault: leave out --restart and --chaos")
-        if args.failover_after < 0 or args.promote_after < 0:
-            parser.error("--failover-after and --promote-after must not be negative")
+        if args.failover_after < 0 or args.promote_after < 0 or args.async_lag < 0:
+            parser.error("--failover-after, --promote-after and --async-lag must not be negative")
+        if args.async_lag > args.failover_after:
+            parser.error("--async-lag must not exceed --failover-after")
     if args.restart:
         if args.database != "postgresql":
             parser.error("--restart restarts PostgreSQL: add --database postgresql")
@@ -1087,7 +1106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tests.support.pg_replication import replicated_pair
 
         with replicated_pair(synchronous=args.replication == "sync") as pair:
-            failover = Failover(pair, args.failover_after, args.promote_after)
+            lag = args.async_lag if args.replication == "async" else 0.0
+            failover = Failover(pair, args.failover_after, args.promote_after, lag)
             return run_and_judge(args, pair.primary.admin_url, failover=failover)
     return run_and_judge(args, args.postgres_url)
 

@@ -49,6 +49,19 @@ class ReplicatedPair:
         )
         return f"postgresql+asyncpg://postgres@/{database}?{hosts}&target_session_attrs={target}"
 
+    def stop_streaming(self) -> None:
+        """Cut the standby off from the primary's WAL (its `primary_conninfo` emptied), as a
+        lagging asynchronous standby is: what the primary commits from now on, the standby
+        never has."""
+        query(self.standby, "ALTER SYSTEM SET primary_conninfo = ''")
+        query(self.standby, "SELECT pg_reload_conf()")
+        _wait_for(
+            self.primary,
+            "SELECT count(*) = 0 FROM pg_stat_replication",
+            (),
+            "the standby to stop streaming",
+        )
+
     def lose_primary(self) -> None:
         """The primary's processes die at once (`pg_ctl stop -m immediate`: no checkpoint, no
         goodbye to clients), as when its machine is lost."""
@@ -63,7 +76,7 @@ class ReplicatedPair:
         target = query(self.primary, "SELECT pg_current_wal_lsn()::text")
         _wait_for(
             self.standby,
-            "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn",
+            "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
             (target,),
             "the standby to replay the primary's WAL",
         )
