@@ -10,6 +10,7 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
+from api.compaction_items import summary_heading
 from api.context_edits import ClearedPart, ContextEdits, edit_context
 from api.errors import UnfaithfulView
 from api.items import (
@@ -97,16 +98,12 @@ history load sends it again, so counting it each time was a quarter of a load's 
 them (a few MB of text) cover the sessions in active use."""
 
 
-SUMMARY_HEADING = "Summary of earlier conversation"
-"""How a summary's message in a context begins."""
-
-
 def summary_message(
     first_seq: int, last_seq: int, text: str, responses: bool = False, source_id: int | None = None
 ) -> Entry:
     """A summary as the system message heading the context (a `developer` item in the
     `responses` format)."""
-    content = f"{SUMMARY_HEADING} (messages {first_seq}-{last_seq}):\n{text}"
+    content = summary_heading(first_seq, last_seq, text)
     shown = [developer_item(content)] if responses else None
     message = {"role": "system", "content": content}
     return Entry(message, _system_message_tokens(content), shown, source_id)

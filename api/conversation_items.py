@@ -24,6 +24,7 @@ ID_PREFIXES: dict[str, str] = {
     "reasoning": "rs_",
     "custom_tool_call": "ctc_",
     "custom_tool_call_output": "ctco_",
+    "compaction": "cmp_",
 }
 """The prefix of a generated item id, by item type, as OpenAI's API writes them."""
 

@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any, TypeGuard
 
+from api.compaction_items import compacted_summary
 from api.json_values import check_json_value
 
 JSON = dict[str, Any]
@@ -156,6 +157,9 @@ def projection(item: JSON) -> JSON:
         return _tool_result(str(item.get("call_id")), _output_text(item.get("output")))
     if kind == "reasoning":
         return {"role": "assistant", "content": _reasoning_text(item)}
+    compacted = compacted_summary(item) if kind == "compaction" else None
+    if compacted is not None:
+        return {"role": "system", "content": compacted.heading}
     call_id = item.get("call_id")
     if isinstance(kind, str) and _filled(call_id):
         if kind.endswith("_call_output"):

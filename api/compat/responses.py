@@ -23,6 +23,7 @@ from typing import Any
 
 from api import compact, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
+from api.compaction_items import shown_to_the_model
 from api.compat import stored_responses
 from api.compat.model_limits import answer_room, check_model, model_window, too_long
 from api.compat.response_events import new_id, relayed, with_response_id
@@ -258,7 +259,7 @@ class Responder:
         conversation_id = turn.conversation_id
         if turn.new_chain:
             turn.sent_tokens = turn.fixed_tokens
-            return turn.request.passed_through() | {"input": turn.input_items}
+            return turn.request.passed_through() | {"input": shown_to_the_model(turn.input_items)}
         async with self.database.reading() as db:
             # the history's own first read checks the conversation too: no round trip more
             try:
@@ -298,7 +299,8 @@ class Responder:
                 )
         context = _without_placeholders_answered_by(history.context, turn.input_items)
         turn.sent_tokens = history.token_estimate + turn.fixed_tokens
-        return turn.request.passed_through() | {"input": [*context, *turn.input_items]}
+        shown = shown_to_the_model([*context, *turn.input_items])
+        return turn.request.passed_through() | {"input": shown}
 
     async def _with_overflow_retry(self, tenant: str, turn: Turn, call: ModelCall) -> Any:
         request = await self._upstream_request(tenant, turn)

@@ -28,9 +28,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from api import compact, forks, metrics, offline_model, service, store
 from api.append.use_case import new_message, store_batch
+from api.compaction_items import SUMMARY_HEADING
 from api.compat.model_limits import answer_room, check_model, model_window, too_long
 from api.compat.reconcile import Reconciled, links, reconcile
-from api.context import MISSING_TOOL_RESULT, SUMMARY_HEADING
+from api.context import MISSING_TOOL_RESULT
 from api.context_edits import EditOverrides
 from api.db.transactions import Database
 from api.errors import SessionNotFound

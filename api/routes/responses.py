@@ -10,7 +10,7 @@ from fastapi import Path, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from api.auth import Tenant
-from api.compat import input_tokens, stored_responses
+from api.compat import compaction, input_tokens, stored_responses
 from api.compat.responses import Responder
 from api.conversations import ItemOrder
 from api.deps import (
@@ -23,7 +23,7 @@ from api.deps import (
 from api.openai_errors import OpenAIError, openai_responses
 from api.routes.checks import v1_router
 from api.routes.conversations import DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS
-from api.schemas.responses import InputTokensRequest, ResponseRequest
+from api.schemas.responses import CompactionRequest, InputTokensRequest, ResponseRequest
 
 router = v1_router()
 
@@ -89,6 +89,24 @@ async def count_input_tokens(
     with database_faults_as_503():
         counted = await input_tokens.count(database, summarization, ratios, tenant, body)
     return JSONResponse(counted)
+
+
+@router.post("/responses/compact", responses=RESPONSE_ERRORS)
+async def compact_response(
+    body: CompactionRequest,
+    database: AppDatabase,
+    summarization: AppSummarization,
+    settings: AppSettings,
+    tenant: Tenant,
+) -> Response:
+    """OpenAI's compaction: with `conversation` or `previous_response_id`, its history is
+    compacted into a stored summary linked to its sources, and the context answered as it now
+    loads (one `compaction` item carrying the summaries, then the items after them); else the
+    `input` is summarized inline, nothing stored. Send the output back as the next turn's
+    input: a Precis compaction item reaches the model as the summary it carries."""
+    with database_faults_as_503():
+        compacted = await compaction.compact(database, summarization, settings, tenant, body)
+    return JSONResponse(compacted)
 
 
 @router.get("/responses/{response_id}", responses=RESPONSE_ERRORS)

@@ -111,3 +111,27 @@ class InputTokensRequest(BaseModel):
     def conversation_id(self) -> str | None:
         conversation = self.conversation
         return conversation.id if isinstance(conversation, ConversationRef) else conversation
+
+
+class CompactionRequest(BaseModel):
+    """`POST /v1/responses/compact`: what to compact. OpenAI's other fields (prompt caching,
+    images, service tier) are accepted and have no effect here."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    """The model the compacted context is for (checked as `/v1/responses` checks it)."""
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=500)] | None = None
+    """Text or items to compact, when no conversation or chain is named."""
+    conversation: Annotated[str, Field(pattern=SESSION_ID_PATTERN, max_length=128)] | (
+        ConversationRef | None
+    ) = None
+    """A conversation to compact (a Precis extension: OpenAI's compact names none)."""
+    previous_response_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """A stored response whose chain to compact."""
+    instructions: str | None = None
+    """Accepted; the summary follows the session's summary instructions."""
+
+    def conversation_id(self) -> str | None:
+        conversation = self.conversation
+        return conversation.id if isinstance(conversation, ConversationRef) else conversation

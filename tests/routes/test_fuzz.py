@@ -45,12 +45,12 @@ surrogates (PostgreSQL stores neither), nesting deeper than 16, integers beyond 
 document (each role's message schema, the Responses item rules, `messages` or `items`, the
 models this server allows), and every other check runs, negative_data_rejection included."""
 
-SHARED_PATHS = ("/v1/sessions/import", "/v1/responses/input_tokens")
+SHARED_PATHS = ("/v1/sessions/import", "/v1/responses/input_tokens", "/v1/responses/compact")
 SHARED_PATH_CHECKS = [checks.allow_header_conformance]
 """`POST /v1/sessions/import` is also `/v1/sessions/{session_id}` for the session id `import`,
-whose GET, PATCH and DELETE the server serves (and `POST /v1/responses/input_tokens` is
-`/v1/responses/{response_id}`, whose GET and DELETE it serves): a 405 there rightly allows
-those methods too, where the document lists POST alone for the literal path."""
+whose GET, PATCH and DELETE the server serves (and `POST /v1/responses/input_tokens` and
+`/compact` are `/v1/responses/{response_id}`, whose GET and DELETE it serves): a 405 there
+rightly allows those methods too, where the document lists POST alone for the literal path."""
 
 API_KEY = secrets.token_urlsafe(16)
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
