@@ -439,7 +439,8 @@ async def read_back(http: httpx.AsyncClient, stats: Stats) -> Contents:
 
 
 async def stored_messages(http: httpx.AsyncClient, session_id: str) -> list[Sent] | None:
-    """A session's stored messages, in seq order; None if they could not be read."""
+    """A session's stored messages, in seq order (none when the session is not there: every
+    acknowledged one is lost); None if they could not be read."""
     messages: list[Sent] = []
     after_seq = 0
     while True:
@@ -447,6 +448,8 @@ async def stored_messages(http: httpx.AsyncClient, session_id: str) -> list[Sent
             f"/v1/sessions/{session_id}/messages",
             params={"after_seq": after_seq, "limit": MESSAGES_PAGE},
         )
+        if answer.status_code == 404:
+            return messages
         if answer.status_code != 200:
             return None
         page = answer.json()
@@ -690,8 +693,9 @@ def read_log(path: Path, offset: int) -> str:
 def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: int) -> list[str]:
     """Why the run fails, one reason per check; empty when it passes."""
     reasons = []
-    if outcome.stats.errors:
-        reasons.append(f"{len(outcome.stats.errors)} HTTP errors")
+    errors = [e for e in outcome.stats.errors if not (lost_allowed(outcome) and session_lost(e))]
+    if errors:
+        reasons.append(f"{len(errors)} HTTP errors")
     if outcome.metrics_status != 200:
         reasons.append(f"/metrics answered {outcome.metrics_status}: job failures unknown")
     if outcome.job_failures:
@@ -721,6 +725,15 @@ def failures(outcome: Outcome, log: LogFindings, server_exit: int, verify_exit: 
     if verify_exit != 0:
         reasons.append(f"scripts.verify failed (exit {verify_exit})")
     return reasons
+
+
+LOST_SESSION = '404 {"error":"SessionNotFound"'
+"""A request's error when its session is not there: under asynchronous replication, a session
+created in the moments the standby never received is lost whole."""
+
+
+def session_lost(error: str) -> bool:
+    return LOST_SESSION in error
 
 
 def lost_allowed(outcome: Outcome) -> bool:
@@ -823,7 +836,13 @@ def report(outcome: Outcome, log: LogFindings, plan: Plan, database: str) -> str
         )
     )
     lines.append(
-        f"  errors: {len(stats.errors)} HTTP, {job_failures} summarization job failures, "
+        f"  errors: {len(stats.errors)} HTTP"
+        + (
+            f" ({sum(map(session_lost, stats.errors))} of them 404, the session lost whole)"
+            if lost_allowed(outcome)
+            else ""
+        )
+        + f", {job_failures} summarization job failures, "
         f"server log: {log.tracebacks} tracebacks, {log.error_lines} ERROR lines"
     )
     lines.extend(f"    {error}" for error in stats.errors[:MAX_EXCERPTS])
