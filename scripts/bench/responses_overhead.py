@@ -1,4 +1,5 @@
-"""What `POST /v1/responses` with a conversation adds to a model call, measured in one run.
+"""What `POST /v1/responses` with a conversation (or a `previous_response_id` chain) adds to a
+model call, measured in one run.
 
     python -m scripts.bench.responses_overhead [--calls 200] [--backends sqlite,postgresql]
                                                [--model openai/gpt-4o-mini]
@@ -9,8 +10,10 @@ Part of `make bench` (`scripts.bench.run` prints its table). The loopback fake m
 conversation: directly (`base_url` the fake, the app sending the conversation itself: the
 baseline), and through Precis served by uvicorn on a migrated database (`base_url` Precis,
 `conversation=` a conversation holding those ten turns, made untimed before each call: the
-history load, the model call through litellm and the turn's append). Both send the model
-the same items. Per row: p50 and p95 of both, and what the second adds at p50, against the
+history load, the model call through litellm and the turn's append); in the
+"previous_response_id" rows, through Precis continuing a chain of stored responses (the ten
+turns and the model's answer, made untimed before each call by one response). Both send the
+model the same items. Per row: p50 and p95 of both, and what the second adds at p50, against the
 target (TARGET_ADDED_MS).
 
 Rows without a target explain the others. "litellm alone" measures `litellm.aresponses` the
@@ -177,6 +180,43 @@ async def measure(
     return row
 
 
+async def measure_chain(
+    base_url: str, fake: FakeLLM, backend: str, calls: int, model: str = MODEL
+) -> OverheadRow:
+    """The same call continuing a `previous_response_id` chain instead of a conversation: the
+    chain (the ten turns, then the model's answer) made by an untimed response before each
+    call; the direct call sends the model those same items and the question."""
+    direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
+    proxied = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench")
+
+    async def new_chain() -> str:
+        started = await proxied.responses.create(
+            model=model, input=seed_turns(), max_output_tokens=OUTPUT_TOKENS
+        )
+        return started.id
+
+    first = await proxied.responses.retrieve(await new_chain())
+    answered = {"type": "message", "role": "assistant", "content": first.output_text}
+    asked = [*seed_turns(), answered, {"type": "message", "role": "user", "content": QUESTION}]
+
+    async def call_direct(_: None) -> None:
+        await direct.responses.create(model="fake", input=asked, max_output_tokens=OUTPUT_TOKENS)
+
+    async def call_proxied(previous: str) -> None:
+        await proxied.responses.create(
+            model=model,
+            input=QUESTION,
+            previous_response_id=previous,
+            max_output_tokens=OUTPUT_TOKENS,
+        )
+
+    label = f"{backend}, previous_response_id"
+    row = await _alternated(label, calls, call_direct, new_chain, call_proxied)
+    await direct.close()
+    await proxied.close()
+    return row
+
+
 async def measure_raw(
     base_url: str, fake: FakeLLM, backend: str, calls: int, model: str = MODEL
 ) -> OverheadRow:
@@ -300,6 +340,7 @@ async def run(
                     summary_workers="0",
                 ) as base_url:
                     rows.append(await measure(base_url, fake, backend, calls, model))
+                    rows.append(await measure_chain(base_url, fake, backend, calls, model))
                     rows.append(await measure_raw(base_url, fake, backend, calls, model))
     return rows
 
