@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from api.json_values import check_json_value
+
 SUMMARY_HEADING = "Summary of earlier conversation"
 """How a summary heads the context the model is sent."""
 
@@ -63,7 +65,8 @@ def compaction_item(summary: CompactedSummary, item_id: str) -> dict[str, Any]:
 
 
 def compacted_summary(item: dict[str, Any]) -> CompactedSummary | None:
-    """The summary a compaction item Precis made carries; None for any other item."""
+    """The summary a compaction item Precis made carries; None for any other item (one that
+    only looks like Precis's, holding what no stored text may hold, is another item too)."""
     content = item.get("encrypted_content")
     if item.get("type") != "compaction" or not isinstance(content, str):
         return None
@@ -71,7 +74,8 @@ def compacted_summary(item: dict[str, Any]) -> CompactedSummary | None:
         return None
     try:
         carried = json.loads(base64.urlsafe_b64decode(content[len(COMPACTION_PREFIX) :]))
-    except (ValueError, binascii.Error):
+        check_json_value(carried, "encrypted_content")  # storable text, bounded depth
+    except (ValueError, binascii.Error, RecursionError):
         return None
     if not isinstance(carried, dict):
         return None

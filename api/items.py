@@ -226,8 +226,12 @@ def _readable(value: Any) -> Any:
 
 
 def item_to_chat(item: JSON, where: str) -> JSON:
-    """The item as an OpenAI chat message (for `format=openai`), or `Unfaithful`."""
+    """The item as an OpenAI chat message (for `format=openai`), or `Unfaithful`. A compaction
+    item Precis made is the summary it carries, as a context shows a summary."""
     kind = item.get("type")
+    compacted = compacted_summary(item) if kind == "compaction" else None
+    if compacted is not None:
+        return {"role": "system", "content": compacted.heading}
     if kind in (None, "message"):
         _only(item, {"role", "content"} | BOOKKEEPING_KEYS, where)
         role, content = item.get("role"), item.get("content")

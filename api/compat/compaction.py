@@ -1,15 +1,16 @@
 """`POST /v1/responses/compact`: OpenAI's compaction endpoint, answered with Precis summaries.
 
-With a conversation or a `previous_response_id` chain named, its stored history is compacted
-as `POST /v1/sessions/{id}/compact` does (everything summarized but what may not be cut, such
-as a pending question; the summary stored and linked to its source messages), and the answer
-is the context as it now loads: the pinned prefix, one compaction item carrying the live
-summaries (`api.compaction_items`) and the items after them. Without either, the `input`
-items are summarized inline with the summary model and nothing is stored: one compaction item
-carrying the summary, then the items it left out.
-
-The client sends the output back as the input of its next turn (OpenAI's usage); a compaction
-item Precis made reaches the model as the summary it carries.
+With a conversation or a `previous_response_id` chain named (the newest response of its
+chain), its stored history is compacted as `POST /v1/sessions/{id}/compact` does with
+`keep_last_n` 0 (everything summarized but what may not be cut, such as a call whose output
+is not stored yet; the summary stored and linked to its source messages), and the answer is
+the context as it now loads: the pinned prefix, one compaction item carrying the live
+summaries (`api.compaction_items`) and the items after them. The next turn continues with the
+same conversation or `previous_response_id`, which loads that context itself. Without either,
+the `input` items are summarized inline with the summary model and nothing is stored: one
+compaction item carrying the summary, then the items it left out; the client sends that
+output back as the input of its next turn (OpenAI's usage), and a compaction item Precis made
+reaches the model as the summary it carries.
 """
 
 from __future__ import annotations
@@ -90,6 +91,15 @@ async def _named_session(database: Database, tenant: str, request: CompactionReq
         previous = await get_response(db, tenant, request.previous_response_id)
     if previous is None:
         raise stored_responses.not_found(request.previous_response_id, "previous_response_id")
+    if previous.session_last_seq != previous.last_seq:
+        # its session went on past it (another turn named it, or one after it): compacting
+        # the session would summarize turns that are not this chain's
+        raise OpenAIError(
+            400,
+            f"response {request.previous_response_id!r} has been continued since: compact "
+            "the newest response of its chain",
+            param="previous_response_id",
+        )
     return previous.session_id
 
 
@@ -160,7 +170,7 @@ def _served(message: MessageOut) -> JSON:
 def _usage(input_tokens: int, output_tokens: int) -> JSON:
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input_tokens + output_tokens,

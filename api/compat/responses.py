@@ -109,7 +109,7 @@ class Responder:
         turn = await self._prepare(tenant, request)
         call = _model_call(request, streamed=False)
         if turn is None:
-            answer = await self._call(call, request.passed_through() | {"input": request.input})
+            answer = await self._call(call, _passed_through(request))
             _count("passed_through", None)
             return {**answer, "id": new_id("resp")}, None
         answer = await self._with_overflow_retry(tenant, turn, call)
@@ -130,7 +130,7 @@ class Responder:
         turn = await self._prepare(tenant, request)
         call = _model_call(request, streamed=True)
         if turn is None:
-            events = await self._call(call, request.passed_through() | {"input": request.input})
+            events = await self._call(call, _passed_through(request))
             return with_response_id(
                 relayed(events, lambda outcome: _count(outcome, None), True), new_id("resp")
             ), None
@@ -382,6 +382,14 @@ class Responder:
             response,
         )
         _count("stored", turn)
+
+
+def _passed_through(request: ResponseRequest) -> dict[str, Any]:
+    """A request Precis keeps nothing of, as the model is sent it (Precis's compaction items
+    shown as the summaries they carry)."""
+    given = request.input
+    shown = shown_to_the_model(given) if isinstance(given, list) else given
+    return request.passed_through() | {"input": shown}
 
 
 def _model_call(request: ResponseRequest, streamed: bool) -> ModelCall:

@@ -99,11 +99,12 @@ async def compact_response(
     settings: AppSettings,
     tenant: Tenant,
 ) -> Response:
-    """OpenAI's compaction: with `conversation` or `previous_response_id`, its history is
-    compacted into a stored summary linked to its sources, and the context answered as it now
-    loads (one `compaction` item carrying the summaries, then the items after them); else the
-    `input` is summarized inline, nothing stored. Send the output back as the next turn's
-    input: a Precis compaction item reaches the model as the summary it carries."""
+    """OpenAI's compaction: with `conversation` or `previous_response_id` (the newest of its
+    chain), its history is compacted into a stored summary linked to its sources, and the
+    context answered as it now loads (one `compaction` item carrying the summaries, then the
+    items after them): continue with the same `conversation` or `previous_response_id`. Else
+    the `input` is summarized inline, nothing stored: send the output back as the next turn's
+    input, where a Precis compaction item reaches the model as the summary it carries."""
     with database_faults_as_503():
         compacted = await compaction.compact(database, summarization, settings, tenant, body)
     return JSONResponse(compacted)

@@ -5,6 +5,7 @@ input reaching the model as the summary it carries (docs/design.md, "OpenAI Resp
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -112,7 +113,7 @@ async def test_the_compacted_output_sent_back_reaches_the_model_as_its_summary(
 
 
 async def test_a_chain_is_compacted_into_a_stored_summary_linked_to_its_sources(
-    client: AsyncOpenAI, api: httpx.AsyncClient
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
     first = await client.responses.create(model=MODEL, input="MARKER-first question")
     second = await client.responses.create(
@@ -125,11 +126,13 @@ async def test_a_chain_is_compacted_into_a_stored_summary_linked_to_its_sources(
     assert [one["id"] for one in stored] == list(summary.summary_ids)
     assert (stored[0]["first_seq"], summary.first_seq) == (1, 1)
     assert stored[-1]["last_seq"] == summary.last_seq == 4  # both turns, input and answer
-    # the chain goes on from the compacted context
+    # the chain goes on from the compacted context: the summary, then the new input
     third = await client.responses.create(
         model=MODEL, input="MARKER-third", previous_response_id=second.id
     )
     assert "MARKER-first" in third.output_text and "MARKER-third" in third.output_text
+    sent = upstream.calls[-1].request["input"]
+    assert len(sent) == 2 and str(sent[0]["content"]).startswith("Summary of earlier conversation")
 
 
 async def test_a_chain_with_new_input_is_refused_and_an_unknown_chain_is_not_found(
@@ -146,6 +149,11 @@ async def test_a_chain_with_new_input_is_refused_and_an_unknown_chain_is_not_fou
     assert "resp_unknown" in missing.value.message
     with pytest.raises(openai.BadRequestError):
         await client.responses.compact(model="openai/not-allowed", input="hi")
+    # a response continued since: its session holds another branch's turns
+    await client.responses.create(model=MODEL, input="MARKER-later", previous_response_id=first.id)
+    with pytest.raises(openai.BadRequestError) as continued:
+        await client.responses.compact(model=MODEL, previous_response_id=first.id)
+    assert "continued since" in continued.value.message
 
 
 async def test_a_compaction_item_precis_did_not_make_passes_through_untouched(
@@ -155,3 +163,54 @@ async def test_a_compaction_item_precis_did_not_make_passes_through_untouched(
     await client.responses.create(model=MODEL, input=[foreign, said("MARKER-hello")])
     sent = upstream.calls[-1].request["input"]
     assert foreign in sent
+
+
+async def compacted_items(client: AsyncOpenAI, text: str) -> list[Any]:
+    compacted = await client.responses.compact(
+        model=MODEL, input=[said(text), said("Noted.", "assistant"), said("Fine.")]
+    )
+    return [item.model_dump(exclude_none=True) for item in compacted.output]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_without_store_the_compaction_item_reaches_the_model_as_its_summary(
+    client: AsyncOpenAI, upstream: FakeLLM, stream: bool
+) -> None:
+    carried_on = await compacted_items(client, "Remember MARKER-stateless.")
+    created = await client.responses.create(
+        model=MODEL, input=[*carried_on, said("And now?")], store=False, stream=stream
+    )
+    if stream:
+        async for _event in created:  # type: ignore[union-attr]
+            pass
+    sent = upstream.calls[-1].request["input"]
+    assert all(item.get("type") != "compaction" for item in sent)
+    assert "MARKER-stateless" in str(sent[0]["content"])
+
+
+async def test_a_chain_holding_a_compaction_item_is_counted_as_its_summary(
+    client: AsyncOpenAI,
+) -> None:
+    carried_on = await compacted_items(client, "Remember MARKER-counted.")
+    started = await client.responses.create(model=MODEL, input=[*carried_on, said("Go on.")])
+    counted = await client.responses.input_tokens.count(
+        model=MODEL, previous_response_id=started.id, input="next"
+    )
+    assert counted.input_tokens > 0
+
+
+@pytest.mark.parametrize(
+    "carried",
+    [
+        "[" * 2_000 + "]" * 2_000,  # deeper than any stored value may be
+        '{"text": "a\\u0000b", "first_seq": 1, "last_seq": 2, "summary_ids": []}',  # NUL
+    ],
+    ids=["nested", "nul"],
+)
+async def test_content_that_only_looks_like_precis_passes_through_as_another_item(
+    client: AsyncOpenAI, upstream: FakeLLM, carried: str
+) -> None:
+    content = COMPACTION_PREFIX + base64.urlsafe_b64encode(carried.encode()).decode()
+    item: Any = {"type": "compaction", "id": "cmp_odd", "encrypted_content": content}
+    await client.responses.create(model=MODEL, input=[item, said("MARKER-hi")], store=False)
+    assert item in upstream.calls[-1].request["input"]
