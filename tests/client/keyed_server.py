@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.fake_llm import FakeLLM, running_fake_llm
 from tests.support.live_server import LiveServer
 
 TENANT_KEY = "sdk-key-of-tenant-a"
@@ -54,3 +56,43 @@ def keyed_server(
     Its log goes to `log_path`, shown if it fails to start."""
     with LiveServer(database_url, log_path, {**QUIET_KEYED_SERVICE, **(settings or {})}) as server:
         yield server.base_url
+
+
+KEYED_MODELS = ("openai/fake", "openai/gpt-4o", "anthropic/claude-sonnet-4-5")
+"""The models the shared keyed server allows (each module checks that its own are among them):
+`openai/fake` (litellm speaks the Responses or chat wire to the fake, or fakes a stream from a
+whole answer), `openai/gpt-4o` (a model litellm streams event by event) and an `anthropic/`
+one (the Messages wire)."""
+
+
+@dataclass(frozen=True)
+class KeyedService:
+    """The keyed server the SDK test modules share on one database (`keyed_service` in
+    `tests/client/conftest.py`), the fake model behind it, and its log."""
+
+    url: str
+    fake: FakeLLM
+    log: Path
+
+    def fake_for_module(self, **knobs: Any) -> FakeLLM:
+        """The fake, as new to the module: every knob back to its default, the call log empty,
+        then `knobs` (attribute names) set."""
+        self.fake.reset()
+        for name, value in knobs.items():
+            setattr(self.fake, name, value)
+        return self.fake
+
+    def url_allowing(self, *models: str) -> str:
+        """The base URL, once `models` are known to be allowed."""
+        assert set(models) <= set(KEYED_MODELS), f"add {models} to KEYED_MODELS"
+        return self.url
+
+
+@contextmanager
+def keyed_service(database_url: str, log_path: Path) -> Iterator[KeyedService]:
+    """A fake model on loopback and a keyed server whose model calls go to it, allowing
+    `KEYED_MODELS`."""
+    with running_fake_llm() as fake:
+        settings = model_settings(fake.base_url, KEYED_MODELS)
+        with keyed_server(database_url, log_path, settings) as url:
+            yield KeyedService(url, fake, log_path)

@@ -15,7 +15,7 @@ server-managed conversation here; `test_openai_conversations_session.py` tests i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,9 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
 
-from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
+from tests.client.keyed_server import TENANT_KEY, KeyedService
 from tests.helpers import text_of, turn_calls
-from tests.support.fake_llm import FakeLLM, running_fake_llm
+from tests.support.fake_llm import FakeLLM
 
 REQUEST_TIMEOUT_SECONDS = 30.0
 """Per request of the SDK's client: generous for a loaded CI machine."""
@@ -100,28 +100,24 @@ async def logged(server_log: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with running_fake_llm() as server:
-        yield server
+def fake(keyed_service: KeyedService) -> FakeLLM:
+    return keyed_service.fake
 
 
 @pytest.fixture(autouse=True)
-def fresh_fake(fake: FakeLLM) -> None:
-    fake.reset()
-    fake.responder = answer_for
+def fresh_fake(keyed_service: KeyedService) -> None:
+    keyed_service.fake_for_module(responder=answer_for)
 
 
 @pytest.fixture(scope="module")
-def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("precis-responses") / "server.log"
+def server_log(keyed_service: KeyedService) -> Path:
+    return keyed_service.log
 
 
 @pytest.fixture(scope="module")
-def precis_url(database_url: str, fake: FakeLLM, server_log: Path) -> Iterator[str]:
+def precis_url(keyed_service: KeyedService) -> str:
     """A Precis server on this backend's database whose `/v1/responses` calls the fake."""
-    settings = model_settings(fake.base_url, [AGENT_MODEL, STREAMED_MODEL])
-    with keyed_server(database_url, server_log, settings) as url:
-        yield url
+    return keyed_service.url_allowing(AGENT_MODEL, STREAMED_MODEL)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import reduce
 from operator import add
@@ -33,8 +32,8 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
-from tests.support.fake_llm import Call, FakeLLM, running_fake_llm
+from tests.client.keyed_server import TENANT_KEY, KeyedService
+from tests.support.fake_llm import Call, FakeLLM
 
 OPENAI_MODEL = "openai/fake"
 """ChatOpenAI's model: litellm's OpenAI path to the fake."""
@@ -67,18 +66,13 @@ def get_weather(city: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with running_fake_llm(mode="marker_echo") as server:
-        yield server
+def fake(keyed_service: KeyedService) -> FakeLLM:
+    return keyed_service.fake_for_module(mode="marker_echo")
 
 
 @pytest.fixture(scope="module")
-def precis_url(
-    database_url: str, fake: FakeLLM, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("precis-langchain-wires") / "server.log"
-    with keyed_server(database_url, log, model_settings(fake.base_url, MODELS)) as url:
-        yield url
+def precis_url(fake: FakeLLM, keyed_service: KeyedService) -> str:
+    return keyed_service.url_allowing(*MODELS)
 
 
 MODELS = [OPENAI_MODEL, ANTHROPIC_MODEL]

@@ -1,7 +1,7 @@
 """The official `openai` npm package from Node against Precis's Conversations API and
 `POST /v1/responses`, on both databases: `new OpenAI({baseURL: "<precis>/v1", apiKey: <Precis
-key>})` is the switch. The model behind `/v1/responses` is a fake on loopback, started by the
-module, that repeats the user's last message.
+key>})` is the switch. The model behind `/v1/responses` is a fake on loopback (the SDK modules'
+shared one, `keyed_service`), set by the module to repeat the user's last message.
 
 The steps run once per database (`tests/client/node/openai_steps.mjs`, driven by
 `tests/support/node_openai.py`); each test asserts one behaviour on what they answered. A new
@@ -15,17 +15,16 @@ Node and the pinned package are required: an unusable Node or a failed install f
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
+from tests.client.keyed_server import TENANT_KEY, KeyedService
 from tests.conftest import IN_CI
 from tests.helpers import said, text_of
-from tests.support.fake_llm import RESPONSES_PATH, FakeLLM, running_fake_llm
+from tests.support.fake_llm import RESPONSES_PATH, FakeLLM
 from tests.support.node_openai import (
     NodeUnavailable,
     node_binary,
@@ -149,24 +148,19 @@ def node_ready() -> None:
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
+def fake(keyed_service: KeyedService) -> FakeLLM:
     """The model behind `/v1/responses`: it answers the user's last message verbatim."""
-    with running_fake_llm(mode="echo") as server:
-        yield server
+    return keyed_service.fake_for_module(mode="echo")
 
 
 @pytest.fixture(scope="module")
-def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("precis-node") / "server.log"
+def server_log(keyed_service: KeyedService) -> Path:
+    return keyed_service.log
 
 
 @pytest.fixture(scope="module")
-def precis_url(
-    node_ready: None, database_url: str, fake: FakeLLM, server_log: Path
-) -> Iterator[str]:
-    settings = model_settings(fake.base_url, [MODEL, STREAMED_MODEL])
-    with keyed_server(database_url, server_log, settings) as url:
-        yield url
+def precis_url(node_ready: None, fake: FakeLLM, keyed_service: KeyedService) -> str:
+    return keyed_service.url_allowing(MODEL, STREAMED_MODEL)
 
 
 @pytest.fixture(scope="module")

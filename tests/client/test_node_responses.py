@@ -17,16 +17,14 @@ Node and the pinned package are required: an unusable Node or a failed install f
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
+from tests.client.keyed_server import TENANT_KEY, KeyedService
 from tests.conftest import IN_CI
-from tests.support.fake_llm import RESPONSES_PATH, Call, FakeLLM, running_fake_llm
+from tests.support.fake_llm import RESPONSES_PATH, Call, FakeLLM
 from tests.support.node_openai import OPENAI_SDK, NodeUnavailable, node_binary, run_sdk_steps
 
 MODEL = "openai/fake"
@@ -67,22 +65,13 @@ def node_ready() -> None:
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with running_fake_llm(mode="marker_echo") as server:
-        yield server
+def fake(keyed_service: KeyedService) -> FakeLLM:
+    return keyed_service.fake_for_module(mode="marker_echo")
 
 
 @pytest.fixture(scope="module")
-def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("precis-node-responses") / "server.log"
-
-
-@pytest.fixture(scope="module")
-def precis_url(
-    node_ready: None, database_url: str, fake: FakeLLM, server_log: Path
-) -> Iterator[str]:
-    with keyed_server(database_url, server_log, model_settings(fake.base_url, [MODEL])) as url:
-        yield url
+def precis_url(node_ready: None, fake: FakeLLM, keyed_service: KeyedService) -> str:
+    return keyed_service.url_allowing(MODEL)
 
 
 def _create(name: str, text: str, previous: str | None = None) -> dict[str, Any]:

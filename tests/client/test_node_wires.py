@@ -21,18 +21,16 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.client.keyed_server import TENANT_KEY, keyed_server, model_settings
+from tests.client.keyed_server import TENANT_KEY, KeyedService
 from tests.conftest import IN_CI
 from tests.support.fake_anthropic import MESSAGES_PATH
-from tests.support.fake_llm import CHAT_PATH, Call, FakeLLM, running_fake_llm
+from tests.support.fake_llm import CHAT_PATH, Call, FakeLLM
 from tests.support.node_anthropic import ANTHROPIC_SDK
 from tests.support.node_openai import (
     OPENAI_SDK,
@@ -97,23 +95,13 @@ def node_ready() -> None:
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with running_fake_llm(mode="marker_echo") as server:
-        yield server
+def fake(keyed_service: KeyedService) -> FakeLLM:
+    return keyed_service.fake_for_module(mode="marker_echo")
 
 
 @pytest.fixture(scope="module")
-def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("precis-node-wires") / "server.log"
-
-
-@pytest.fixture(scope="module")
-def precis_url(
-    node_ready: None, database_url: str, fake: FakeLLM, server_log: Path
-) -> Iterator[str]:
-    settings = model_settings(fake.base_url, [OPENAI_MODEL, ANTHROPIC_MODEL])
-    with keyed_server(database_url, server_log, settings) as url:
-        yield url
+def precis_url(node_ready: None, fake: FakeLLM, keyed_service: KeyedService) -> str:
+    return keyed_service.url_allowing(OPENAI_MODEL, ANTHROPIC_MODEL)
 
 
 def stored(precis_url: str, session: str) -> list[dict[str, Any]]:

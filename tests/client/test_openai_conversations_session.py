@@ -9,7 +9,7 @@ server where they carried none.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -17,7 +17,7 @@ from agents.items import TResponseInputItem
 from agents.memory import OpenAIConversationsSession
 from openai import AsyncOpenAI, NotFoundError
 
-from tests.client.keyed_server import OTHER_TENANT_KEY, TENANT_KEY, keyed_server
+from tests.client.keyed_server import OTHER_TENANT_KEY, TENANT_KEY, KeyedService
 from tests.helpers import said, text_of
 
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -72,11 +72,10 @@ def ids_of(items: list[TResponseInputItem]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def precis_url(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Precis server on this backend's database, requiring keys, for the whole module."""
-    log_path = tmp_path_factory.mktemp("precis-conversations") / "server.log"
-    with keyed_server(database_url, log_path) as url:
-        yield url
+def precis_url(keyed_service: KeyedService) -> str:
+    """A Precis server on this backend's database, requiring keys (shared by the SDK
+    modules)."""
+    return keyed_service.url
 
 
 @pytest.fixture
