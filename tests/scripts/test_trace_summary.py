@@ -7,6 +7,9 @@ import json
 import math
 import re
 import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,9 +19,12 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
+from api.db.engine import create_engine
+from api.main import create_app
 from api.store import audit
 from scripts import summary_tree, trace_summary
 from scripts.terminal import short_time
+from tests.conftest import _empty_tables, make_settings
 from tests.helpers import (
     append,
     append_batch,
@@ -40,7 +46,7 @@ from tests.scripts.builders import (
     save,
     seed_session,
 )
-from tests.support.fake_llm import FakeLLM
+from tests.support.fake_llm import running_fake_llm
 from tests.support.scratch_db import REPO_ROOT
 
 
@@ -538,33 +544,63 @@ TREE_LINE = re.compile(r"^(?P<prefix>[│├└─… ]*)(?P<kind>leaf|node|cove
 """A line of the session's tree: its glyphs, then the summary's kind and id."""
 
 
-@pytest.fixture
-def settings_overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The app of `client`: the perfect-recall model for the long session, else as asked."""
-    if "forest" not in request.fixturenames:
-        return dict(getattr(request, "param", {}))
-    fake_llm: FakeLLM = request.getfixturevalue("fake_llm")
-    fake_llm.mode = "marker_echo"
-    return {
-        "summary_model": "openai/fake",
-        "summary_api_base": fake_llm.base_url,
-        "summary_api_key": "test",
-        "summary_limit": 2,
-        "summary_keep_last_n": 0,
-        "summary_message_limit": 10_000,
-        "summary_workers": 0,
-    }
+FOREST_SETTINGS: dict[str, Any] = {
+    "summary_model": "openai/fake",
+    "summary_api_key": "test",
+    "summary_limit": 2,
+    "summary_keep_last_n": 0,
+    "summary_message_limit": 10_000,
+    "summary_workers": 0,
+}
+"""The app that makes the long session: the perfect-recall model (`summary_api_base` is the
+fake's), every leaf compacted by hand."""
 
 
-@pytest.fixture
-async def forest(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Forest:
+    """The long session, made once per database for the tests below (it takes seconds): its
+    summaries as the API lists them, and what the trace printed of it, in text and in JSON."""
+
+    summaries: list[dict[str, Any]]
+    code: int
+    out: str
+    err: str
+    as_json: tuple[int, str, str]
+    """`--json`'s exit code, output and errors."""
+
+
+@pytest.fixture(scope="module")
+async def forest(database_url: str) -> AsyncIterator[Forest]:
     """A session of `FOREST_LEAVES` leaves of three messages each, made by `compact` through
-    the service (nodes and a cover follow each leaf); its summaries as the API lists them."""
-    for batch in range(FOREST_LEAVES):
-        notes = (user(f"note MARKER-{batch * 3 + index} of the plan") for index in range(3))
-        await append(client, sid, *notes)
-        await compact(client, sid, trigger="manual", keep_last_n=0)
-    return await every_summary(client, sid)
+    the service (nodes and a cover follow each leaf), and its traces; the tables are emptied
+    once they are read, as the `engine` fixture empties them after every test."""
+    sid = f"forest-{uuid.uuid4().hex[:12]}"
+    with running_fake_llm(mode="marker_echo") as fake_llm:
+        settings = make_settings(
+            database_url, **FOREST_SETTINGS, summary_api_base=fake_llm.base_url
+        )
+        app = create_app(settings)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+            ) as client,
+        ):
+            for batch in range(FOREST_LEAVES):
+                notes = (user(f"note MARKER-{batch * 3 + index} of the plan") for index in range(3))
+                await append(client, sid, *notes)
+                await compact(client, sid, trigger="manual", keep_last_n=0)
+            summaries = await every_summary(client, sid)
+    try:
+        code, out, err = await trace(database_url, "--session", sid)
+        as_json = await trace(database_url, "--session", sid, "--json")
+    finally:
+        engine = create_engine(database_url)
+        try:
+            await _empty_tables(engine)
+        finally:
+            await engine.dispose()
+    yield Forest(summaries, code, out, err, as_json)
 
 
 def tree_lines(out: str) -> list[re.Match[str]]:
@@ -575,49 +611,43 @@ def levels(found: re.Match[str]) -> int:
     return len(found["prefix"]) // len(summary_tree.BRANCH)
 
 
-async def test_a_long_sessions_tree_fits_80_columns(
-    database_url: str, sid: str, forest: list[dict[str, Any]]
-) -> None:
-    code, out, err = await trace(database_url, "--session", sid)
+async def test_a_long_sessions_tree_fits_80_columns(forest: Forest) -> None:
+    code, out, err = forest.code, forest.out, forest.err
 
     assert code == 0, err
     assert max(len(line) for line in out.splitlines()) <= 80, out
-    assert len(tree_lines(out)) == len(forest)
+    assert len(tree_lines(out)) == len(forest.summaries)
 
 
-async def test_a_long_sessions_tree_is_as_deep_as_the_forest(
-    database_url: str, sid: str, forest: list[dict[str, Any]]
-) -> None:
-    _, out, _ = await trace(database_url, "--session", sid)
+async def test_a_long_sessions_tree_is_as_deep_as_the_forest(forest: Forest) -> None:
+    out = forest.out
 
     deepest = max(levels(found) for found in tree_lines(out))
     assert deepest <= math.ceil(math.log2(FOREST_LEAVES)) + 3, out
     assert deepest >= math.floor(math.log2(FOREST_LEAVES)), "nodes sit over their sources"
 
 
-async def test_a_long_sessions_tree_shows_every_live_summary_once_on_top(
-    database_url: str, sid: str, forest: list[dict[str, Any]]
-) -> None:
-    _, out, _ = await trace(database_url, "--session", sid)
+async def test_a_long_sessions_tree_shows_every_live_summary_once_on_top(forest: Forest) -> None:
+    out, summaries = forest.out, forest.summaries
 
-    live = {s["id"] for s in forest if s["superseded_by"] is None and s["erased_at"] is None}
+    live = {s["id"] for s in summaries if s["superseded_by"] is None and s["erased_at"] is None}
     lines = tree_lines(out)
     shown = [int(found["id"]) for found in lines]
-    assert sorted(shown) == sorted(s["id"] for s in forest), "each summary once"
+    assert sorted(shown) == sorted(s["id"] for s in summaries), "each summary once"
     assert {int(found["id"]) for found in lines if levels(found) == 0} == live
     assert all(found.string.split()[5] == "live" for found in lines if levels(found) == 0)
-    [cover] = [s for s in forest if s["id"] in live and s["metadata"]["kind"] == "cover"]
+    [cover] = [s for s in summaries if s["id"] in live and s["metadata"]["kind"] == "cover"]
     under_cover = [found for found in lines if levels(found) == 1]
     assert {int(found["id"]) for found in under_cover} == {
-        s["id"] for s in forest if s["superseded_by"] == cover["id"]
+        s["id"] for s in summaries if s["superseded_by"] == cover["id"]
     }
     assert all(found.string.split()[6] == "covered" for found in under_cover)
 
 
 async def test_a_long_sessions_tree_lists_sources_under_the_summary_made_from_them(
-    database_url: str, sid: str, forest: list[dict[str, Any]]
+    forest: Forest,
 ) -> None:
-    _, out, _ = await trace(database_url, "--session", sid)
+    out, summaries = forest.out, forest.summaries
 
     above: list[int] = []
     parents: dict[int, int | None] = {}
@@ -626,23 +656,23 @@ async def test_a_long_sessions_tree_lists_sources_under_the_summary_made_from_th
         del above[depth:]
         parents[int(found["id"])] = above[-1] if above else None
         above.append(int(found["id"]))
-    assert parents == {s["id"]: s["superseded_by"] for s in forest}
+    assert parents == {s["id"]: s["superseded_by"] for s in summaries}
 
 
-async def test_a_long_sessions_json_is_flat_and_rebuilds_the_forest(
-    database_url: str, sid: str, forest: list[dict[str, Any]]
-) -> None:
-    answer = await trace_json(database_url, "--session", sid)
+async def test_a_long_sessions_json_is_flat_and_rebuilds_the_forest(forest: Forest) -> None:
+    code, printed, err = forest.as_json
+    assert code == 0, err
+    answer, summaries = json.loads(printed), forest.summaries
 
     listed = answer["summaries"]
-    by_id = {s["id"]: s for s in forest}
+    by_id = {s["id"]: s for s in summaries}
     assert sorted(s["id"] for s in listed) == sorted(by_id)
     assert all("children" not in s and "messages" not in s for s in listed), "flat"
     for summary in listed:
         stored = by_id[summary["id"]]
         assert summary["parent_id"] == stored["superseded_by"]
         assert summary["source_ids"] == sorted(
-            (s["id"] for s in forest if s["superseded_by"] == summary["id"]),
+            (s["id"] for s in summaries if s["superseded_by"] == summary["id"]),
             key=lambda i: by_id[i]["first_seq"],
         )
         assert (summary["kind"], summary["leaves"], summary["depth"]) == (
