@@ -1,12 +1,13 @@
-"""Real Precis servers for the client package's tests, one per database for the modules
-that share its settings (starting one takes seconds).
+"""Real Precis servers for the client package's tests.
 
-`uvicorn api.main:app` runs in a subprocess on a loopback port against the run's migrated
-database of each backend (`database_url`); a module changes its settings by overriding
-`service_settings` (environment names, as the service reads them), and then gets a server of
-its own. The SDK modules share `keyed_service`: `python -m api` with API keys and a fake model.
-Every test uses ids of its own, and the database is the run's either way, so a test sees the
-same data on a shared server as on one of its module's.
+`uvicorn api.main:app` runs in a subprocess on a loopback port; a module changes its settings
+by overriding `service_settings` (environment names, as the service reads them), and then gets
+a server of its own on the run's migrated database of each backend (`database_url`). Starting
+a server takes seconds, so the modules keeping `QUIET_SERVICE` share one (`quiet_service_url`)
+and the SDK modules share `keyed_service` (`python -m api` with API keys and a fake model), for
+the package's tests of each backend. Each shared server has a freshly migrated database of
+that backend of its own: the background worker of a server outliving a module must never
+claim the jobs of another module's server. Every test uses ids of its own.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from precis_client import AsyncPrecisClient, PrecisClient
+from sqlalchemy.engine import make_url
 
 from tests.client import keyed_server
+from tests.conftest import migrated_database
 from tests.support.live_server import served_app
 
 QUIET_SERVICE = {"SUMMARY_WORKERS": "1", "DYNAMIC_SUMMARY_ENABLED": "false"}
@@ -29,12 +32,17 @@ def service_settings() -> dict[str, str]:
     return dict(QUIET_SERVICE)
 
 
-@pytest.fixture(scope="session")
-def quiet_service_url(database_url: str) -> Iterator[str]:
-    """The base URL of a Precis server with `QUIET_SERVICE` on this backend's database, shared
-    by the modules that keep those settings."""
-    with served_app("api.main:app", database_url, **QUIET_SERVICE) as url:
-        yield url
+@pytest.fixture(scope="package")
+async def quiet_service_url(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory, postgres_available: bool
+) -> AsyncIterator[str]:
+    """The base URL of a Precis server with `QUIET_SERVICE`, on a database of this backend of
+    its own, shared by the modules that keep those settings."""
+    backend = make_url(database_url).get_backend_name()
+    folder = tmp_path_factory.mktemp("precis-quiet")
+    async with migrated_database(backend, folder, postgres_available) as url:
+        with served_app("api.main:app", url, **QUIET_SERVICE) as served:
+            yield served
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +58,18 @@ def service_url(
         yield url
 
 
-@pytest.fixture(scope="session")
-def keyed_service(
-    database_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[keyed_server.KeyedService]:
-    """`python -m api` with API keys (`keyed_server.QUIET_KEYED_SERVICE`) on this backend's
-    database, its model calls going to a fake on loopback; shared by the SDK modules, each
-    of which starts from a reset fake (`KeyedService.fake_for_module`)."""
-    log_path = tmp_path_factory.mktemp("precis-keyed") / "server.log"
-    with keyed_server.keyed_service(database_url, log_path) as service:
-        yield service
+@pytest.fixture(scope="package")
+async def keyed_service(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory, postgres_available: bool
+) -> AsyncIterator[keyed_server.KeyedService]:
+    """`python -m api` with API keys (`keyed_server.QUIET_KEYED_SERVICE`), on a database of this
+    backend of its own, its model calls going to a fake on loopback; shared by the SDK
+    modules, each of which starts from a reset fake (`KeyedService.fake_for_module`)."""
+    backend = make_url(database_url).get_backend_name()
+    folder = tmp_path_factory.mktemp("precis-keyed")
+    async with migrated_database(backend, folder, postgres_available) as url:
+        with keyed_server.keyed_service(url, folder / "server.log") as service:
+            yield service
 
 
 @pytest.fixture
