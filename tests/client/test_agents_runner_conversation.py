@@ -55,10 +55,12 @@ STREAM_FRAME_EVENTS = 8
 and done, text done, completed)."""
 
 FULL_STREAM_SECONDS = (STREAM_WORDS + STREAM_FRAME_EVENTS) * STREAM_DELAY_SECONDS
-"""How long the fake takes to send the whole abandoned stream."""
+"""How long the fake takes to send the whole abandoned stream: the longest the test waits for
+it to end."""
 
 SETTLE_SECONDS = 2.0
-"""Waited past `FULL_STREAM_SECONDS`: time for a server that wrongly kept reading to store."""
+"""Waited past the end of the fake's stream (cut when the server lets go of it, else sent
+whole to a server that wrongly kept reading): time for such a server to store."""
 
 EVENTS_READ_BEFORE_LEAVING = 2
 """Events the client reads of the abandoned stream before closing it."""
@@ -199,6 +201,16 @@ async def test_agent_turns_with_a_tool_are_kept_by_precis_in_order_each_once(
     assert len({item["id"] for item in items}) == len(items)
 
 
+async def stream_ended(fake: FakeLLM, seconds: float) -> bool:
+    """Whether the fake's streamed answer ends within `seconds` (waited for)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        if fake.streams_ended:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 async def test_an_abandoned_stream_stores_nothing_and_the_next_turn_works(
     openai_client: AsyncOpenAI, fake: FakeLLM, server_log: Path
 ) -> None:
@@ -221,7 +233,8 @@ async def test_an_abandoned_stream_stores_nothing_and_the_next_turn_works(
             break
     await stream.close()
     assert read == ["response.created", "response.in_progress"]
-    await asyncio.sleep(FULL_STREAM_SECONDS + SETTLE_SECONDS)
+    await stream_ended(fake, FULL_STREAM_SECONDS)
+    await asyncio.sleep(SETTLE_SECONDS)
     assert await conversation_items(openai_client, conversation.id) == [], await logged(server_log)
 
     fake.stream_delay_seconds = 0.0

@@ -52,7 +52,9 @@ Knobs (plain attributes or methods, safe to change while it runs; `reset()` rest
     - `"long"`: `long_words` words of filler (longer than small inputs).
 - `responder`: optional `Callable[[list[dict]], str]`; when set it overrides `mode`.
 - Streams: `stream_delay_seconds` sleeps between two events; `cut_next_stream(events)` makes
-  the next streamed answer send that many events and then drop the connection.
+  the next streamed answer send that many events and then drop the connection;
+  `streams_ended` counts the streamed answers that ended (sent whole, cut, or left by the
+  client).
 - `call_tool_next(name, arguments)`: the next successful answer is a call of that tool
   (`tool_calls` in chat, a `function_call` item in Responses) instead of text.
 - `token_ratio`: this model counts `token_ratio` times the prompt tokens cl100k counts (the
@@ -174,6 +176,8 @@ class _State:
     tool_calls: deque[tuple[str, str]] = field(default_factory=deque)
     stream_delay_seconds: float = 0.0
     stream_cut_after: int | None = None
+    streams_ended: int = 0
+    """Streamed answers sent whole, cut, or left by their client."""
     calls: list[Call] = field(default_factory=list)
 
 
@@ -365,6 +369,16 @@ class FakeLLM:
         with self._lock:
             cut, self._state.stream_cut_after = self._state.stream_cut_after, None
             return cut
+
+    @property
+    def streams_ended(self) -> int:
+        """How many streamed answers have ended: sent whole, cut, or left by their client (a
+        write to a closed connection fails)."""
+        return self._state.streams_ended
+
+    def stream_ended(self) -> None:
+        with self._lock:
+            self._state.streams_ended += 1
 
     def call_tool_next(self, name: str, arguments: str) -> None:
         """Answer the next successful request with a call of tool `name` with `arguments`."""
@@ -596,6 +610,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         except OSError:
             pass  # the client went away mid-stream
+        finally:
+            self.server.fake.stream_ended()
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
