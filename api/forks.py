@@ -24,6 +24,7 @@ from api.schemas.forks import ForkRequest
 from api.schemas.sessions import SessionOut
 from api.settings import Settings
 from api.store import forks as fork_store
+from api.store.moves import move_session
 from api.store.rows import SessionRow
 from api.summary_jobs import schedule_remake_if_owed
 
@@ -72,7 +73,7 @@ async def branch_session(
         await fork_store.read_one_snapshot(db)
         session = await store.get_session(db, tenant, external_id, for_update=True)
         kept_as = branch_id(external_id)
-        parent = await store.rename_session(db, session.id, kept_as)
+        parent = await move_session(db, session, kept_as)
         if seq > 0:
             await _fork(db, settings, tenant, kept_as, ForkRequest(seq=seq, id=external_id))
         else:
@@ -86,8 +87,10 @@ async def branch_session(
         try:
             return await database.write(branch)
         except DBAPIError as exc:
-            # two branches of one session at once: the later one's snapshot is refused
-            raced = getattr(exc.orig, "sqlstate", None) == fork_store.SERIALIZATION_FAILURE
+            # two branches of one session at once: the later one's snapshot is refused; or the
+            # move of the old branch met a summary's save or a job's finish locking the same
+            # rows in the other order, and PostgreSQL broke the deadlock
+            raced = getattr(exc.orig, "sqlstate", None) in fork_store.RUN_AGAIN
             if not raced or attempt == BRANCH_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")

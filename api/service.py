@@ -8,6 +8,7 @@ import logging
 import uuid
 from contextlib import suppress
 from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -80,10 +81,10 @@ async def get_session(
 async def list_sessions(
     db: AsyncSession, settings: Settings, tenant: str, limit: int, cursor: str | None
 ) -> tuple[list[SessionOut], str | None]:
-    sessions = await store.list_sessions(db, tenant, limit + 1, decode_cursor(cursor))
+    sessions = await store.list_sessions(db, tenant, limit + 1, session_position(cursor))
     page = sessions[:limit]
     counts = await store.live_summary_counts(db, [session.id for session in page])
-    next_cursor = str(page[-1].id) if len(sessions) > limit else None
+    next_cursor = session_cursor(page[-1]) if len(sessions) > limit else None
     answer = [
         SessionOut.from_row(s, counts.get(s.id, 0), settings.effective(s.settings)) for s in page
     ]
@@ -380,8 +381,25 @@ async def list_summaries(
 
 async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> SummaryDetail:
     summary, session_external_id = await store.get_summary(db, tenant, summary_id)
-    message_ids = await store.summary_message_ids(db, summary.id)
+    message_ids = await store.summary_message_ids(db, summary)
     return SummaryDetail.from_row(summary, session_external_id, message_ids=message_ids)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def session_cursor(session: store.SessionRow) -> str:
+    """The session list's cursor after `session`: its creation time and key."""
+    micros = (session.created_at - EPOCH) // timedelta(microseconds=1)
+    return f"{micros}-{session.id}"
+
+
+def session_position(cursor: str | None) -> store.SessionPosition | None:
+    """Where the page a `_session_cursor` names starts (checked by the route)."""
+    if cursor is None:
+        return None
+    micros, _, key = cursor.partition("-")
+    return store.SessionPosition(EPOCH + timedelta(microseconds=int(micros)), int(key))
 
 
 def decode_cursor(cursor: str | None) -> int | None:

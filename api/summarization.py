@@ -242,7 +242,9 @@ class Summarization:
         if summary is not None and rolled_up:
             # The new summary may have been absorbed: answer with its `superseded_by`.
             async with self.database.reading() as db:
-                summary = await store.get_summary_by_id(db, summary.id) or summary
+                summary = (
+                    await store.get_summary_by_id(db, summary.session_id, summary.id) or summary
+                )
         return summary
 
     def _deferred(self, plan: Plan, draft: store.SummaryDraft) -> bool:
@@ -357,7 +359,7 @@ class Summarization:
             absorbs=tuple(summary.id for summary in absorbed),
         )
 
-    async def repair(self, fallback_id: int) -> store.SummaryRow | None:
+    async def repair(self, session_key: int, fallback_id: int) -> store.SummaryRow | None:
         """Re-make a live fallback summary from its source messages with the model.
 
         The repair covers the same seqs and supersedes the fallback one level above it (so
@@ -367,10 +369,9 @@ class Summarization:
         (superseded meanwhile, or its session deleted).
         """
         async with self.database.reading() as db:
-            fallback = await store.get_summary_by_id(db, fallback_id)
+            fallback = await store.get_summary_by_id(db, session_key, fallback_id)
         if fallback is None or fallback.superseded_by is not None:
             return None
-        session_key = fallback.session_id
         try:
             async with self.locks.hold(session_key, 0.0):
                 async with self.database.reading() as db:

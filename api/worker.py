@@ -139,7 +139,7 @@ class Worker:
         looking = "looking for fallback summaries"
         fallbacks = await retrying(live_fallbacks, looking, "summarization")
         for fallback in fallbacks:
-            repair = partial(self._summarization.repair, fallback.id)
+            repair = partial(self._summarization.repair, fallback.session_id, fallback.id)
             what = f"repairing fallback summary {fallback.id}"
             if await retrying(repair, what, "summarization") is None:
                 break
@@ -202,8 +202,7 @@ class Worker:
             repair_interval = self._summarization.settings.summary_repair_interval_seconds
             delay = min(backoff(job.attempts), repair_interval)
             logger.warning(
-                "summarization job %s of session %s deferred for %.1f s: %s",
-                job.id,
+                "summarization job of session %s deferred for %.1f s: %s",
                 job.session_id,
                 delay,
                 exc.detail,
@@ -214,9 +213,8 @@ class Worker:
             if connection_lost_or_commit_unknown(exc):
                 metrics.DATABASE_RETRIES.labels("summarization").inc()
                 logger.warning(
-                    "summarization job %s of session %s lost its database connection; "
+                    "summarization job of session %s lost its database connection; "
                     "retrying in %g s: %s",
-                    job.id,
                     job.session_id,
                     CONNECTION_RETRY_SECONDS,
                     describe_fault(exc),
@@ -224,15 +222,17 @@ class Worker:
                 await self._release(job, CONNECTION_RETRY_SECONDS, describe_fault(exc))
                 return
             metrics.JOB_FAILURES.inc()
-            logger.exception("summarization job %s of session %s failed", job.id, job.session_id)
+            logger.exception("summarization job of session %s failed", job.session_id)
             await self._release(job, backoff(job.attempts), f"{type(exc).__name__}: {exc}"[:2000])
             return
         finish = partial(self._finish, job, summary is not None, seen)
         try:
-            await retrying(finish, f"finishing summarization job {job.id}", "summarization")
+            await retrying(
+                finish, f"finishing summarization job of session {job.session_id}", "summarization"
+            )
         except Exception as exc:
             # its summary is stored; the job runs again, finding nothing, once its lease ends
-            _log_failure(f"could not finish summarization job {job.id}", exc)
+            _log_failure(f"could not finish summarization job of session {job.session_id}", exc)
 
     async def _finish(
         self, job: store.JobRow, summarized: bool, seen: tuple[int, int] | None
@@ -241,7 +241,7 @@ class Worker:
 
         `seen`: the session's `last_seq` and `removed_count` when the job started."""
         async with self._database.transaction() as db:
-            await store.finish_job(db, job.id, attempt=job.attempts)
+            await store.finish_job(db, job)
             session = await store.get_session_by_key(db, job.session_id)
             if session is None:
                 return
@@ -265,12 +265,14 @@ class Worker:
         async def release() -> None:
             run_after = utcnow() + timedelta(seconds=delay)
             async with self._database.transaction() as db:
-                await store.release_job(db, job.id, run_after, error, attempt=job.attempts)
+                await store.release_job(db, job, run_after, error)
 
         try:
-            await retrying(release, f"releasing summarization job {job.id}", "summarization")
+            await retrying(
+                release, f"releasing summarization job of session {job.session_id}", "summarization"
+            )
         except Exception as exc:
-            _log_failure(f"could not release summarization job {job.id}", exc)
+            _log_failure(f"could not release summarization job of session {job.session_id}", exc)
 
     @asynccontextmanager
     async def _leased(self, job: store.JobRow) -> AsyncIterator[None]:
@@ -303,15 +305,17 @@ class Worker:
                 return
             try:
                 async with self._database.transaction() as db:
-                    held = await store.renew_job_lease(db, job.id, job.attempts, JOB_LEASE)
+                    held = await store.renew_job_lease(db, job, JOB_LEASE)
             except Exception as exc:
-                _log_failure(f"could not renew the lease of summarization job {job.id}", exc)
+                _log_failure(
+                    f"could not renew the lease of summarization job of session {job.session_id}",
+                    exc,
+                )
                 continue
             if not held:
                 logger.warning(
-                    "summarization job %s of session %s is no longer this worker's; "
+                    "summarization job of session %s is no longer this worker's; "
                     "its lease is not renewed",
-                    job.id,
                     job.session_id,
                 )
                 return

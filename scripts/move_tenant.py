@@ -138,7 +138,7 @@ async def move_session(
 
 async def tenant_sessions(database: Database, tenant: str) -> AsyncIterator[str]:
     """The tenant's session ids, newest first, a page at a time."""
-    before: int | None = None
+    before: store.SessionPosition | None = None
     while True:
         async with database.reading() as db:
             page = await store.list_sessions(db, tenant, PAGE, before)
@@ -146,7 +146,7 @@ async def tenant_sessions(database: Database, tenant: str) -> AsyncIterator[str]
             yield session.external_id
         if len(page) < PAGE:
             return
-        before = page[-1].id
+        before = store.SessionPosition(page[-1].created_at, page[-1].id)
 
 
 @dataclass(frozen=True)

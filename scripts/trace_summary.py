@@ -171,7 +171,7 @@ Trace = SummaryTrace | SessionTrace | MessageTrace
 
 
 async def trace_summary(db: AsyncSession, summary_id: int) -> SummaryTrace:
-    summary = await store.get_summary_by_id(db, summary_id)
+    summary = await audit.summary_by_id(db, summary_id)
     if summary is None:
         raise NotFound(f"no summary with id {summary_id}")
     session = await _session_of(db, summary.session_id)
@@ -181,9 +181,9 @@ async def trace_summary(db: AsyncSession, summary_id: int) -> SummaryTrace:
 async def _expand(db: AsyncSession, summary: SummaryRow, seen: set[int]) -> Node:
     """The summary down to its messages; `seen` stops a corrupted, cyclic chain."""
     seen.add(summary.id)
-    absorbed = [s for s in await audit.absorbed_summaries(db, summary.id) if s.id not in seen]
+    absorbed = [s for s in await audit.absorbed_summaries(db, summary) if s.id not in seen]
     if not absorbed:
-        return Node(summary, children=[], messages=await audit.linked_messages(db, summary.id))
+        return Node(summary, children=[], messages=await audit.linked_messages(db, summary))
     children = [await _expand(db, child, seen) for child in absorbed]
     return Node(summary, children=children, messages=None)
 
@@ -200,7 +200,7 @@ async def trace_message(db: AsyncSession, message_id: int) -> MessageTrace:
     if message is None:
         raise NotFound(f"no message with id {message_id}")
     session = await _session_of(db, message.session_id)
-    summaries = await audit.summaries_covering(db, message.id)
+    summaries = await audit.summaries_covering(db, message)
     return MessageTrace(session=session, message=message, summaries=summaries)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NoReturn
 
-from api.errors import FormatConflict, IdempotencyConflict
+from api.errors import Conflict, FormatConflict, IdempotencyConflict
 from api.store.rows import MessageRow, NewMessage, SessionRow
 from api.store.summaries import Backlog
 
@@ -88,6 +88,11 @@ def raise_idempotency_conflict(client_id: str, message_id: int, seq: int) -> NoR
         f"client_id {client_id!r} is message {message_id} (seq {seq}), stored with another "
         "message: a retry repeats its message exactly, a new message needs a new client_id"
     )
+
+
+def raise_key_taken(external_id: str) -> NoReturn:
+    """Another session id of the tenant has this one's session key (`api.store.keys`)."""
+    raise Conflict(f"session id {external_id!r} is taken (its session key is another's)")
 
 
 def check_repeats(batch: Sequence[NewMessage], stored: dict[str, MessageRow]) -> None:

@@ -30,6 +30,7 @@ from api.append.batch import (
     check_format,
     in_batch_order,
     raise_idempotency_conflict,
+    raise_key_taken,
     stored_row,
 )
 from api.db.faults import connection_lost, refused_as_read_only
@@ -37,6 +38,7 @@ from api.db.models import utcnow
 from api.db.pooler import transaction_pooled
 from api.db.transactions import driver_connection
 from api.errors import Conflict, SessionNotFound
+from api.store.keys import session_key
 from api.store.retention import NEVER_IDLE, unexpired_sql
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.summaries import Backlog
@@ -51,8 +53,8 @@ _MESSAGE_COLUMNS = ", ".join(column.name for column in MESSAGE_COLUMNS)
 
 _CLIENT_IDS = """\
 known AS (
-    SELECT m.* FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
-    WHERE s.tenant = $1 AND s.external_id = $2 AND m.client_id = ANY($10::text[])
+    SELECT m.* FROM messages AS m
+    WHERE m.session_id = $19 AND m.client_id = ANY($10::text[])
 ),
 conflict AS (
     SELECT k.id, k.seq, k.client_id FROM known AS k JOIN batch AS b ON b.client_id = k.client_id
@@ -106,16 +108,17 @@ updated AS (
                           ELSE s.pinned_seq END,
         format = coalesce(s.format, $17)
     FROM counts AS c
-    WHERE s.tenant = $1 AND s.external_id = $2 AND (s.format IS NULL OR s.format = $17)
+    WHERE s.id = $19 AND s.tenant = $1 AND s.external_id = $2
+      AND (s.format IS NULL OR s.format = $17)
       AND {unexpired_sql("s", "$12", "$18")}
     RETURNING {", ".join(f"s.{column}" for column in _SESSION_RETURNING.split(", "))}
 ),
 created AS (
-    INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
+    INSERT INTO sessions (id, tenant, external_id, metadata, settings, last_seq, pinned_seq,
                           created_at, updated_at, format)
-    SELECT $1, $2, '{{}}', '{{}}', c.fresh, c.leading, $12, $12, $17 FROM counts AS c
+    SELECT $19, $1, $2, '{{}}', '{{}}', c.fresh, c.leading, $12, $12, $17 FROM counts AS c
     WHERE NOT EXISTS (SELECT 1 FROM updated)
-    ON CONFLICT (tenant, external_id) DO NOTHING
+    ON CONFLICT (id) DO NOTHING
     RETURNING {_SESSION_RETURNING}
 ),
 session AS (
@@ -136,16 +139,16 @@ backlog AS (
            greatest(d.seq, CASE WHEN $14::boolean THEN s.pinned_seq ELSE 0 END) AS after_seq
     FROM session AS s, LATERAL (
         SELECT coalesce(max(u.last_seq), 0) AS seq FROM session_summaries AS u
-        WHERE u.session_id = s.id AND u.superseded_by IS NULL AND u.erased_at IS NULL
+        WHERE u.session_id = $19 AND u.superseded_by IS NULL AND u.erased_at IS NULL
     ) AS d
 )
 SELECT s.*, k.summarized_seq, k.after_seq,
        CASE WHEN s.last_seq - k.after_seq < $15::bigint THEN
            (SELECT coalesce(sum(m.token_count), 0) FROM messages AS m
-            WHERE m.session_id = s.id AND m.seq > k.after_seq)
+            WHERE m.session_id = $19 AND m.seq > k.after_seq)
            + (SELECT coalesce(sum(i.token_count), 0) FROM inserted AS i WHERE i.seq > k.after_seq)
        END AS backlog_tokens,
-       EXISTS (SELECT 1 FROM summary_jobs AS j WHERE j.session_id = s.id) AS job_queued,
+       EXISTS (SELECT 1 FROM summary_jobs AS j WHERE j.session_id = $19) AS job_queued,
        (SELECT array_agg(i.id ORDER BY i.seq) FROM inserted AS i) AS ids,
        (SELECT array_agg(f.ord ORDER BY f.n) FROM fresh AS f) AS fresh_ords,
        (SELECT array[c.id, c.seq] FROM conflict AS c) AS conflict,
@@ -155,9 +158,10 @@ FROM session AS s, backlog AS k
 
 
 APPEND = _append(_CLIENT_IDS)
-"""$1 tenant, $2 external id, $3-$11 the batch's columns (JSON as text), $12 the time,
-$13 the append id, $14-$15 the `BacklogCounting` to count the backlog with (whether it starts
-after the pinned prefix; below how many messages its tokens are counted), $16 the batch's
+"""$1 tenant, $2 external id ($19 their session key, `api.store.keys`), $3-$11 the batch's
+columns (JSON as text), $12 the time, $13 the append id, $14-$15 the `BacklogCounting` to
+count the backlog with (whether it starts after the pinned prefix; below how many messages its
+tokens are counted), $16 the batch's
 Responses items (JSON text, or NULLs), $17 its format: a session holding the other format is
 left alone, and the statement answers no row; so is an expired session ($18 the idle cutoff,
 `api.store.retention.unexpired`), which the INSERT leaves in place too (its id is taken), so
@@ -187,8 +191,7 @@ _STORED = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND cl
 
 _OF_APPEND = f"""
 SELECT {_MESSAGE_COLUMNS} FROM messages
-WHERE session_id = (SELECT id FROM sessions WHERE tenant = $1 AND external_id = $2)
-  AND append_id = $3
+WHERE session_id = $1 AND append_id = $2
 ORDER BY seq
 """
 """The messages one append stored; a scan of the session's messages, run only after a lost
@@ -199,11 +202,14 @@ _SESSION = f"SELECT {_SESSION_RETURNING} FROM sessions WHERE id = $1"
 
 _FORMAT_AND_EXPIRY = f"""
 SELECT format, NOT ({unexpired_sql("sessions", "$3", "$4")}) AS expired
-FROM sessions WHERE tenant = $1 AND external_id = $2
+FROM sessions WHERE id = $5 AND tenant = $1 AND external_id = $2
 """
 """Why an append stored nothing and answered no row: the session's format, and whether it has
 expired (a row absent: a concurrent request created the session, or deleted it)."""
 
+
+_KEY_TAKEN = "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)"
+"""Whether a session of another name holds the session key (`api.store.keys`)."""
 
 _RUNNING = (
     "SELECT pg_is_in_recovery(), "
@@ -264,6 +270,7 @@ def arguments(
         [message.item for message in batch],
         batch_format(batch),
         idle_cutoff,
+        session_key(tenant, external_id),
     ]
 
 
@@ -299,8 +306,10 @@ async def append(
             row = await connection.fetchrow(statement(batch), *values)
             if row is None:
                 held = await connection.fetchrow(
-                    _FORMAT_AND_EXPIRY, tenant, external_id, now, idle_cutoff
+                    _FORMAT_AND_EXPIRY, tenant, external_id, now, idle_cutoff, values[-1]
                 )
+                if held is None and await connection.fetchval(_KEY_TAKEN, values[-1]):
+                    raise_key_taken(external_id)
                 if held is not None and held["expired"]:
                     raise SessionNotFound(external_id)
                 check_format(external_id, None if held is None else held["format"], batch)
@@ -378,7 +387,7 @@ async def landed(
     async with driver_connection(engine) as connection:
         if await connection.fetchval("SELECT pg_is_in_recovery()"):
             raise AskedAStandby("asked whether an append landed of a standby in recovery")
-        rows = await connection.fetch(_OF_APPEND, tenant, external_id, append_id)
+        rows = await connection.fetch(_OF_APPEND, session_key(tenant, external_id), append_id)
         if not rows:
             return None
         fresh = [MessageRow._make(row) for row in rows]

@@ -18,7 +18,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from sqlalchemy.dialects import sqlite
@@ -31,12 +31,14 @@ from api.append.batch import (
     check_repeats,
     in_batch_order,
     leading_pinned,
+    raise_key_taken,
     stored_row,
 )
 from api.db import driver
 from api.db.models import MESSAGES, SESSIONS, utcnow
 from api.db.transactions import Database
 from api.errors import SessionNotFound
+from api.store.keys import session_key
 from api.store.retention import NEVER_IDLE, unexpired_sql
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
 from api.store.summaries import Backlog
@@ -59,11 +61,11 @@ ROWS_PER_INSERT = 500
 
 STORED = f"""
 SELECT {_MESSAGE_NAMES} FROM messages AS m JOIN sessions AS s ON m.session_id = s.id
-WHERE s.tenant = ?1 AND s.external_id = ?2 AND m.client_id IN (SELECT value FROM json_each(?3))
-  AND {unexpired_sql("s", "?4", "?5")}
+WHERE s.id = ?6 AND m.session_id = ?6 AND s.tenant = ?1 AND s.external_id = ?2
+  AND m.client_id IN (SELECT value FROM json_each(?3)) AND {unexpired_sql("s", "?4", "?5")}
 """
 """The stored messages a batch's client ids name (?3, a JSON list), of an unexpired session
-(?4 the time, ?5 the idle cutoff)."""
+(?4 the time, ?5 the idle cutoff; ?6 the session key)."""
 
 UPDATE_SESSION = f"""
 UPDATE sessions SET
@@ -71,30 +73,36 @@ UPDATE sessions SET
     last_seq = last_seq + ?2,
     pinned_seq = CASE WHEN pinned_seq = last_seq THEN last_seq + ?3 ELSE pinned_seq END,
     format = coalesce(format, ?4)
-WHERE tenant = ?5 AND external_id = ?6 AND (format IS NULL OR format = ?7)
+WHERE id = ?9 AND tenant = ?5 AND external_id = ?6 AND (format IS NULL OR format = ?7)
   AND {unexpired_sql("sessions", "?1", "?8")}
 RETURNING {_SESSION_NAMES}
 """
 """?1 the time, ?2 the messages to add, ?3 the leading pinned ones, ?4 the batch's format,
-?5 tenant, ?6 external id, ?7 the format again, ?8 the idle cutoff: a session holding the
+?5 tenant, ?6 external id, ?7 the format again, ?8 the idle cutoff, ?9 the session key
+(`api.store.keys`): a session holding the
 other format, or expired (`api.store.retention.unexpired`), is left alone."""
 
 CREATE_SESSION = f"""
-INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, pinned_seq,
+INSERT INTO sessions (id, tenant, external_id, metadata, settings, last_seq, pinned_seq,
                       created_at, updated_at, format)
-VALUES (?, ?, '{{}}', '{{}}', ?, ?, ?, ?, ?)
+VALUES (?, ?, ?, '{{}}', '{{}}', ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
 RETURNING {_SESSION_NAMES}
 """
 
 _INSERT_MESSAGES = (
-    f"INSERT INTO {MESSAGES.name} ({', '.join(column.name for column in _INSERTED)}) VALUES "
+    f"INSERT INTO {MESSAGES.name} (id, {', '.join(column.name for column in _INSERTED)}) VALUES "
 )
-_ONE_ROW = f"({', '.join('?' for _ in _INSERTED)})"
+_PLACEHOLDERS = ", ".join("?" for _ in _INSERTED)
+_LARGEST_ID = f"(SELECT coalesce(max(id), 0) FROM {MESSAGES.name})"
 
 
+@cache
 def insert_statement(rows: int) -> str:
-    """The INSERT of `rows` messages, returning each one's seq and id."""
-    return _INSERT_MESSAGES + ", ".join([_ONE_ROW] * rows) + " RETURNING seq, id"
+    """The INSERT of `rows` messages, returning each one's seq and id: the n-th row's id the
+    n-th after the largest stored (`api.store.keys.new_id`)."""
+    values = ", ".join(f"({_LARGEST_ID} + {n}, {_PLACEHOLDERS})" for n in range(1, rows + 1))
+    return _INSERT_MESSAGES + values + " RETURNING seq, id"
 
 
 def insert_values(rows: Sequence[MessageRow]) -> list[Any]:
@@ -119,7 +127,7 @@ SELECT (SELECT coalesce(max(last_seq), 0) FROM session_summaries
 
 FORMAT_AND_EXPIRY = f"""
 SELECT format, NOT ({unexpired_sql("sessions", "?3", "?4")})
-FROM sessions WHERE tenant = ?1 AND external_id = ?2
+FROM sessions WHERE id = ?5 AND tenant = ?1 AND external_id = ?2
 """
 """Why the UPDATE left the session alone: its format, and whether it has expired."""
 
@@ -163,23 +171,28 @@ def _append(
 ) -> Appended:
     now = utcnow()
     at, cutoff = encode_time(now), encode_time(idle_cutoff)
-    stored = _stored(connection, tenant, external_id, batch, (at, cutoff))
+    key = session_key(tenant, external_id)
+    stored = _stored(connection, (tenant, external_id, key), batch, (at, cutoff))
     check_repeats(batch, stored)
     fresh = _fresh(batch, stored)
     reserve, leading, given = len(fresh), leading_pinned(fresh), batch_format(batch)
     row = connection.execute(
-        UPDATE_SESSION, (at, reserve, leading, given, tenant, external_id, given, cutoff)
+        UPDATE_SESSION, (at, reserve, leading, given, tenant, external_id, given, cutoff, key)
     ).fetchone()
     if row is None:
         # no such session, or one holding the other format or expired (left alone by the UPDATE)
-        held = connection.execute(FORMAT_AND_EXPIRY, (tenant, external_id, at, cutoff)).fetchone()
+        held = connection.execute(
+            FORMAT_AND_EXPIRY, (tenant, external_id, at, cutoff, key)
+        ).fetchone()
         if held is not None:
             if held[1]:
                 raise SessionNotFound(external_id)
             check_format(external_id, held[0], batch)
         row = connection.execute(
-            CREATE_SESSION, (tenant, external_id, reserve, leading, at, at, given)
+            CREATE_SESSION, (key, tenant, external_id, reserve, leading, at, at, given)
         ).fetchone()
+        if row is None:
+            raise_key_taken(external_id)
     session = SessionRow._make(driver.decode([row], _SESSION_DECODERS)[0])
     inserted = _insert(connection, session, fresh, now)
     summarized, job_queued = connection.execute(
@@ -193,17 +206,18 @@ def _append(
 
 def _stored(
     connection: sqlite3.Connection,
-    tenant: str,
-    external_id: str,
+    named: tuple[str, str, int],
     batch: Sequence[NewMessage],
     expiry: tuple[Any, Any],
 ) -> dict[str, MessageRow]:
     """The session's stored messages that the batch's client ids name (none of an expired
-    session: `expiry`, the time and the idle cutoff as SQLite stores them)."""
+    session: `expiry`, the time and the idle cutoff as SQLite stores them); `named`: its tenant,
+    session id and key."""
     client_ids = sorted({message.client_id for message in batch if message.client_id is not None})
     if not client_ids:
         return {}
-    values = (tenant, external_id, json.dumps(client_ids), *expiry)
+    tenant, external_id, key = named
+    values = (tenant, external_id, json.dumps(client_ids), *expiry, key)
     rows = connection.execute(STORED, values).fetchall()
     messages = [MessageRow._make(row) for row in driver.decode(rows, _MESSAGE_DECODERS)]
     return {message.client_id: message for message in messages if message.client_id is not None}

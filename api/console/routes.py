@@ -33,7 +33,7 @@ from api.console import (
 )
 from api.console.assets import CSS, JS
 from api.errors import NotFound, PrecisError
-from api.routes.checks import MAX_ID
+from api.routes.checks import MAX_ID, checked_session_cursor
 from api.routes.history import MAX_HISTORY_TOKENS
 from api.schemas import History
 from api.settings import Settings
@@ -197,10 +197,10 @@ def _cookie_attributes(request: Request) -> dict[str, Any]:
 async def sessions(
     request: Request,
     q: Annotated[str, Query(max_length=128)] = "",
-    cursor: Annotated[str | None, Query(max_length=20)] = None,
+    cursor: Annotated[str | None, Query(max_length=40)] = None,
 ) -> Response:
     """The tenant's sessions, newest first; `q` keeps those whose session id starts with it."""
-    before = service.decode_cursor(cursor)
+    before = service.session_position(checked_session_cursor(cursor))
 
     async def render(db: AsyncSession, tenant: str) -> Response:
         rows = await reads.sessions_page(db, tenant, q, SESSIONS_PER_PAGE + 1, before)
@@ -208,7 +208,7 @@ async def sessions(
         keys = [row.id for row in page]
         live = await store.live_summary_counts(db, keys)
         fallbacks = await reads.live_fallback_counts(db, keys)
-        following = str(page[-1].id) if len(rows) > SESSIONS_PER_PAGE else None
+        following = service.session_cursor(page[-1]) if len(rows) > SESSIONS_PER_PAGE else None
         return _html(request, "Sessions", sessions_page.body(page, live, fallbacks, q, following))
 
     return await _page(request, render)
@@ -257,7 +257,7 @@ async def summary(
 
     async def render(db: AsyncSession, tenant: str) -> Response:
         found, session_id = await store.get_summary(db, tenant, summary_id)
-        absorbed = await audit.absorbed_summaries(db, found.id)
+        absorbed = await audit.absorbed_summaries(db, found)
         window = html.window(found.first_seq, found.last_seq, PAGE_SEQS, page)
         sources = (
             [] if absorbed else await reads.summary_sources(db, found, window.first, window.last)

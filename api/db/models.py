@@ -11,9 +11,12 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -33,7 +36,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0012"
+SCHEMA_REVISION = "0013"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -43,7 +46,13 @@ OptionalJSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "p
 """JSON of a nullable column: None is stored as SQL NULL, so a load has nothing to decode."""
 
 BigId = BigInteger().with_variant(Integer(), "sqlite")
-"""64-bit ids; on SQLite an INTEGER so the primary key is the rowid and autoincrements."""
+"""64-bit ids; on SQLite an INTEGER (the rowid, where it is the whole primary key)."""
+
+SessionKey = BigInteger().with_variant(Integer(), "sqlite")
+"""The session key: `sessions.id`, and `session_id` in every table that holds a session's
+data, each of whose primary, unique and foreign keys includes it, so that Citus can
+distribute them all by it, co-located (docs/design.md section 6). Derived from the session's
+name (`api.store.keys.session_key`)."""
 
 
 def utcnow() -> datetime:
@@ -87,8 +96,7 @@ class Session(Base):
 
     __tablename__ = "sessions"
     __table_args__ = (
-        UniqueConstraint("tenant", "external_id"),
-        Index("ix_sessions_tenant_id", "tenant", "id"),
+        Index("ix_sessions_tenant_created_at", "tenant", "created_at", "id"),
         Index(
             "ix_sessions_expires_at",
             "expires_at",
@@ -97,7 +105,9 @@ class Session(Base):
         ),
     )
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(SessionKey, primary_key=True, autoincrement=False)
+    """The session key: a function of `(tenant, external_id)` (`api.store.keys`), so the
+    primary key keeps a tenant's session ids unique."""
     tenant: Mapped[str] = mapped_column(String(128))
     external_id: Mapped[str] = mapped_column(String(128))
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
@@ -135,7 +145,11 @@ class Message(Base):
 
     __tablename__ = "messages"
     __table_args__ = (
+        PrimaryKeyConstraint("session_id", "id"),
         UniqueConstraint("session_id", "seq"),
+        # SQLite hands out ids as max + 1 (`api.store.keys.new_id`); a trace finds a message
+        # by id alone.
+        Index("ix_messages_id", "id"),
         Index(
             "uq_messages_session_id_client_id",
             "session_id",
@@ -155,8 +169,12 @@ class Message(Base):
         ),
     )
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    session_id: Mapped[int] = mapped_column(
+        SessionKey, ForeignKey("sessions.id", ondelete="CASCADE")
+    )
+    id: Mapped[int] = mapped_column(BigId, Identity())
+    """From a sequence on PostgreSQL; on SQLite the next after the largest
+    (`api.store.keys.new_id`). Grows with every insert, so it orders messages as stored."""
     seq: Mapped[int] = mapped_column(BigInteger)
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str | None] = mapped_column(Text)
@@ -191,10 +209,21 @@ class Summary(Base):
     """
 
     __tablename__ = "session_summaries"
-    __table_args__ = (Index("ix_session_summaries_session_id_last_seq", "session_id", "last_seq"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("session_id", "id"),
+        ForeignKeyConstraint(
+            ["session_id", "superseded_by"],
+            ["session_summaries.session_id", "session_summaries.id"],
+        ),
+        Index("ix_session_summaries_session_id_last_seq", "session_id", "last_seq"),
+        Index("ix_session_summaries_id", "id"),
+    )
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    session_id: Mapped[int] = mapped_column(
+        SessionKey, ForeignKey("sessions.id", ondelete="CASCADE")
+    )
+    id: Mapped[int] = mapped_column(BigId, Identity())
+    """Handed out as a message's id is (`api.store.keys.new_id`)."""
     summary_text: Mapped[str] = mapped_column(Text)
     summary_prompt: Mapped[str] = mapped_column(Text)
     model: Mapped[str] = mapped_column(String(200))
@@ -210,9 +239,9 @@ class Summary(Base):
     first_message_at: Mapped[datetime]
     last_message_at: Mapped[datetime]
     level: Mapped[int] = mapped_column(Integer, default=0)
-    superseded_by: Mapped[int | None] = mapped_column(
-        BigInteger, ForeignKey("session_summaries.id", ondelete="SET NULL")
-    )
+    superseded_by: Mapped[int | None] = mapped_column(BigInteger)
+    """The id of the roll-up that absorbed it, in the same session (deleting a cover sets it
+    null first: `api.store.summaries.delete_covers`)."""
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     erased_at: Mapped[datetime | None]
@@ -224,14 +253,21 @@ class SummaryMessage(Base):
     """Link from a summary to one message it covers; indexed by message for reverse tracing."""
 
     __tablename__ = "session_summary_messages"
-    __table_args__ = (Index("ix_session_summary_messages_message_id", "message_id"),)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["session_id", "summary_id"],
+            ["session_summaries.session_id", "session_summaries.id"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["session_id", "message_id"], ["messages.session_id", "messages.id"], ondelete="CASCADE"
+        ),
+        Index("ix_session_summary_messages_message_id", "session_id", "message_id"),
+    )
 
-    summary_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("session_summaries.id", ondelete="CASCADE"), primary_key=True
-    )
-    message_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
-    )
+    session_id: Mapped[int] = mapped_column(SessionKey, primary_key=True)
+    summary_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    message_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
 
 
 class SummaryJob(Base):
@@ -242,13 +278,14 @@ class SummaryJob(Base):
     """
 
     __tablename__ = "summary_jobs"
-    __table_args__ = (
-        UniqueConstraint("session_id"),
-        Index("ix_summary_jobs_status_run_after", "status", "run_after"),
-    )
+    __table_args__ = (Index("ix_summary_jobs_status_run_after", "status", "run_after"),)
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    session_id: Mapped[int] = mapped_column(
+        SessionKey,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    )
     trigger: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16), default="pending")
@@ -271,7 +308,10 @@ class SummarizationLease(Base):
     __tablename__ = "summarization_leases"
 
     session_id: Mapped[int] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+        SessionKey,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
     )
     token: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[datetime]
@@ -300,11 +340,18 @@ class StoredResponse(Base):
     branches that session from it (`api.compat.stored_responses`)."""
 
     __tablename__ = "responses"
-    __table_args__ = (Index("ix_responses_session_id", "session_id"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("session_id", "id"),
+        Index("ix_responses_id", "id"),
+    )
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[int] = mapped_column(
+        SessionKey, ForeignKey("sessions.id", ondelete="CASCADE")
+    )
+    id: Mapped[str] = mapped_column(String(64))
+    """Random (`resp_` and 48 hex digits), so unique without a constraint; a lookup by it
+    alone reads `ix_responses_id`."""
     tenant: Mapped[str] = mapped_column(String(128))
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
     first_seq: Mapped[int] = mapped_column(BigInteger)
     """The seq of its first input item (its first output item when its input is empty)."""
     last_seq: Mapped[int] = mapped_column(BigInteger)

@@ -3,6 +3,7 @@ parameter types, the errors the routes declare, and answers serialized once."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
@@ -42,6 +43,32 @@ Cursor = Annotated[
         json_schema_extra={"pattern": CURSOR_PATTERN},
     ),
 ]
+
+
+SESSION_CURSOR_PATTERN = r"^[0-9]{1,17}-[0-9]{1,19}$"
+"""What the session list's cursors look like: its last session's creation time (microseconds
+since the epoch) and session key."""
+_SESSION_CURSOR = re.compile(SESSION_CURSOR_PATTERN)
+
+SessionCursor = Annotated[
+    str | None,
+    Query(
+        max_length=40,
+        description="`next_cursor` of the previous page",
+        json_schema_extra={"pattern": SESSION_CURSOR_PATTERN},
+    ),
+]
+
+
+def checked_session_cursor(cursor: str | None) -> str | None:
+    """A session list's cursor as handed out (`SESSION_CURSOR_PATTERN`, a key within 64 bits)."""
+    if cursor is not None and not (
+        cursor.isascii()
+        and _SESSION_CURSOR.match(cursor)
+        and int(cursor.partition("-")[2]) <= MAX_ID
+    ):
+        raise BadRequest("cursor is not one this server handed out")
+    return cursor
 
 
 def checked_cursor(cursor: str | None) -> str | None:

@@ -12,11 +12,11 @@ from api.limits import check_metadata_size
 from api.routes.checks import (
     BODY,
     COMMON,
-    Cursor,
     PageSize,
+    SessionCursor,
     SessionPath,
     check_session_model,
-    checked_cursor,
+    checked_session_cursor,
     v1_router,
 )
 from api.schemas import SessionCreate, SessionList, SessionOut, SessionUpdate
@@ -42,11 +42,15 @@ async def create_session(
 
 @router.get("/sessions", responses=responses(*COMMON, BadRequest))
 async def list_sessions(
-    db: ReadDb, tenant: Tenant, settings: AppSettings, limit: PageSize = 50, cursor: Cursor = None
+    db: ReadDb,
+    tenant: Tenant,
+    settings: AppSettings,
+    limit: PageSize = 50,
+    cursor: SessionCursor = None,
 ) -> SessionList:
     """The tenant's sessions, newest first, `limit` per page; `next_cursor` gives the next
     page."""
-    page = await service.list_sessions(db, settings, tenant, limit, checked_cursor(cursor))
+    page = await service.list_sessions(db, settings, tenant, limit, checked_session_cursor(cursor))
     sessions, next_cursor = page
     return SessionList(sessions=sessions, next_cursor=next_cursor)
 

@@ -49,12 +49,12 @@ from api.store.removal import (
 )
 from api.store.rows import JobRow, MessageRow, NewMessage, SessionRow, SummaryRow
 from api.store.sessions import (
+    SessionPosition,
     create_session,
     delete_session,
     get_session,
     get_session_by_key,
     list_sessions,
-    rename_session,
     update_session,
 )
 from api.store.summaries import (
@@ -88,6 +88,7 @@ __all__ = [
     "NewMessage",
     "Removal",
     "RemovalPreview",
+    "SessionPosition",
     "SessionRow",
     "SourceSpan",
     "SummaryDraft",
@@ -122,7 +123,6 @@ __all__ = [
     "remake_owed",
     "removal_preview",
     "remove",
-    "rename_session",
     "renew_job_lease",
     "save_summary",
     "session_for_history",

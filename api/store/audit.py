@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Select, event, func, select
+from sqlalchemy import Select, and_, event, func, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
@@ -108,8 +108,8 @@ async def find_session(db: AsyncSession, external_id: str, tenant: str | None = 
     """The session with this session id in `tenant`, or, without one, in whichever tenant has it.
 
     Raises UnknownSession, or AmbiguousSession when no tenant was given and several have the
-    id. Searching every tenant scans `sessions` (its unique index leads with the tenant), which
-    an operator's one-off lookup can afford.
+    id. Searching every tenant scans `sessions` (the session key is the tenant's and the id's),
+    which an operator's one-off lookup can afford.
     """
     if tenant is not None:
         try:
@@ -136,16 +136,33 @@ async def find_session(db: AsyncSession, external_id: str, tenant: str | None = 
 
 
 async def message_by_id(db: AsyncSession, message_id: int) -> MessageRow | None:
+    """A message named by its id alone (an operator's trace): read on every shard on Citus."""
     row = (await db.execute(select(*MESSAGE_COLUMNS).where(Message.id == message_id))).first()
     return None if row is None else MessageRow._make(row)
 
 
-async def linked_messages(db: AsyncSession, summary_id: int) -> list[MessageRow]:
+async def summary_by_id(db: AsyncSession, summary_id: int) -> SummaryRow | None:
+    """A summary named by its id alone (an operator's trace): read on every shard on Citus."""
+    row = (await db.execute(select(*SUMMARY_COLUMNS).where(Summary.id == summary_id))).first()
+    return None if row is None else SummaryRow._make(row)
+
+
+async def linked_messages(db: AsyncSession, summary: SummaryRow) -> list[MessageRow]:
     """The messages a summary links, in seq order."""
     result = await db.execute(
         select(*MESSAGE_COLUMNS)
-        .join(SummaryMessage, SummaryMessage.message_id == Message.id)
-        .where(SummaryMessage.summary_id == summary_id)
+        .join(
+            SummaryMessage,
+            and_(
+                SummaryMessage.session_id == Message.session_id,
+                SummaryMessage.message_id == Message.id,
+            ),
+        )
+        .where(
+            SummaryMessage.session_id == summary.session_id,
+            Message.session_id == summary.session_id,
+            SummaryMessage.summary_id == summary.id,
+        )
         .order_by(Message.seq)
     )
     return [MessageRow._make(row) for row in result]
@@ -155,12 +172,12 @@ async def _summaries(db: AsyncSession, query: Select[Any]) -> list[SummaryRow]:
     return [SummaryRow._make(row) for row in await db.execute(query)]
 
 
-async def absorbed_summaries(db: AsyncSession, summary_id: int) -> list[SummaryRow]:
+async def absorbed_summaries(db: AsyncSession, summary: SummaryRow) -> list[SummaryRow]:
     """The summaries a roll-up absorbed (`superseded_by` = its id), oldest range first."""
     return await _summaries(
         db,
         select(*SUMMARY_COLUMNS)
-        .where(Summary.superseded_by == summary_id)
+        .where(Summary.session_id == summary.session_id, Summary.superseded_by == summary.id)
         .order_by(Summary.first_seq),
     )
 
@@ -176,14 +193,24 @@ async def session_summaries(db: AsyncSession, session_key: int) -> list[SummaryR
     )
 
 
-async def summaries_covering(db: AsyncSession, message_id: int) -> list[SummaryRow]:
+async def summaries_covering(db: AsyncSession, message: MessageRow) -> list[SummaryRow]:
     """The summaries linking a message: the live one first, then down the superseded chain,
     then the erased ones (an erased summary keeps its links), each highest level first."""
     return await _summaries(
         db,
         select(*SUMMARY_COLUMNS)
-        .join(SummaryMessage, SummaryMessage.summary_id == Summary.id)
-        .where(SummaryMessage.message_id == message_id)
+        .join(
+            SummaryMessage,
+            and_(
+                SummaryMessage.session_id == Summary.session_id,
+                SummaryMessage.summary_id == Summary.id,
+            ),
+        )
+        .where(
+            Summary.session_id == message.session_id,
+            SummaryMessage.session_id == message.session_id,
+            SummaryMessage.message_id == message.id,
+        )
         .order_by(
             Summary.erased_at.is_not(None),
             Summary.superseded_by.is_not(None),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import (
@@ -33,6 +33,7 @@ from api.store.rows import (
     SummaryRow,
     live,
 )
+from api.store.sessions import SessionPosition
 from summarizer.summarize import FALLBACK_MODEL
 
 _sessions = SESSIONS.c
@@ -43,16 +44,18 @@ _links = SUMMARY_LINKS.c
 
 
 async def sessions_page(
-    db: AsyncSession, tenant: str, prefix: str, limit: int, before_key: int | None
+    db: AsyncSession, tenant: str, prefix: str, limit: int, before: SessionPosition | None
 ) -> list[SessionRow]:
     """The tenant's unexpired sessions whose session id starts with `prefix`, newest first
-    (by session key, as `GET /v1/sessions`), keyset-paginated."""
+    (by creation, then session key, as `GET /v1/sessions`), keyset-paginated."""
     query = select(*SESSION_COLUMNS).where(_sessions.tenant == tenant, unexpired(_sessions))
     if prefix:
         query = query.where(_sessions.external_id.startswith(prefix, autoescape=True))
-    if before_key is not None:
-        query = query.where(_sessions.id < before_key)
-    ordered = query.order_by(_sessions.id.desc()).limit(limit)
+    if before is not None:
+        query = query.where(
+            tuple_(_sessions.created_at, _sessions.id) < tuple_(before.created_at, before.key)
+        )
+    ordered = query.order_by(_sessions.created_at.desc(), _sessions.id.desc()).limit(limit)
     result = await db.execute(ordered, Expiry.of(db).params())
     return [SessionRow._make(row) for row in result]
 
@@ -95,11 +98,19 @@ async def summary_sources(
 ) -> list[MessageRow]:
     """The messages `summary` links among seqs `first_seq..last_seq`, in seq order: an index
     range scan on `(session_id, seq)` of at most that many rows, each probed for its link on
-    the links' primary key (a summary of a whole session links every message of it)."""
+    the links' primary key (a summary of a whole session links every message of it). The
+    probe is a scalar subquery, not EXISTS: PostgreSQL may turn an EXISTS into a join driven
+    by the summary's links, all of them, when it lacks statistics of a fresh session."""
     linked = (
         select(_links.message_id)
-        .where(_links.summary_id == summary.id, _links.message_id == _messages.id)
-        .exists()
+        .where(
+            _links.session_id == summary.session_id,
+            _links.summary_id == summary.id,
+            _links.message_id == _messages.id,
+        )
+        .limit(1)
+        .scalar_subquery()
+        .is_not(None)
     )
     result = await db.execute(
         select(*MESSAGE_COLUMNS)

@@ -37,12 +37,19 @@ from api.db.models import (
     Message,
     utcnow,
 )
+from api.store.keys import new_id, session_key
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, SessionRow
 
 _messages = MESSAGES.c
 
 SERIALIZATION_FAILURE = "40001"
 """PostgreSQL's SQLSTATE when a snapshot's write meets a row committed after the snapshot."""
+
+DEADLOCK_DETECTED = "40P01"
+"""PostgreSQL's SQLSTATE for the transaction it rolled back to break a deadlock."""
+
+RUN_AGAIN = frozenset({SERIALIZATION_FAILURE, DEADLOCK_DETECTED})
+"""The refusals after which a branch runs again: nothing of it was stored."""
 
 COPIED_MESSAGE_COLUMNS = tuple(
     column.name
@@ -101,6 +108,7 @@ async def insert_fork(
     statement = (
         dialect.insert(SESSIONS)
         .values(
+            id=session_key(parent.tenant, external_id),
             tenant=parent.tenant,
             external_id=external_id,
             metadata=parent.metadata,
@@ -114,7 +122,7 @@ async def insert_fork(
             forked_from=parent.external_id,
             fork_seq=fork_seq,
         )
-        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
+        .on_conflict_do_nothing(index_elements=["id"])
         .returning(*SESSION_COLUMNS)
     )
     try:
@@ -132,12 +140,17 @@ async def copy_messages(db: AsyncSession, parent_key: int, fork_key: int, fork_s
     """Copy the parent's messages with seq <= `fork_seq` into the fork, same seqs, tombstones
     and orphans as they are, in seq order (so the copies' ids grow with their seqs, as an
     append's do): one statement, an index range scan on `(session_id, seq)`."""
+    ids = new_id(
+        db.get_bind().dialect.name, MESSAGES, func.row_number().over(order_by=_messages.seq)
+    )
     source = select(
-        literal(fork_key, BigInteger), *(_messages[name] for name in COPIED_MESSAGE_COLUMNS)
+        literal(fork_key, BigInteger),
+        *ids.values(),
+        *(_messages[name] for name in COPIED_MESSAGE_COLUMNS),
     ).where(_messages.session_id == parent_key, _messages.seq <= fork_seq)
     await db.execute(
         insert(MESSAGES).from_select(
-            ["session_id", *COPIED_MESSAGE_COLUMNS], source.order_by(_messages.seq)
+            ["session_id", *ids, *COPIED_MESSAGE_COLUMNS], source.order_by(_messages.seq)
         )
     )
 
@@ -166,27 +179,40 @@ async def carry_summaries(db: AsyncSession, parent_key: int, fork_key: int, fork
     parent = SUMMARIES.alias("parent")
     parent_first, fork_first = aliased(Message), aliased(Message)
     parent_last, fork_last = aliased(Message), aliased(Message)
+    ids = new_id(
+        db.get_bind().dialect.name, SUMMARIES, func.row_number().over(order_by=parent.c.last_seq)
+    )
     source = (
         select(
             literal(fork_key, BigInteger),
+            *ids.values(),
             fork_first.id,
             fork_last.id,
             *(parent.c[name] for name in COPIED_SUMMARY_COLUMNS),
         )
         .select_from(parent)
-        .join(parent_first, parent_first.id == parent.c.first_message_id)
+        .join(
+            parent_first,
+            and_(
+                parent_first.session_id == parent_key,
+                parent_first.id == parent.c.first_message_id,
+            ),
+        )
         .join(
             fork_first,
             and_(fork_first.session_id == fork_key, fork_first.seq == parent_first.seq),
         )
-        .join(parent_last, parent_last.id == parent.c.last_message_id)
+        .join(
+            parent_last,
+            and_(parent_last.session_id == parent_key, parent_last.id == parent.c.last_message_id),
+        )
         .join(fork_last, and_(fork_last.session_id == fork_key, fork_last.seq == parent_last.seq))
         .where(parent.c.session_id == parent_key, carried_at(parent, fork_seq))
         .order_by(parent.c.last_seq)
     )
     result = await db.execute(
         insert(SUMMARIES).from_select(
-            ["session_id", "first_message_id", "last_message_id", *COPIED_SUMMARY_COLUMNS],
+            ["session_id", *ids, "first_message_id", "last_message_id", *COPIED_SUMMARY_COLUMNS],
             source,
         )
     )
@@ -204,7 +230,10 @@ async def repoint_superseded(
     copy_of_absorbing = (
         select(absorbing_copy.c.id)
         .select_from(parent)
-        .join(absorbing, absorbing.c.id == parent.c.superseded_by)
+        .join(
+            absorbing,
+            and_(absorbing.c.session_id == parent_key, absorbing.c.id == parent.c.superseded_by),
+        )
         .join(
             absorbing_copy,
             and_(absorbing_copy.c.session_id == fork_key, _same_summary(absorbing_copy, absorbing)),
@@ -240,7 +269,7 @@ async def link_carried(db: AsyncSession, parent_key: int, fork_key: int, fork_se
     links = SUMMARY_LINKS.alias("links")
     linked, copy = aliased(Message), aliased(Message)
     source = (
-        select(carried.c.id, copy.id)
+        select(literal(fork_key, BigInteger), carried.c.id, copy.id)
         .select_from(carried)
         .join(
             parent,
@@ -250,9 +279,11 @@ async def link_carried(db: AsyncSession, parent_key: int, fork_key: int, fork_se
                 carried_at(parent, fork_seq),
             ),
         )
-        .join(links, links.c.summary_id == parent.c.id)
-        .join(linked, linked.id == links.c.message_id)
+        .join(links, and_(links.c.session_id == parent_key, links.c.summary_id == parent.c.id))
+        .join(linked, and_(linked.session_id == parent_key, linked.id == links.c.message_id))
         .join(copy, and_(copy.session_id == fork_key, copy.seq == linked.seq))
         .where(carried.c.session_id == fork_key)
     )
-    await db.execute(insert(SUMMARY_LINKS).from_select(["summary_id", "message_id"], source))
+    await db.execute(
+        insert(SUMMARY_LINKS).from_select(["session_id", "summary_id", "message_id"], source)
+    )

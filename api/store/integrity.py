@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import Select, and_, case, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -164,8 +164,20 @@ async def link_stats(db: AsyncSession, session_key: int) -> list[LinkStats]:
             _count_where(_REMOVED).label("removed_linked"),
         )
         .select_from(Summary)
-        .outerjoin(SummaryMessage, SummaryMessage.summary_id == Summary.id)
-        .outerjoin(Message, Message.id == SummaryMessage.message_id)
+        .outerjoin(
+            SummaryMessage,
+            and_(
+                SummaryMessage.session_id == Summary.session_id,
+                SummaryMessage.summary_id == Summary.id,
+            ),
+        )
+        .outerjoin(
+            Message,
+            and_(
+                Message.session_id == SummaryMessage.session_id,
+                Message.id == SummaryMessage.message_id,
+            ),
+        )
         .where(Summary.session_id == session_key)
         .group_by(Summary.id)
         .subquery()
@@ -196,9 +208,16 @@ async def link_stats(db: AsyncSession, session_key: int) -> list[LinkStats]:
     ]
 
 
+def _links_of(summary: SummaryRow) -> Select[Any]:
+    """The ids of the messages a summary links."""
+    return select(SummaryMessage.message_id).where(
+        SummaryMessage.session_id == summary.session_id, SummaryMessage.summary_id == summary.id
+    )
+
+
 async def unlinked_in_range(db: AsyncSession, summary: SummaryRow) -> Sample:
     """Messages inside a summary's range, not removed, that it does not link."""
-    linked = select(SummaryMessage.message_id).where(SummaryMessage.summary_id == summary.id)
+    linked = _links_of(summary)
     condition = and_(
         Message.session_id == summary.session_id,
         Message.seq.between(summary.first_seq, summary.last_seq),
@@ -210,16 +229,14 @@ async def unlinked_in_range(db: AsyncSession, summary: SummaryRow) -> Sample:
 
 async def removed_linked(db: AsyncSession, summary: SummaryRow) -> Sample:
     """Removed messages a summary links."""
-    linked = select(SummaryMessage.message_id).where(SummaryMessage.summary_id == summary.id)
+    linked = _links_of(summary)
     return await _sample(db, and_(Message.id.in_(linked), _REMOVED))
 
 
 async def linked_outside_range(db: AsyncSession, summary: SummaryRow) -> Sample:
     """Messages a summary links that are not in its range or not of its session."""
     condition = and_(
-        Message.id.in_(
-            select(SummaryMessage.message_id).where(SummaryMessage.summary_id == summary.id)
-        ),
+        Message.id.in_(_links_of(summary)),
         ~and_(
             Message.session_id == summary.session_id,
             Message.seq.between(summary.first_seq, summary.last_seq),
@@ -264,7 +281,10 @@ async def end_mismatches(db: AsyncSession, session_key: int) -> list[EndMismatch
         source, at_end, recorded = aliased(Message), aliased(Message), aliased(Message)
         linked = (
             select(SummaryMessage.message_id)
-            .where(SummaryMessage.summary_id == Summary.id)
+            .where(
+                SummaryMessage.session_id == Summary.session_id,
+                SummaryMessage.summary_id == Summary.id,
+            )
             .correlate(Summary)
         )
         end_seq = (
@@ -318,8 +338,21 @@ async def coverage_problems(
     per_message = (
         select(Message.id.label("id"), Message.seq.label("seq"), live_links.label("live_links"))
         .select_from(Message)
-        .outerjoin(SummaryMessage, SummaryMessage.message_id == Message.id)
-        .outerjoin(Summary, and_(Summary.id == SummaryMessage.summary_id, _LIVE))
+        .outerjoin(
+            SummaryMessage,
+            and_(
+                SummaryMessage.session_id == Message.session_id,
+                SummaryMessage.message_id == Message.id,
+            ),
+        )
+        .outerjoin(
+            Summary,
+            and_(
+                Summary.session_id == SummaryMessage.session_id,
+                Summary.id == SummaryMessage.summary_id,
+                _LIVE,
+            ),
+        )
         .where(
             Message.session_id == session_key,
             Message.seq > after_seq,
@@ -345,8 +378,14 @@ async def removed_in_live(db: AsyncSession, session_key: int) -> Sample:
     """Removed messages linked to a live summary: a live summary must not cover one."""
     in_live = (
         select(SummaryMessage.message_id)
-        .join(Summary, Summary.id == SummaryMessage.summary_id)
-        .where(Summary.session_id == session_key, _LIVE)
+        .join(
+            Summary,
+            and_(
+                Summary.session_id == SummaryMessage.session_id,
+                Summary.id == SummaryMessage.summary_id,
+            ),
+        )
+        .where(SummaryMessage.session_id == session_key, Summary.session_id == session_key, _LIVE)
     )
     return await _sample(
         db, and_(Message.session_id == session_key, _REMOVED, Message.id.in_(in_live))

@@ -51,6 +51,7 @@ from api.store.rows import (
     live,
     shown,
 )
+from api.store.sessions import named
 from api.store.summaries import holes
 
 TAIL_PAGE_SIZE = 64
@@ -63,9 +64,12 @@ _jobs = SUMMARY_JOBS.c
 
 _SESSION_WITH_JOB = select(
     *SESSION_COLUMNS,
-    exists().where(_jobs.session_id == _sessions.id).label("job_pending"),
-    exists().where(_summaries.session_id == _sessions.id, live(_summaries)).label("summarized"),
+    exists().where(_jobs.session_id == bindparam("p_session_id")).label("job_pending"),
+    exists()
+    .where(_summaries.session_id == bindparam("p_session_id"), live(_summaries))
+    .label("summarized"),
 ).where(
+    _sessions.id == bindparam("p_session_id"),
     _sessions.tenant == bindparam("p_tenant"),
     _sessions.external_id == bindparam("p_external_id"),
     unexpired(_sessions),
@@ -98,7 +102,7 @@ async def _rows(
 async def session_for_history(db: AsyncSession, tenant: str, external_id: str) -> HistoryStart:
     """The session (unless it has expired), whether a summarization job of it is pending and
     whether it has a live summary."""
-    params = {"p_tenant": tenant, "p_external_id": external_id, **loader_expiry_params(db)}
+    params = {**named(tenant, external_id), **loader_expiry_params(db)}
     found = await _rows(db, _SESSION_WITH_JOB, params)
     if not found:
         raise SessionNotFound(external_id)

@@ -69,11 +69,11 @@ async def remove(db: AsyncSession, session_key: int, message_id: int | None) -> 
     if target is None:
         return None
     orphaned = [m for m in await _exchange_of(db, session_key, target) if m.orphaned_at is None]
-    linked = await _linked(db, target.id)
+    linked = await _linked(db, target)
     now = utcnow()
     await db.execute(
         update(Message)
-        .where(Message.id == target.id)
+        .where(Message.session_id == session_key, Message.id == target.id)
         .values(
             removed_at=now,
             content=None,
@@ -90,7 +90,10 @@ async def remove(db: AsyncSession, session_key: int, message_id: int | None) -> 
     if orphaned:
         await db.execute(
             update(Message)
-            .where(Message.id.in_([message.id for message in orphaned]))
+            .where(
+                Message.session_id == session_key,
+                Message.id.in_([message.id for message in orphaned]),
+            )
             .values(orphaned_at=now)
         )
     await db.execute(
@@ -103,9 +106,11 @@ async def remove(db: AsyncSession, session_key: int, message_id: int | None) -> 
     return Removal(target, orphaned, len(erased))
 
 
-async def _linked(db: AsyncSession, message_id: int) -> bool:
+async def _linked(db: AsyncSession, message: MessageRow) -> bool:
     """Whether any summary (live or not) covers the message."""
-    links = select(SummaryMessage.message_id).where(SummaryMessage.message_id == message_id)
+    links = select(SummaryMessage.message_id).where(
+        SummaryMessage.session_id == message.session_id, SummaryMessage.message_id == message.id
+    )
     return bool(await db.scalar(select(links.exists())))
 
 
@@ -245,7 +250,10 @@ async def _erase(
         return reached
     await db.execute(
         update(Summary)
-        .where(Summary.id.in_([summary.id for summary in reached]))
+        .where(
+            Summary.session_id == session_key,
+            Summary.id.in_([summary.id for summary in reached]),
+        )
         .values(erased_at=now, summary_text="", summary_prompt="")
     )
     parent = Summary.__table__.alias("parent")
@@ -255,7 +263,11 @@ async def _erase(
             Summary.session_id == session_key,
             Summary.erased_at.is_(None),
             exists().where(
-                and_(parent.c.id == Summary.superseded_by, parent.c.erased_at.is_not(None))
+                and_(
+                    parent.c.session_id == session_key,
+                    parent.c.id == Summary.superseded_by,
+                    parent.c.erased_at.is_not(None),
+                )
             ),
         )
         .values(superseded_by=None)
@@ -288,7 +300,7 @@ async def removal_preview(
     target = await _target(db, session_key, message_id)
     if target is None:
         return None
-    if not await _linked(db, target.id):
+    if not await _linked(db, target):
         return RemovalPreview(target.seq, [], await _live_end(db, session_key, floor), 0, 0)
     reached = await _reached(db, session_key, target.seq)
     if not reached:  # in a hole an earlier removal opened: nothing left to erase

@@ -70,10 +70,17 @@ async def get_response(db: AsyncSession, tenant: str, response_id: str) -> Respo
 
 
 async def delete_response(db: AsyncSession, tenant: str, response_id: str) -> bool:
-    """Delete the tenant's stored response (its items stay in its session); False: none."""
-    result = await db.execute(
-        delete(RESPONSES)
-        .where(_responses.id == response_id, _responses.tenant == tenant)
-        .returning(_responses.id)
+    """Delete the tenant's stored response (its items stay in its session); False: none. Found
+    by its id alone (a read of every shard on Citus), deleted in its session."""
+    found = select(_responses.session_id).where(
+        _responses.id == response_id, _responses.tenant == tenant
     )
-    return result.first() is not None
+    session_keys = list(await db.scalars(found))
+    if not session_keys:
+        return False
+    await db.execute(
+        delete(RESPONSES).where(
+            _responses.session_id == session_keys[0], _responses.id == response_id
+        )
+    )
+    return True

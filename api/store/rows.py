@@ -146,9 +146,9 @@ SUMMARY_COLUMNS = _columns(Summary, SummaryRow._fields)
 
 
 class JobRow(NamedTuple):
-    """A background summarization job; `attempts` names the current claim."""
+    """A background summarization job (one per session at most: its key is the session's);
+    `attempts` names the current claim."""
 
-    id: int
     session_id: int
     trigger: Trigger
     reason: Reason

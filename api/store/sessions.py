@@ -7,12 +7,13 @@ Functions take the caller's AsyncSession and never commit: the caller owns the t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     bindparam,
     delete,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import SESSIONS, utcnow
 from api.errors import SessionExists, SessionNotFound
+from api.store.keys import session_key
 from api.store.retention import Expiry, unexpired
 from api.store.rows import SESSION_COLUMNS, SessionRow
 
@@ -42,6 +44,7 @@ async def _insert_session(
     result = await db.execute(
         dialect.insert(SESSIONS)
         .values(
+            id=session_key(tenant, external_id),
             tenant=tenant,
             external_id=external_id,
             metadata=metadata,
@@ -53,7 +56,7 @@ async def _insert_session(
             created_at=now,
             updated_at=now,
         )
-        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
+        .on_conflict_do_nothing(index_elements=["id"])
         .returning(*SESSION_COLUMNS)
     )
     row = result.first()
@@ -82,10 +85,30 @@ async def create_session(
 
 
 _SESSION_BY_EXTERNAL_ID = select(*SESSION_COLUMNS).where(
+    _sessions.id == bindparam("p_session_id"),
     _sessions.tenant == bindparam("p_tenant"),
     _sessions.external_id == bindparam("p_external_id"),
     unexpired(_sessions),
 )
+
+
+def named(tenant: str, external_id: str) -> dict[str, Any]:
+    """The parameters naming a session: its key, tenant and session id (the key routes the
+    statement; the name guards against another name of the same key)."""
+    return {
+        "p_session_id": session_key(tenant, external_id),
+        "p_tenant": tenant,
+        "p_external_id": external_id,
+    }
+
+
+class SessionPosition(NamedTuple):
+    """Where a page of `list_sessions` ends: its last session's creation time and key."""
+
+    created_at: datetime
+    key: int
+
+
 _SESSION_BY_KEY = select(*SESSION_COLUMNS).where(_sessions.id == bindparam("p_session_id"))
 
 
@@ -95,7 +118,7 @@ async def get_session(
     """The session, unless it has expired; `for_update`: its row locked until the transaction
     ends (PostgreSQL; on SQLite the writers take turns anyway)."""
     query = _SESSION_BY_EXTERNAL_ID.with_for_update() if for_update else _SESSION_BY_EXTERNAL_ID
-    params = {"p_tenant": tenant, "p_external_id": external_id, **Expiry.of(db).params()}
+    params = {**named(tenant, external_id), **Expiry.of(db).params()}
     result = await db.execute(query, params)
     row = result.first()
     if row is None:
@@ -111,14 +134,16 @@ async def get_session_by_key(db: AsyncSession, session_key: int) -> SessionRow |
 
 
 async def list_sessions(
-    db: AsyncSession, tenant: str, limit: int, before_id: int | None
+    db: AsyncSession, tenant: str, limit: int, before: SessionPosition | None
 ) -> list[SessionRow]:
-    """Newest first (by session key, which grows with creation), keyset-paginated; expired
-    sessions left out."""
+    """Newest first (by creation, then session key), keyset-paginated; expired sessions left
+    out. A read of every shard on Citus: a tenant's sessions are spread by key."""
     query = select(*SESSION_COLUMNS).where(_sessions.tenant == tenant, unexpired(_sessions))
-    if before_id is not None:
-        query = query.where(_sessions.id < before_id)
-    ordered = query.order_by(_sessions.id.desc()).limit(limit)
+    if before is not None:
+        query = query.where(
+            tuple_(_sessions.created_at, _sessions.id) < tuple_(before.created_at, before.key)
+        )
+    ordered = query.order_by(_sessions.created_at.desc(), _sessions.id.desc()).limit(limit)
     result = await db.execute(ordered, Expiry.of(db).params())
     return [SessionRow._make(row) for row in result]
 
@@ -132,6 +157,7 @@ async def update_session(
     result = await db.execute(
         update(SESSIONS)
         .where(
+            _sessions.id == session_key(tenant, external_id),
             _sessions.tenant == tenant,
             _sessions.external_id == external_id,
             unexpired(_sessions),
@@ -152,6 +178,7 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
     result = await db.execute(
         delete(SESSIONS)
         .where(
+            _sessions.id == session_key(tenant, external_id),
             _sessions.tenant == tenant,
             _sessions.external_id == external_id,
             unexpired(_sessions),
@@ -161,15 +188,3 @@ async def delete_session(db: AsyncSession, tenant: str, external_id: str) -> Non
     )
     if result.first() is None:
         raise SessionNotFound(external_id)
-
-
-async def rename_session(db: AsyncSession, session_key: int, external_id: str) -> SessionRow:
-    """Give the session a new id (its key, messages and summaries stay): a wire's branch
-    keeps the old branch under a new name (`api.forks.branch_session`)."""
-    result = await db.execute(
-        update(SESSIONS)
-        .where(_sessions.id == session_key)
-        .values(external_id=external_id, updated_at=utcnow())
-        .returning(*SESSION_COLUMNS)
-    )
-    return SessionRow._make(result.one())

@@ -28,6 +28,7 @@ from api.errors import (
     SummaryNotFound,
     SummaryRangeConflict,
 )
+from api.store.keys import new_id
 from api.store.retention import Expiry, unexpired
 from api.store.rows import SUMMARY_COLUMNS, UNBOUNDED, SummaryRow, live, shown
 from summarizer.summarize import FALLBACK_MODEL
@@ -145,16 +146,22 @@ async def get_summary(db: AsyncSession, tenant: str, summary_id: int) -> tuple[S
     return SummaryRow._make(values), external_id
 
 
-async def get_summary_by_id(db: AsyncSession, summary_id: int) -> SummaryRow | None:
-    return _summary(
-        (await db.execute(select(*SUMMARY_COLUMNS).where(_summaries.id == summary_id))).first()
+async def get_summary_by_id(
+    db: AsyncSession, session_key: int, summary_id: int
+) -> SummaryRow | None:
+    found = select(*SUMMARY_COLUMNS).where(
+        _summaries.session_id == session_key, _summaries.id == summary_id
     )
+    return _summary((await db.execute(found)).first())
 
 
-async def summary_message_ids(db: AsyncSession, summary_id: int) -> list[int]:
+async def summary_message_ids(db: AsyncSession, summary: SummaryRow) -> list[int]:
     rows = await db.scalars(
         select(SummaryMessage.message_id)
-        .where(SummaryMessage.summary_id == summary_id)
+        .where(
+            SummaryMessage.session_id == summary.session_id,
+            SummaryMessage.summary_id == summary.id,
+        )
         .order_by(SummaryMessage.message_id)
     )
     return list(rows)
@@ -177,8 +184,8 @@ async def absorbed_by(db: AsyncSession, summary: SummaryRow) -> list[SummaryRow]
 
 async def delete_covers(db: AsyncSession, session_key: int, cover_ids: Sequence[int]) -> None:
     """Delete live covers (`api.summary_forest`), under the session's lock: what they stood
-    for is live again (`superseded_by` is set null by its foreign key), their links go with
-    them. A cover is a view of forest roots that stay stored, so no fact's trace is lost."""
+    for is live again (its `superseded_by` set null first), their links go with them. A
+    cover is a view of forest roots that stay stored, so no fact's trace is lost."""
     await db.execute(
         update(Session).where(Session.id == session_key).values(last_seq=Session.last_seq)
     )
@@ -315,8 +322,10 @@ async def _link_messages(
     orphaned ones left out), in one statement."""
     await db.execute(
         insert(SummaryMessage).from_select(
-            ["summary_id", "message_id"],
-            select(literal(summary_id, BigInteger), Message.id).where(
+            ["session_id", "summary_id", "message_id"],
+            select(
+                literal(session_key, BigInteger), literal(summary_id, BigInteger), Message.id
+            ).where(
                 Message.session_id == session_key,
                 Message.seq.between(first_seq, last_seq),
                 shown(Message),
@@ -369,13 +378,16 @@ async def save_summary(db: AsyncSession, session_key: int, draft: SummaryDraft) 
         )
     sources = SourceSpan(first_id, last_id, count, first_at, last_at)
     insert_summary = insert(SUMMARIES).values(
-        **summary_values(draft, session_key, sources, utcnow())
+        **summary_values(draft, session_key, sources, utcnow()),
+        **new_id(db.get_bind().dialect.name, SUMMARIES),
     )
     summary = SummaryRow._make((await db.execute(insert_summary.returning(*SUMMARY_COLUMNS))).one())
     await _link_messages(db, summary.id, session_key, draft.first_seq, draft.last_seq)
     if draft.absorbs:
         await db.execute(
-            update(Summary).where(Summary.id.in_(draft.absorbs)).values(superseded_by=summary.id)
+            update(Summary)
+            .where(Summary.session_id == session_key, Summary.id.in_(draft.absorbs))
+            .values(superseded_by=summary.id)
         )
     return summary
 

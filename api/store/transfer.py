@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from api.db.models import MESSAGES, SESSIONS, SUMMARIES, Message, SummaryMessage
+from api.store.keys import new_id, session_key
 from api.store.rows import MESSAGE_COLUMNS, SUMMARY_COLUMNS, MessageRow, SummaryRow
 
 _messages = MESSAGES.c
@@ -95,8 +96,13 @@ async def summary_page(
     in the export's order."""
     query = (
         select(*SUMMARY_COLUMNS, _first.seq, _last.seq)
-        .outerjoin(_first, _first.id == _summaries.first_message_id)
-        .outerjoin(_last, _last.id == _summaries.last_message_id)
+        .outerjoin(
+            _first,
+            and_(_first.session_id == session_key, _first.id == _summaries.first_message_id),
+        )
+        .outerjoin(
+            _last, and_(_last.session_id == session_key, _last.id == _summaries.last_message_id)
+        )
         .where(_summaries.session_id == session_key)
     )
     if after is not None:
@@ -126,7 +132,7 @@ async def summary_page(
 
 
 async def covered_ranges(
-    db: AsyncSession, summary_ids: Sequence[int]
+    db: AsyncSession, session_key: int, summary_ids: Sequence[int]
 ) -> dict[int, list[tuple[int, int]]]:
     """The seqs each summary links, as ascending runs `(first, last)`: consecutive seqs share
     `seq - row_number()`, so the database groups them and only the runs come back."""
@@ -143,8 +149,11 @@ async def covered_ranges(
                 )
             ).label("run"),
         )
-        .join(Message, Message.id == SummaryMessage.message_id)
-        .where(SummaryMessage.summary_id.in_(summary_ids))
+        .join(
+            Message,
+            and_(Message.session_id == session_key, Message.id == SummaryMessage.message_id),
+        )
+        .where(SummaryMessage.session_id == session_key, SummaryMessage.summary_id.in_(summary_ids))
         .subquery()
     )
     runs = await db.execute(
@@ -167,8 +176,8 @@ async def insert_session(db: AsyncSession, tenant: str, values: Mapping[str, Any
     dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
     result = await db.execute(
         dialect.insert(SESSIONS)
-        .values(tenant=tenant, **values)
-        .on_conflict_do_nothing(index_elements=["tenant", "external_id"])
+        .values(id=session_key(tenant, values["external_id"]), tenant=tenant, **values)
+        .on_conflict_do_nothing(index_elements=["id"])
         .returning(SESSIONS.c.id)
     )
     key = result.scalar()
@@ -181,9 +190,11 @@ async def insert_messages(db: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
     repeats a `client_id` the session holds (its unique index refused it: asking the index
     first would cost a read per batch that the planner, with no statistics for rows this
     transaction wrote, may answer with a scan of them all)."""
+    # run once per row (no RETURNING), so each row's id is the next after the one before
+    ids = new_id(db.get_bind().dialect.name, MESSAGES)
     try:
         async with db.begin_nested():
-            await db.execute(insert(MESSAGES), list(rows))
+            await db.execute(insert(MESSAGES).values(**ids), list(rows))
     except IntegrityError:
         return False
     return True
@@ -228,6 +239,7 @@ async def insert_summary(
             first_message_id=_message_id_at(session_key, first_message_seq),
             last_message_id=_message_id_at(session_key, last_message_seq),
             **values,
+            **new_id(db.get_bind().dialect.name, SUMMARIES),
         )
         .returning(_summaries.id)
     )
@@ -243,8 +255,10 @@ async def link_ranges(
         chunk = ranges[start : start + RANGES_PER_LINK_STATEMENT]
         await db.execute(
             insert(SummaryMessage).from_select(
-                ["summary_id", "message_id"],
-                select(literal(summary_id, BigInteger), _messages.id).where(
+                ["session_id", "summary_id", "message_id"],
+                select(
+                    literal(session_key, BigInteger), literal(summary_id, BigInteger), _messages.id
+                ).where(
                     _messages.session_id == session_key,
                     or_(*(_messages.seq.between(first, last) for first, last in chunk)),
                 ),

@@ -73,7 +73,9 @@ async def _export(database: Database, tenant: str, external_id: str) -> AsyncIte
             page = await store.summary_page(db, session.id, position, EXPORT_SUMMARY_PAGE)
             if not page:
                 break
-            covers = await store.covered_ranges(db, [summary.row.id for summary in page])
+            covers = await store.covered_ranges(
+                db, session.id, [summary.row.id for summary in page]
+            )
             chunk: list[bytes] = []
             for summary in page:
                 refs[summary.row.id] = len(refs) + 1

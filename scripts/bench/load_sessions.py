@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import text
 
 from api import store
+from api.store.keys import session_key
 from scripts.bench.lib import TENANT
 from scripts.bench.plan import TAIL_MESSAGES, Bench, Built, Peers
 from scripts.bench.precis import PrecisStore, new_message
@@ -65,11 +66,14 @@ async def add_small_sessions(precis: PrecisStore) -> None:
     async with precis.engine.begin() as conn:
         await conn.execute(
             text(
-                "INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, "
+                "INSERT INTO sessions (id, tenant, external_id, metadata, settings, last_seq, "
                 "pinned_seq, removed_count, format, created_at, updated_at) "
-                f"SELECT '{TENANT}', 'small-' || n, '{{}}', '{{}}', 20, 0, 0, 'openai', "
-                f"now(), now() FROM generate_series(1, {SMALL_SESSIONS}) AS n"
-            )
+                "VALUES (:id, :tenant, :name, '{}', '{}', 20, 0, 0, 'openai', now(), now())"
+            ),
+            [
+                {"id": session_key(TENANT, f"small-{n}"), "tenant": TENANT, "name": f"small-{n}"}
+                for n in range(1, SMALL_SESSIONS + 1)
+            ],
         )
         await conn.execute(
             text(

@@ -76,7 +76,7 @@ async def seed(http: httpx.AsyncClient, sessionmaker: async_sessionmaker[AsyncSe
         await db.commit()
         job = await store.claim_job(db, timedelta(minutes=5))
         assert job is not None
-        await store.release_job(db, job.id, utcnow(), JOB_ERROR, attempt=job.attempts)
+        await store.release_job(db, job, utcnow(), JOB_ERROR)
         await db.commit()
     long_id, long_summaries = await _seed_long(http, sessionmaker)
     return Seeded(sid, (first.id, second.id), rollup.id, made.id, long_id, long_summaries)

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import store
 from api.db.engine import create_engine, create_sessionmaker
 from api.db.models import Message
 from api.store import audit
+from api.store.keys import session_key
 from scripts import verify
 from tests.conftest import migrated_database
 from tests.helpers import append_batch, run_verify, trace
@@ -223,25 +224,18 @@ async def test_a_broken_superseded_chain_is_named(
     )
 
 
-async def test_a_chain_into_another_session_is_named(
-    database_url: str, db: AsyncSession, seeded: Seeded
+async def test_a_chain_into_another_session_is_refused_by_the_schema(
+    db: AsyncSession, seeded: Seeded
 ) -> None:
+    """`superseded_by`'s foreign key includes the session key, so no chain leaves its session."""
     other = await seed_session(db, "chat-2")
-    await corrupt(
-        db,
-        "UPDATE session_summaries SET superseded_by = :p WHERE id = :s",
-        p=other.rollup.id,
-        s=seeded.first.id,
-    )
-
-    code, out, _ = await run_verify(database_url)
-
-    assert code == 1
-    chain = report_lines(out, "chain")
-    assert any(
-        f"is superseded by summary {other.rollup.id} of another session" in line for line in chain
-    )
-    assert all(line.startswith("default/chat-1 ") for line in out.splitlines()[:-1])
+    with pytest.raises(IntegrityError):
+        await corrupt(
+            db,
+            "UPDATE session_summaries SET superseded_by = :p WHERE id = :s",
+            p=other.rollup.id,
+            s=seeded.first.id,
+        )
 
 
 async def test_a_superseded_cycle_is_named(
@@ -436,7 +430,9 @@ async def test_a_removed_message_linked_to_a_live_summary_is_named(
     tombstone, node = removed.messages[3]["id"], removed.node["id"]
     await corrupt(
         db,
-        "INSERT INTO session_summary_messages (summary_id, message_id) VALUES (:s, :m)",
+        "INSERT INTO session_summary_messages (session_id, summary_id, message_id) "
+        "VALUES (:k, :s, :m)",
+        k=session_key("default", removed.external_id),
         s=node,
         m=tombstone,
     )

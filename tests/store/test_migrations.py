@@ -158,16 +158,16 @@ async def test_session_summaries_are_indexed_by_session_and_last_seq(engine: Asy
     assert ("session_id", "last_seq") in [tuple(i["column_names"]) for i in indexes]
 
 
-async def test_summary_links_are_keyed_by_summary_and_message(engine: AsyncEngine) -> None:
+async def test_summary_links_are_keyed_by_session_summary_and_message(engine: AsyncEngine) -> None:
     pk = await inspect_engine(engine, lambda i: i.get_pk_constraint("session_summary_messages"))
-    assert pk["constrained_columns"] == ["summary_id", "message_id"]
+    assert pk["constrained_columns"] == ["session_id", "summary_id", "message_id"]
 
 
 async def test_summary_links_are_indexed_by_message_for_reverse_tracing(
     engine: AsyncEngine,
 ) -> None:
     indexes = await inspect_engine(engine, lambda i: i.get_indexes("session_summary_messages"))
-    assert ("message_id",) in [tuple(i["column_names"]) for i in indexes]
+    assert ("session_id", "message_id") in [tuple(i["column_names"]) for i in indexes]
 
 
 # --- time zones -----------------------------------------------------------------------------

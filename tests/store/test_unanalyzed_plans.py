@@ -24,6 +24,7 @@ from api import store
 from api.db.engine import create_engine, create_sessionmaker
 from api.main import create_app
 from api.store import console as console_reads
+from api.store.keys import session_key
 from api.store.loader import TAIL_PAGE_SIZE
 from tests.conftest import QUIET, make_settings, migrated_database
 
@@ -55,11 +56,14 @@ async def unanalyzed_url(
                 )
             await connection.execute(
                 text(
-                    "INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, "
+                    "INSERT INTO sessions (id, tenant, external_id, metadata, settings, last_seq, "
                     "pinned_seq, removed_count, format, created_at, updated_at) "
-                    "SELECT 'default', 'small-' || n, '{}', '{}', 20, 0, 0, 'openai', now(), "
-                    f"now() FROM generate_series(1, {ANALYZED_SESSIONS}) AS n"
-                )
+                    "VALUES (:id, 'default', :name, '{}', '{}', 20, 0, 0, 'openai', now(), now())"
+                ),
+                [
+                    {"id": session_key("default", f"small-{n}"), "name": f"small-{n}"}
+                    for n in range(1, ANALYZED_SESSIONS + 1)
+                ],
             )
             await connection.execute(
                 text(
@@ -73,10 +77,10 @@ async def unanalyzed_url(
         async with engine.begin() as connection:
             await connection.execute(
                 text(
-                    "INSERT INTO sessions (tenant, external_id, metadata, settings, last_seq, "
+                    "INSERT INTO sessions (id, tenant, external_id, metadata, settings, last_seq, "
                     "pinned_seq, removed_count, format, created_at, updated_at) VALUES "
-                    f"('default', 'big', '{{}}', '{{}}', {SESSION_SIZE}, 0, 0, 'openai', "
-                    "now(), now())"
+                    f"({session_key('default', 'big')}, 'default', 'big', '{{}}', '{{}}', "
+                    f"{SESSION_SIZE}, 0, 0, 'openai', now(), now())"
                 )
             )
             await connection.execute(
@@ -290,8 +294,8 @@ async def test_a_summarys_sources_page_reads_a_page_of_an_unanalyzed_session(
             )
             await connection.execute(
                 text(
-                    "INSERT INTO session_summary_messages (summary_id, message_id) "
-                    "SELECT u.id, m.id FROM session_summaries AS u "
+                    "INSERT INTO session_summary_messages (session_id, summary_id, message_id) "
+                    "SELECT u.session_id, u.id, m.id FROM session_summaries AS u "
                     "JOIN messages AS m ON m.session_id = u.session_id "
                     "WHERE u.summary_text = 'all of it'"
                 )

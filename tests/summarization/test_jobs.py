@@ -33,12 +33,12 @@ async def test_job_of_a_killed_worker_is_claimed_again_after_its_lease(
     async with sessionmaker() as expire, expire.begin():
         await expire.execute(
             update(SummaryJob)
-            .where(SummaryJob.id == first.id)
+            .where(SummaryJob.session_id == first.session_id)
             .values(locked_until=utcnow() - timedelta(seconds=1))
         )
     again = await claim(sessionmaker)
     assert again is not None
-    assert (again.id, again.status, again.attempts) == (first.id, "running", 2)
+    assert (again.session_id, again.status, again.attempts) == (first.session_id, "running", 2)
 
 
 async def test_job_released_with_backoff_waits_for_its_run_after(
@@ -48,20 +48,18 @@ async def test_job_released_with_backoff_waits_for_its_run_after(
     job = await claim(sessionmaker)
     assert job is not None
     async with sessionmaker() as release, release.begin():
-        await store.release_job(
-            release, job.id, utcnow() + timedelta(hours=1), "LLM down", attempt=job.attempts
-        )
+        await store.release_job(release, job, utcnow() + timedelta(hours=1), "LLM down")
     assert await claim(sessionmaker) is None
 
     async with sessionmaker() as due, due.begin():
         await due.execute(
             update(SummaryJob)
-            .where(SummaryJob.id == job.id)
+            .where(SummaryJob.session_id == job.session_id)
             .values(run_after=utcnow() - timedelta(seconds=1))
         )
     again = await claim(sessionmaker)
     assert again is not None
-    assert (again.id, again.attempts, again.last_error) == (job.id, 2, "LLM down")
+    assert (again.session_id, again.attempts, again.last_error) == (job.session_id, 2, "LLM down")
 
 
 async def test_enqueue_keeps_one_job_per_session(

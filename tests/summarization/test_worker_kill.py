@@ -114,7 +114,7 @@ async def expire_lease(sessionmaker: async_sessionmaker[AsyncSession], job_id: i
     async with sessionmaker() as db, db.begin():
         await db.execute(
             update(SummaryJob)
-            .where(SummaryJob.id == job_id)
+            .where(SummaryJob.session_id == job_id)
             .values(locked_until=utcnow() - timedelta(seconds=1))
         )
 
@@ -154,7 +154,7 @@ async def test_renewing_a_lease_moves_locked_until_forward(
     job = await claim(sessionmaker, timedelta(seconds=5))
     assert job is not None and job.locked_until is not None
     async with sessionmaker() as renew, renew.begin():
-        assert await store.renew_job_lease(renew, job.id, job.attempts, timedelta(minutes=5))
+        assert await store.renew_job_lease(renew, job, timedelta(minutes=5))
     renewed = await the_job(sessionmaker)
     assert renewed.locked_until is not None
     assert renewed.locked_until >= job.locked_until + timedelta(minutes=4)
@@ -167,21 +167,44 @@ async def test_a_claim_taken_over_can_no_longer_renew_release_or_finish_the_job(
     await new_job(db, "taken-over")
     old = await claim(sessionmaker)
     assert old is not None
-    await expire_lease(sessionmaker, old.id)
+    await expire_lease(sessionmaker, old.session_id)
     new = await claim(sessionmaker)
-    assert new is not None and (new.id, new.attempts) == (old.id, 2)
+    assert new is not None and (new.session_id, new.attempts) == (old.session_id, 2)
 
     async with sessionmaker() as stale, stale.begin():
-        assert not await store.renew_job_lease(stale, old.id, old.attempts, worker.JOB_LEASE)
-        await store.release_job(stale, old.id, utcnow(), "late failure", attempt=old.attempts)
-        await store.finish_job(stale, old.id, attempt=old.attempts)
+        assert not await store.renew_job_lease(stale, old, worker.JOB_LEASE)
+        await store.release_job(stale, old, utcnow(), "late failure")
+        await store.finish_job(stale, old)
     job = await the_job(sessionmaker)
     assert (job.status, job.attempts, job.last_error) == ("running", 2, None)
 
     async with sessionmaker() as current, current.begin():
-        assert await store.renew_job_lease(current, new.id, new.attempts, worker.JOB_LEASE)
-        await store.finish_job(current, new.id, attempt=new.attempts)
+        assert await store.renew_job_lease(current, new, worker.JOB_LEASE)
+        await store.finish_job(current, new)
     assert await count(sessionmaker, SummaryJob) == 0
+
+
+async def test_a_claim_of_a_finished_job_does_not_hold_the_next_job_of_its_session(
+    sessionmaker: async_sessionmaker[AsyncSession], db: AsyncSession
+) -> None:
+    """A job is keyed by its session: the session's next job starts at attempt 0 again, so a
+    stale claim of the finished one (same session, same attempt) must not hold the new one."""
+    await new_job(db, "next-job")
+    old = await claim(sessionmaker)
+    assert old is not None
+    async with sessionmaker() as done, done.begin():
+        await store.finish_job(done, old)
+    await store.enqueue_job(db, old.session_id, "proactive", "message_limit")
+    await db.commit()
+    new = await claim(sessionmaker)
+    assert new is not None and (new.session_id, new.attempts) == (old.session_id, old.attempts)
+
+    async with sessionmaker() as stale, stale.begin():
+        assert not await store.renew_job_lease(stale, old, worker.JOB_LEASE)
+        await store.release_job(stale, old, utcnow(), "late failure")
+        await store.finish_job(stale, old)
+    job = await the_job(sessionmaker)
+    assert (job.status, job.attempts, job.last_error) == ("running", 1, None)
 
 
 # --- worker level -----------------------------------------------------------------------------
@@ -377,7 +400,7 @@ async def test_a_replica_sigkilled_mid_turn_and_mid_job_stores_no_half_turn_and_
             job = await the_job(sessionmaker)
             assert (job.status, job.attempts) == ("running", 1), second.log_tail()
             gate.release.set()
-            await expire_lease(sessionmaker, running.id)
+            await expire_lease(sessionmaker, running.session_id)
             await expire_session_leases(sessionmaker)  # the dead job's lease on the session
             async with httpx.AsyncClient(base_url=second.base_url, timeout=WAIT_SECONDS) as http:
                 history = await wait_for_summary(http, "killed")
