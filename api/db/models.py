@@ -377,6 +377,18 @@ class ModelTokenRatio(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+SESSION_KEYS = {
+    "sessions": "id",
+    "messages": "session_id",
+    "session_summaries": "session_id",
+    "session_summary_messages": "session_id",
+    "summary_jobs": "session_id",
+    "summarization_leases": "session_id",
+    "responses": "session_id",
+}
+"""Each table holding a session's data, and its session-key column: what Citus distributes
+them by (docs/design.md section 6)."""
+
 # The tables as SQLAlchemy Core sees them, for the statements built on columns (`.c`).
 SESSIONS = cast(Table, Session.__table__)
 MESSAGES = cast(Table, Message.__table__)

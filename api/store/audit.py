@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Select, and_, event, func, select
+from sqlalchemy import Select, event, func, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
@@ -21,6 +21,8 @@ from api.db.models import Message, Session, Summary, SummaryMessage
 from api.db.pooler import split_pooler
 from api.errors import SessionNotFound
 from api.store.rows import (
+    LINK_OF_MESSAGE,
+    LINK_OF_SUMMARY,
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     SUMMARY_COLUMNS,
@@ -151,13 +153,7 @@ async def linked_messages(db: AsyncSession, summary: SummaryRow) -> list[Message
     """The messages a summary links, in seq order."""
     result = await db.execute(
         select(*MESSAGE_COLUMNS)
-        .join(
-            SummaryMessage,
-            and_(
-                SummaryMessage.session_id == Message.session_id,
-                SummaryMessage.message_id == Message.id,
-            ),
-        )
+        .join(SummaryMessage, LINK_OF_MESSAGE)
         .where(
             SummaryMessage.session_id == summary.session_id,
             Message.session_id == summary.session_id,
@@ -199,13 +195,7 @@ async def summaries_covering(db: AsyncSession, message: MessageRow) -> list[Summ
     return await _summaries(
         db,
         select(*SUMMARY_COLUMNS)
-        .join(
-            SummaryMessage,
-            and_(
-                SummaryMessage.session_id == Summary.session_id,
-                SummaryMessage.summary_id == Summary.id,
-            ),
-        )
+        .join(SummaryMessage, LINK_OF_SUMMARY)
         .where(
             Summary.session_id == message.session_id,
             SummaryMessage.session_id == message.session_id,

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from api.db.models import Message, Summary, SummaryMessage
-from api.store.rows import SummaryRow, live, shown
+from api.store.rows import LINK_OF_MESSAGE, LINK_OF_SUMMARY, SummaryRow, live, shown
 
 EXAMPLE_LIMIT = 5
 """Offending rows named per check and session: enough to act on, bounded for broken databases."""
@@ -164,20 +164,8 @@ async def link_stats(db: AsyncSession, session_key: int) -> list[LinkStats]:
             _count_where(_REMOVED).label("removed_linked"),
         )
         .select_from(Summary)
-        .outerjoin(
-            SummaryMessage,
-            and_(
-                SummaryMessage.session_id == Summary.session_id,
-                SummaryMessage.summary_id == Summary.id,
-            ),
-        )
-        .outerjoin(
-            Message,
-            and_(
-                Message.session_id == SummaryMessage.session_id,
-                Message.id == SummaryMessage.message_id,
-            ),
-        )
+        .outerjoin(SummaryMessage, LINK_OF_SUMMARY)
+        .outerjoin(Message, LINK_OF_MESSAGE)
         .where(Summary.session_id == session_key)
         .group_by(Summary.id)
         .subquery()
@@ -279,14 +267,7 @@ async def end_mismatches(db: AsyncSession, session_key: int) -> list[EndMismatch
     )
     for end, seq, recorded_id, pick in ends:
         source, at_end, recorded = aliased(Message), aliased(Message), aliased(Message)
-        linked = (
-            select(SummaryMessage.message_id)
-            .where(
-                SummaryMessage.session_id == Summary.session_id,
-                SummaryMessage.summary_id == Summary.id,
-            )
-            .correlate(Summary)
-        )
+        linked = select(SummaryMessage.message_id).where(LINK_OF_SUMMARY).correlate(Summary)
         end_seq = (
             select(pick(source.seq))
             .where(
@@ -338,21 +319,8 @@ async def coverage_problems(
     per_message = (
         select(Message.id.label("id"), Message.seq.label("seq"), live_links.label("live_links"))
         .select_from(Message)
-        .outerjoin(
-            SummaryMessage,
-            and_(
-                SummaryMessage.session_id == Message.session_id,
-                SummaryMessage.message_id == Message.id,
-            ),
-        )
-        .outerjoin(
-            Summary,
-            and_(
-                Summary.session_id == SummaryMessage.session_id,
-                Summary.id == SummaryMessage.summary_id,
-                _LIVE,
-            ),
-        )
+        .outerjoin(SummaryMessage, LINK_OF_MESSAGE)
+        .outerjoin(Summary, and_(LINK_OF_SUMMARY, _LIVE))
         .where(
             Message.session_id == session_key,
             Message.seq > after_seq,
@@ -378,13 +346,7 @@ async def removed_in_live(db: AsyncSession, session_key: int) -> Sample:
     """Removed messages linked to a live summary: a live summary must not cover one."""
     in_live = (
         select(SummaryMessage.message_id)
-        .join(
-            Summary,
-            and_(
-                Summary.session_id == SummaryMessage.session_id,
-                Summary.id == SummaryMessage.summary_id,
-            ),
-        )
+        .join(Summary, LINK_OF_SUMMARY)
         .where(SummaryMessage.session_id == session_key, Summary.session_id == session_key, _LIVE)
     )
     return await _sample(

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Column, ColumnElement, Table, and_, or_
 
-from api.db.models import Message, Session, Summary, SummaryJob
+from api.db.models import Message, Session, Summary, SummaryJob, SummaryMessage
 from summarizer.triggers import Reason, Trigger
 
 UNBOUNDED = 2**62
@@ -107,6 +107,18 @@ def shown(messages: Any) -> ColumnElement[bool]:
     """The messages any view shows (`messages`: the table's columns, or an alias's): neither
     removed nor orphaned."""
     return and_(messages.removed_at.is_(None), messages.orphaned_at.is_(None))
+
+
+LINK_OF_SUMMARY = and_(
+    SummaryMessage.session_id == Summary.session_id, SummaryMessage.summary_id == Summary.id
+)
+"""A summary and its links (the join pairs the session key on both sides, as the foreign key
+does)."""
+
+LINK_OF_MESSAGE = and_(
+    SummaryMessage.session_id == Message.session_id, SummaryMessage.message_id == Message.id
+)
+"""A message and its links."""
 
 
 def hidden(messages: Any) -> ColumnElement[bool]:

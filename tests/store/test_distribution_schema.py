@@ -33,17 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Inspector
 
 from api.db.engine import create_engine as create_async_engine
-
-SESSION_KEYS = {
-    "sessions": "id",
-    "messages": "session_id",
-    "session_summaries": "session_id",
-    "session_summary_messages": "session_id",
-    "summary_jobs": "session_id",
-    "summarization_leases": "session_id",
-    "responses": "session_id",
-}
-"""Each table holding a session's data, and its distribution column: the session key."""
+from api.db.models import SESSION_KEYS
 
 NOT_SESSION_TABLES = frozenset({"console_logins", "model_token_ratios", "alembic_version"})
 """Tables holding no session's data (reference or local tables on Citus)."""

@@ -47,6 +47,7 @@ from asyncpg.prepared_stmt import PreparedStatement
 
 import api
 from api import locks, worker
+from api.db.models import SESSION_KEYS
 from api.locks import SessionLocks
 from api.main import create_app
 from api.offline_model import OFFLINE_MODEL
@@ -64,17 +65,6 @@ UNIT_OF_WORK = f"{ROOT / 'api' / 'db'}/"
 """The unit of work and the driver run the statements of others: never the function named."""
 
 OUTSIDE = "<no function under api/ or scripts/>"
-
-SESSION_KEYS = {
-    "sessions": "id",
-    "messages": "session_id",
-    "session_summaries": "session_id",
-    "session_summary_messages": "session_id",
-    "summary_jobs": "session_id",
-    "summarization_leases": "session_id",
-    "responses": "session_id",
-}
-"""Each session table and its distribution column, the session key."""
 
 CROSS_SESSION_READS = {
     "api/store/sessions.py:list_sessions": "GET /v1/sessions: a tenant's sessions, newest first",
