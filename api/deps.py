@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.background_responses import BackgroundResponses
 from api.db.faults import connection_lost, describe_fault
 from api.db.transactions import CommitConnectionLost, Database
 from api.errors import ServiceUnavailable
@@ -97,6 +98,11 @@ async def worker_of(request: Request) -> Worker:
     return worker
 
 
+async def background_responses_of(request: Request) -> BackgroundResponses:
+    runs: BackgroundResponses = request.app.state.background_responses
+    return runs
+
+
 async def token_ratios_of(request: Request) -> TokenRatios:
     ratios: TokenRatios = request.app.state.token_ratios
     return ratios
@@ -113,3 +119,4 @@ AppSettings = Annotated[Settings, Depends(settings_of)]
 AppSummarization = Annotated[Summarization, Depends(summarization_of)]
 AppWorker = Annotated[Worker, Depends(worker_of)]
 AppTokenRatios = Annotated[TokenRatios, Depends(token_ratios_of)]
+AppBackgroundResponses = Annotated[BackgroundResponses, Depends(background_responses_of)]

@@ -17,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import KeyGate
+from api.background_responses import BackgroundResponses
+from api.compat.responses import Responder
 from api.console import routes as console
 from api.db.engine import create_database, create_engine
 from api.db.transactions import RetryPolicy, retry_budget
@@ -90,20 +92,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summarization = Summarization(resolved, summarizing, locks)
         worker = Worker(summarizing, summarization, resolved.summary_workers)
         sweeper = Sweeper(summarizing, resolved)
+        ratios = TokenRatios(database)
+        responder = Responder(database, summarization, resolved, ratios)
+        runs = BackgroundResponses(responder, resolved.background_response_workers)
         app.state.engine = engine
         app.state.sessionmaker = database.sessionmaker
         app.state.database = database
-        app.state.token_ratios = TokenRatios(database)
+        app.state.token_ratios = ratios
         app.state.summarization = summarization
         app.state.worker = worker
         app.state.sweeper = sweeper
+        app.state.background_responses = runs
         if resolved.summary_workers:
             worker.start()
             sweeper.start()  # the worker's process deletes expired sessions too
+            if resolved.background_response_workers:
+                runs.start()
         try:
             yield
         finally:
             await sweeper.stop()
+            await runs.stop()
             await worker.stop()
             await engine.dispose()
             await background.dispose()

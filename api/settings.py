@@ -129,6 +129,9 @@ class Settings(BaseSettings):
 
     summary_workers: Annotated[int, Field(ge=0, le=64)] = 2
     """Background summarization jobs run at once by this process (0: this replica runs none)."""
+    background_response_workers: Annotated[int, Field(ge=0, le=256)] = 8
+    """Background responses (`POST /v1/responses` with `background: true`) this process runs
+    at once, when it runs the summarization worker (`summary_workers` above 0)."""
     summary_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     """Summarizations (background jobs and inline summarizations) this process runs at once.
 

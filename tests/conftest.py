@@ -310,6 +310,8 @@ async def app(database_url: str, module_settings: dict[str, Any]) -> AsyncIterat
         yield app
         async with app.state.engine.begin() as connection:
             await connection.execute(text("DELETE FROM sessions"))
+            # a queued background response would run in the next module's app
+            await connection.execute(text("DELETE FROM background_responses"))
 
 
 @pytest.fixture(scope="module")

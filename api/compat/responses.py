@@ -21,26 +21,30 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from api import compact, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
 from api.compaction_items import shown_to_the_model
 from api.compat import stored_responses
-from api.compat.model_limits import answer_room, check_model, model_window, too_long
+from api.compat.model_limits import answer_room, model_window, too_long
+from api.compat.response_checks import checked_model
 from api.compat.response_events import new_id, relayed, with_response_id
 from api.compat.turn import OVERFLOW_HEADER, REPLY_PRIMING_TOKENS
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
-from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
+from api.conversations import ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.model_tokens import TokenRatios, fitted_window
 from api.openai_errors import OpenAIError
-from api.schemas import CompactRequest, SessionUpdate, SummaryOut
+from api.schemas import CompactRequest, ItemIn, SessionUpdate, SummaryOut
 from api.schemas.responses import ResponseRequest
 from api.settings import Settings
 from api.store import NewMessage, session_for_history
 from api.summarization import Summarization
 from api.upstream import ContextTooLong, Upstream, UpstreamFailed, create_response, open_stream
+from api.validation_words import located_errors
 from summarizer.tokens import count_messages, count_text
 
 STORED_STATUSES = frozenset({"completed", "incomplete"})
@@ -52,6 +56,13 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
 
 ModelCall = Callable[[Upstream, Mapping[str, Any]], Awaitable[Any]]
 """`create_response` or `open_stream`: one call of the model, whole or streamed."""
+
+BeforeStore = Callable[[], Awaitable[None]]
+"""Run before a turn is stored; raises `StoringRefused` when it must store nothing."""
+
+
+class StoringRefused(Exception):
+    """A background response was cancelled or deleted: its turn stores nothing."""
 
 
 @dataclass
@@ -79,6 +90,8 @@ class Turn:
     """Whether the turn and its response are kept (`store` not false)."""
     headers: dict[str, str] = field(default_factory=dict)
     """Answer headers the turn adds (`OVERFLOW_HEADER`)."""
+    before_store: BeforeStore | None = None
+    """A background response's check that it may still store its turn."""
 
 
 @dataclass(frozen=True)
@@ -102,11 +115,16 @@ class Responder:
     # --- one response, whole --------------------------------------------------------------
 
     async def respond(
-        self, tenant: str, request: ResponseRequest
+        self,
+        tenant: str,
+        request: ResponseRequest,
+        response_id: str | None = None,
+        before_store: BeforeStore | None = None,
     ) -> tuple[dict[str, Any], Turn | None]:
-        """The response object of a non-streamed request, and its turn (None: passed through)."""
-        self._check_supported(request)
-        turn = await self._prepare(tenant, request)
+        """The response object of a non-streamed request, and its turn (None: passed through).
+        A background response's run gives its id and `before_store`."""
+        request.model = checked_model(self.settings, request)
+        turn = await self._prepare(tenant, request, response_id)
         call = _model_call(request, streamed=False)
         if turn is None:
             answer = await self._call(call, _passed_through(request))
@@ -115,6 +133,7 @@ class Responder:
         answer = await self._with_overflow_retry(tenant, turn, call)
         answer = self._as_turn_answer(turn, answer)
         if answer.get("status") in STORED_STATUSES:
+            turn.before_store = before_store
             await self._store(tenant, turn, answer)
         await self._learn(turn, answer)
         return answer, turn
@@ -126,7 +145,7 @@ class Responder:
     ) -> tuple[AsyncIterator[dict[str, Any]], Turn | None]:
         """The stream of a streamed request, opened (errors before the first event are raised
         here, so the client gets a plain error answer); its events as JSON."""
-        self._check_supported(request)
+        request.model = checked_model(self.settings, request)
         turn = await self._prepare(tenant, request)
         call = _model_call(request, streamed=True)
         if turn is None:
@@ -153,52 +172,24 @@ class Responder:
 
     # --- the steps ------------------------------------------------------------------------
 
-    def _check_supported(self, request: ResponseRequest) -> None:
-        request.model = check_model(self.settings, request.model)
-        conversation_id = request.conversation_id()
-        if conversation_id is not None and not conversation_id.startswith(CONVERSATION_ID_PREFIX):
-            raise OpenAIError(
-                400,
-                f"invalid conversation id {conversation_id!r}: expected an id that begins with "
-                f"'{CONVERSATION_ID_PREFIX}'",
-                param="conversation",
-                code="invalid_conversation_id",
-            )
-        if request.input is None and conversation_id is None and not request.previous_response_id:
-            raise OpenAIError(
-                400,
-                "input is required unless conversation or previous_response_id gives the context",
-                param="input",
-                code="missing_required_parameter",
-            )
-        if request.previous_response_id is not None and conversation_id is not None:
-            raise OpenAIError(
-                400,
-                "Mutually exclusive parameters: Ensure you are only providing one of: "
-                "'previous_response_id' or 'conversation'.",
-                param="previous_response_id",
-                code="mutually_exclusive_parameters",
-            )
-        refused = {
-            "background": bool(request.background),
-            "prompt": request.prompt is not None,
-            "store": request.store is False and request.conversation is not None,
-        }
-        for name, present in refused.items():
-            if present:
-                raise OpenAIError(
-                    400,
-                    f"{name!r} is not supported here: a Precis conversation keeps the state "
-                    "(give `conversation`)"
-                    if name != "store"
-                    else "a conversation stores every turn; `store: false` needs no `conversation`",
-                    param=name,
-                    code="unsupported_parameter",
-                )
+    async def check_input(self, items: Sequence[dict[str, Any]]) -> list[NewMessage]:
+        """The input items checked as stored items are (shape, size), given their ids and
+        counted: a 400 naming the first item at fault."""
+        given: list[ItemIn] = []
+        for index, item in enumerate(items):
+            try:
+                given.extend(new_conversation_items([item]))
+            except ValidationError as exc:
+                [(_, message), *_] = located_errors(exc.errors(), item)
+                param = f"input[{index}]"
+                raise OpenAIError(400, f"{param}: {message}", param=param) from None
+        return await prepared(given, self.settings.max_message_bytes)
 
-    async def _prepare(self, tenant: str, request: ResponseRequest) -> Turn | None:
+    async def _prepare(
+        self, tenant: str, request: ResponseRequest, response_id: str | None = None
+    ) -> Turn | None:
         session_id = request.conversation_id()
-        response_id = new_id("resp")
+        response_id = response_id or new_id("resp")
         in_conversation, stored, new_chain = (
             session_id is not None,
             request.store is not False,
@@ -218,9 +209,8 @@ class Responder:
             if isinstance(request.input, str)
             else list(request.input or [])
         )
-        given = new_conversation_items(input_items)
         # the size and shape checks of a stored item, before anything is called or stored
-        counted = await prepared(given, self.settings.max_message_bytes)
+        counted = await self.check_input(input_items)
         window = await model_window(self.settings, request.model)
         reserved = answer_room(self.settings, window, request.max_output_tokens)
         fixed = sum(message.token_count for message in counted) + REPLY_PRIMING_TOKENS
@@ -359,6 +349,8 @@ class Responder:
             "previous_response_id": turn.request.previous_response_id,
             "store": turn.stored,
         }
+        if turn.request.background:
+            answer["background"] = True
         if turn.in_conversation:
             answer["conversation"] = {"id": turn.conversation_id}
         return answer
@@ -368,6 +360,8 @@ class Responder:
         if not turn.stored:
             _count("passed_through", turn)
             return
+        if turn.before_store is not None:
+            await turn.before_store()
         output = response.get("output") or []
         answer = await prepared(new_conversation_items(output), self.settings.max_message_bytes)
         batch = [*turn.stored_input, *answer]

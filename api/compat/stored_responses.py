@@ -24,10 +24,10 @@ from api.items import parse_item
 from api.openai_errors import OpenAIError
 from api.schemas.forks import ForkRequest
 from api.settings import Settings
+from api.store.background import get_background
 from api.store.responses import (
     NewResponse,
     ResponseRow,
-    delete_response,
     get_response,
     insert_response,
 )
@@ -96,26 +96,6 @@ async def record(
     await database.write(insert)
 
 
-async def retrieve(database: Database, tenant: str, response_id: str) -> dict[str, Any]:
-    async with database.reading() as db:
-        row = await get_response(db, tenant, response_id)
-    if row is None:
-        raise not_found(response_id)
-    body: dict[str, Any] = json.loads(row.body)
-    return body
-
-
-async def delete(database: Database, tenant: str, response_id: str) -> dict[str, Any]:
-    """Delete the response (its items stay in its session's history)."""
-
-    async def remove(db: Any) -> bool:
-        return await delete_response(db, tenant, response_id)
-
-    if not await database.write(remove):
-        raise not_found(response_id)
-    return {"id": response_id, "object": "response", "deleted": True}
-
-
 async def input_items(
     database: Database, tenant: str, response_id: str, after: str | None, limit: int, order: str
 ) -> dict[str, Any]:
@@ -123,7 +103,15 @@ async def input_items(
     async with database.reading() as db:
         row = await get_response(db, tenant, response_id)
         if row is None:
-            raise not_found(response_id)
+            if await get_background(db, tenant, response_id) is None:
+                raise not_found(response_id)
+            raise OpenAIError(
+                409,
+                f"response {response_id!r} runs in the background: its input items are listed "
+                "once it has completed",
+                param="response_id",
+                code="response_not_stored",
+            )
         last_input = row.first_seq + row.input_count - 1
         rows = await store.messages_in_range(db, row.session_key, row.first_seq - 1, last_input)
     items = [served_item(parse_item(m.item or "{}"), m.client_id, m.id) for m in rows]

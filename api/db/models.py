@@ -36,7 +36,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0014"
 """The Alembic revision these models match; `/readyz` is not ready on any other."""
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -364,6 +364,34 @@ class StoredResponse(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class BackgroundResponse(Base):
+    """A response asked for with `background: true`, from its answer until its turn is stored
+    (then it is a `StoredResponse` and this row is deleted), or for good once it failed or was
+    cancelled (`api.store.background`)."""
+
+    __tablename__ = "background_responses"
+    __table_args__ = (
+        PrimaryKeyConstraint("key", "id"),
+        Index("ix_background_responses_status_created_at", "status", "created_at"),
+    )
+
+    key: Mapped[int] = mapped_column(SessionKey)
+    """`session_key(tenant, id)`: what Citus distributes it by (no session row is named so)."""
+    id: Mapped[str] = mapped_column(String(64))
+    tenant: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    """`queued`, `in_progress`, `storing`, `failed` or `cancelled`."""
+    request: Mapped[str | None] = mapped_column(Text)
+    """The request as sent (JSON), until the response has ended."""
+    body: Mapped[str] = mapped_column(Text)
+    """The response object as answered so far (JSON)."""
+    attempts: Mapped[int] = mapped_column(Integer)
+    claimed_until: Mapped[datetime | None]
+    """The lease of the worker running it."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ModelTokenRatio(Base):
     """How many tokens a model counts per token Precis counts (cl100k), learned from the usage
     its answers report (`api.model_tokens`): a row, so every replica and restart shares it."""
@@ -385,9 +413,11 @@ SESSION_KEYS = {
     "summary_jobs": "session_id",
     "summarization_leases": "session_id",
     "responses": "session_id",
+    "background_responses": "key",
 }
-"""Each table holding a session's data, and its session-key column: what Citus distributes
-them by (docs/design.md section 6)."""
+"""Each table holding a session's data (and background responses, keyed as their id would
+key a session), and its session-key column: what Citus distributes them by (docs/design.md
+section 6)."""
 
 # The tables as SQLAlchemy Core sees them, for the statements built on columns (`.c`).
 SESSIONS = cast(Table, Session.__table__)
@@ -398,3 +428,4 @@ SUMMARY_JOBS = cast(Table, SummaryJob.__table__)
 CONSOLE_LOGINS = cast(Table, ConsoleLogin.__table__)
 MODEL_TOKEN_RATIOS = cast(Table, ModelTokenRatio.__table__)
 RESPONSES = cast(Table, StoredResponse.__table__)
+BACKGROUND_RESPONSES = cast(Table, BackgroundResponse.__table__)

@@ -10,17 +10,18 @@ from fastapi import Path, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from api.auth import Tenant
-from api.compat import compaction, input_tokens, stored_responses
+from api.compat import background, compaction, input_tokens, stored_responses
 from api.compat.responses import Responder
 from api.conversations import ItemOrder
 from api.deps import (
+    AppBackgroundResponses,
     AppDatabase,
     AppSettings,
     AppSummarization,
     AppTokenRatios,
     database_faults_as_503,
 )
-from api.openai_errors import OpenAIError, openai_responses
+from api.openai_errors import openai_responses
 from api.routes.checks import v1_router
 from api.routes.conversations import DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS
 from api.schemas.responses import CompactionRequest, InputTokensRequest, ResponseRequest
@@ -39,14 +40,21 @@ async def create_response(
     settings: AppSettings,
     tenant: Tenant,
     ratios: AppTokenRatios,
+    runs: AppBackgroundResponses,
 ) -> Response:
     """Call the model. With `conversation`, the conversation's context (pinned prefix,
     summaries, the messages after them) is put before `input`, fitted to the model's window,
     and the turn (input and output) is stored once the response completes; with `stream`,
-    the model's events are relayed as server-sent events. Without `conversation`, the request
-    is passed through and nothing is stored."""
+    the model's events are relayed as server-sent events; with `background`, the turn is
+    queued for the worker and answered `queued` at once (poll `GET /v1/responses/{id}`).
+    Without `conversation` or `previous_response_id`, the response starts a chain of its own
+    (`store: false`: the request is passed through and nothing is stored)."""
     responder = Responder(database, summarization, settings, ratios)
     with database_faults_as_503():
+        if body.background:
+            queued = await background.queue(responder, tenant, body)
+            runs.wake()
+            return JSONResponse(queued)
         if not body.stream:
             answer, turn = await responder.respond(tenant, body)
             headers = turn.headers if turn is not None else None
@@ -118,19 +126,23 @@ async def get_response(
     include: Include = None,
     include_brackets: IncludeBrackets = None,
 ) -> Response:
-    """A stored response, as it was answered (404 for an id Precis did not issue, another
-    tenant's, one stored with `store: false`, or one deleted)."""
+    """A stored response, as it was answered, or a background one as it stands (404 for an
+    id Precis did not issue, another tenant's, one stored with `store: false`, or one
+    deleted)."""
     with database_faults_as_503():
-        return JSONResponse(await stored_responses.retrieve(database, tenant, response_id))
+        return JSONResponse(await background.view(database, tenant, response_id))
 
 
 @router.delete("/responses/{response_id}", responses=RESPONSE_ERRORS)
 async def delete_response(
-    response_id: ResponsePath, database: AppDatabase, tenant: Tenant
+    response_id: ResponsePath, database: AppDatabase, tenant: Tenant, runs: AppBackgroundResponses
 ) -> Response:
-    """Delete a stored response; its items stay in its conversation or chain's history."""
+    """Delete a stored response (its items stay in its conversation or chain's history), or
+    a background one not stored yet (its run stores nothing)."""
     with database_faults_as_503():
-        return JSONResponse(await stored_responses.delete(database, tenant, response_id))
+        deleted = await background.delete(database, tenant, response_id)
+    runs.stop_run(response_id)
+    return JSONResponse(deleted)
 
 
 @router.get("/responses/{response_id}/input_items", responses=RESPONSE_ERRORS)
@@ -154,10 +166,12 @@ async def list_input_items(
 
 @router.post("/responses/{response_id}/cancel", responses=RESPONSE_ERRORS)
 async def cancel_response(
-    response_id: ResponsePath, database: AppDatabase, tenant: Tenant
+    response_id: ResponsePath, database: AppDatabase, tenant: Tenant, runs: AppBackgroundResponses
 ) -> Response:
-    """Only a background response can be cancelled, and Precis runs none: a response it
-    answered is 400, any other id 404."""
+    """Cancel a queued or running background response: it stores nothing of its turn. One
+    that has ended answers as it is; a response that was not background is 400."""
     with database_faults_as_503():
-        await stored_responses.retrieve(database, tenant, response_id)
-    raise OpenAIError(400, "Only background responses can be cancelled.", param="response_id")
+        cancelled = await background.cancel(database, tenant, response_id)
+    if cancelled.get("status") == "cancelled":
+        runs.stop_run(response_id)
+    return JSONResponse(cancelled)

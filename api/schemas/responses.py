@@ -66,7 +66,7 @@ class ResponseRequest(BaseModel):
     store: bool | None = None
     """Passed through without a conversation; a conversation always stores its turns."""
     background: bool | None = None
-    """Not supported."""
+    """Run the turn on the worker: answered `queued` at once; poll `GET /v1/responses/{id}`."""
     prompt: dict[str, Any] | None = None
     """Not supported (a prompt template stored at the provider)."""
 
@@ -84,6 +84,7 @@ class ResponseRequest(BaseModel):
                 "stream",
                 "input",
                 "previous_response_id",
+                "background",
             },
         )
 

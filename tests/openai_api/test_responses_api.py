@@ -221,7 +221,7 @@ async def test_a_model_not_allowed_is_refused_before_anything_is_stored(
 
 @pytest.mark.parametrize(
     ("parameter", "value"),
-    [("previous_response_id", "resp_123"), ("background", True), ("store", False)],
+    [("previous_response_id", "resp_123"), ("store", False)],
 )
 async def test_state_features_of_openai_are_refused_naming_the_parameter(
     client: AsyncOpenAI, upstream: FakeLLM, parameter: str, value: Any

@@ -1,0 +1,264 @@
+"""Background responses: the worker's runs of `POST /v1/responses` with `background: true`.
+
+A background response is queued as a row (`api.store.background`) and answered `queued` at
+once; a worker claims it (`in_progress`, under a lease it renews every HEARTBEAT_SECONDS),
+runs its turn as a foreground request runs it (`api.compat.responses`), and stores the turn
+only after taking the right to (`storing`, one conditional UPDATE that a cancel cannot pass):
+a cancelled or deleted response stores nothing. The heartbeat that finds the response
+cancelled or deleted stops its run at once; a cancel on the replica running it stops it
+sooner. Rows live in the database, so a restart or a killed worker loses none: a run whose
+lease ran out is run again from the start (nothing of it was stored), at most MAX_ATTEMPTS
+times. Runs on the replicas that run the summarization worker (`SUMMARY_WORKERS` > 0),
+BACKGROUND_RESPONSE_WORKERS at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import suppress
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from api.compat.responses import Responder, StoringRefused
+from api.db.faults import describe_fault
+from api.db.transactions import (
+    RetryPolicy,
+    connection_lost_or_commit_unknown,
+    retry_budget,
+    retrying,
+)
+from api.errors import PrecisError
+from api.openai_errors import OpenAIError, snake_case
+from api.schemas.responses import ResponseRequest
+from api.store.background import (
+    BackgroundRow,
+    claim_background,
+    fail_background,
+    finish_background,
+    release_background,
+    renew_background,
+    start_storing,
+)
+
+logger = logging.getLogger("precis.background")
+
+LEASE = timedelta(seconds=30)
+"""How long a claim lasts unrenewed: a killed worker's response is run again after this."""
+
+HEARTBEAT_SECONDS = 1.0
+"""How often a run renews its lease, and so how soon a cancel on another replica stops it."""
+
+POLL_SECONDS = 1.0
+"""Idle, the worker looks for queued responses this often (a queue on this replica wakes it)."""
+
+MAX_ATTEMPTS = 3
+"""Runs of one response at most: one whose worker stopped this often fails."""
+
+
+class BackgroundResponses:
+    """Claims queued background responses and runs them, `concurrency` at once."""
+
+    def __init__(self, responder: Responder, concurrency: int) -> None:
+        self._responder = responder
+        self._database = responder.database
+        self._slots = asyncio.Semaphore(concurrency)
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._storing: set[str] = set()
+        self._retries = RetryPolicy(responder.settings.database_retry_seconds)
+
+    def start(self) -> None:
+        self._stopping = False
+        self._loop_task = asyncio.create_task(self._loop())
+
+    def wake(self) -> None:
+        """A response was queued and committed: look now instead of at the next poll."""
+        self._wake.set()
+
+    def stop_run(self, response_id: str) -> None:
+        """The response was cancelled or deleted: stop its run here, if it runs here and has
+        not begun storing (then it stores nothing; the heartbeat would stop it too)."""
+        running = self._running.get(response_id)
+        if running is not None and response_id not in self._storing:
+            running.cancel()
+
+    async def stop(self) -> None:
+        """Stop claiming; runs not yet storing go back to the queue, the others end."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None
+        for response_id, task in list(self._running.items()):
+            if response_id not in self._storing:
+                task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            await self._slots.acquire()
+            claim: BackgroundRow | None = None
+            try:
+                with retry_budget(self._retries):
+                    claim = await retrying(self._claim, "claiming a background response", "write")
+            except Exception as exc:
+                _log_failure("could not claim a background response", exc)
+            if claim is None or self._stopping:
+                self._slots.release()
+                if claim is not None:
+                    await self._settle(release_background, claim)
+                    return
+                self._wake.clear()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
+                continue
+            task = asyncio.create_task(self._run(claim))
+            self._running[claim.id] = task
+            task.add_done_callback(partial(self._done, claim))
+
+    def _done(self, claim: BackgroundRow, _: asyncio.Task[None]) -> None:
+        self._running.pop(claim.id, None)
+        self._storing.discard(claim.id)
+        self._slots.release()
+
+    async def _claim(self) -> BackgroundRow | None:
+        async with self._database.transaction() as db:
+            return await claim_background(db, LEASE)
+
+    async def _run(self, claim: BackgroundRow) -> None:
+        with retry_budget(self._retries):
+            if claim.status == "storing":
+                # its worker stopped while storing: whether the turn landed is unknown
+                await self._fail(claim, 500, "stopped", STOPPED_WHILE_STORING)
+                return
+            if claim.attempts > MAX_ATTEMPTS or claim.request is None:
+                await self._fail(claim, 500, "stopped", STOPPED_TOO_OFTEN)
+                return
+            heartbeat = asyncio.create_task(self._heartbeat(claim, asyncio.current_task()))
+            try:
+                await self._respond(claim)
+            finally:
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+
+    async def _respond(self, claim: BackgroundRow) -> None:
+        assert claim.request is not None
+        request = ResponseRequest.model_validate_json(claim.request)
+
+        async def take_the_right_to_store() -> None:
+            async def take() -> bool:
+                async with self._database.transaction() as db:
+                    return await start_storing(db, claim)
+
+            if not await retrying(take, "storing a background response", "write"):
+                raise StoringRefused(claim.id)
+            self._storing.add(claim.id)
+
+        try:
+            answer, _ = await self._responder.respond(
+                claim.tenant, request, claim.id, take_the_right_to_store
+            )
+        except StoringRefused:
+            return  # cancelled or deleted: nothing stored
+        except asyncio.CancelledError:
+            if self._stopping and claim.id not in self._storing:
+                await self._settle(release_background, claim)
+            raise
+        except OpenAIError as exc:
+            await self._fail(claim, exc.status_code, exc.code or exc.type, exc.message)
+            return
+        except PrecisError as exc:
+            what = snake_case(type(exc).__name__)
+            await self._fail(claim, exc.status_code, what, exc.detail)
+            return
+        except Exception as exc:
+            if connection_lost_or_commit_unknown(exc) and claim.id not in self._storing:
+                logger.warning(
+                    "background response %s lost its database connection; queued again: %s",
+                    claim.id,
+                    describe_fault(exc),
+                )
+                await self._settle(release_background, claim)
+                return
+            logger.exception("background response %s failed", claim.id)
+            await self._fail(claim, 500, "internal_error", f"{type(exc).__name__}: {exc}")
+            return
+        if claim.id in self._storing:
+            await self._settle(finish_background, claim)
+        else:
+            await self._end_as_answered(claim, answer)
+
+    async def _end_as_answered(self, claim: BackgroundRow, answer: dict[str, Any]) -> None:
+        """A response the model failed (`status: failed`): kept as answered."""
+
+        async def fail() -> None:
+            async with self._database.transaction() as db:
+                await fail_background(db, claim, answer)
+
+        await self._safely(fail, claim)
+
+    async def _fail(self, claim: BackgroundRow, status: int, what: str, message: str) -> None:
+        """Fail the response with the error a foreground request would have answered: its
+        `code` one of OpenAI's response error codes, its message led by Precis's own code."""
+        body: dict[str, Any] = json.loads(claim.body)
+        code = FAILURE_CODES.get(status, "server_error")
+        body.update(status="failed", error={"code": code, "message": f"{what}: {message}"})
+
+        async def fail() -> None:
+            async with self._database.transaction() as db:
+                await fail_background(db, claim, body)
+
+        await self._safely(fail, claim)
+
+    async def _settle(self, step: Any, claim: BackgroundRow) -> None:
+        """`finish_background` or `release_background` of the claim, in a transaction."""
+
+        async def settle() -> None:
+            async with self._database.transaction() as db:
+                await step(db, claim)
+
+        await self._safely(settle, claim)
+
+    async def _safely(self, work: Any, claim: BackgroundRow) -> None:
+        try:
+            await retrying(work, f"ending background response {claim.id}", "write")
+        except Exception as exc:
+            # the lease runs out and the response is claimed again
+            _log_failure(f"could not end background response {claim.id}", exc)
+
+    async def _heartbeat(self, claim: BackgroundRow, run: asyncio.Task[Any] | None) -> None:
+        """Renew the lease every HEARTBEAT_SECONDS; stop the run once the response is no
+        longer this claim's (cancelled, deleted), unless it is storing its turn."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                async with self._database.transaction() as db:
+                    held = await renew_background(db, claim, LEASE)
+            except Exception as exc:
+                _log_failure(f"could not renew background response {claim.id}", exc)
+                continue
+            if not held and run is not None and claim.id not in self._storing:
+                run.cancel()
+                return
+
+
+FAILURE_CODES = {400: "invalid_prompt", 413: "invalid_prompt", 429: "rate_limit_exceeded"}
+"""OpenAI's response error code for the status a foreground request would have answered;
+any other is `server_error`."""
+
+STOPPED_WHILE_STORING = (
+    "the server stopped while storing this response's turn: the conversation may hold it"
+)
+STOPPED_TOO_OFTEN = f"the server stopped while running this response {MAX_ATTEMPTS} times"
+
+
+def _log_failure(what: str, exc: BaseException) -> None:
+    if connection_lost_or_commit_unknown(exc):
+        logger.warning("%s: %s", what, describe_fault(exc))
+    else:
+        logger.error("%s", what, exc_info=exc)

@@ -1,0 +1,172 @@
+"""Background responses, as the client sees them: queue one, read it, cancel it, delete it.
+
+`POST /v1/responses` with `background: true` is checked as a foreground request is (the
+model, the input's shape and size, the model's window, the conversation or previous response
+it names), queued (`api.store.background`) and answered at once, `queued`; the worker runs it
+(`api.background_responses`). Until its turn is stored, `GET /v1/responses/{id}` answers it
+as queued, in progress, failed or cancelled; once stored, it is a stored response like any
+other (`api.compat.stored_responses`). Reading, cancelling and deleting a response by its id
+look at both.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from api.compat.model_limits import model_window
+from api.compat.response_checks import checked_model
+from api.compat.response_events import new_id
+from api.compat.responses import Responder
+from api.compat.stored_responses import not_found
+from api.conversations import ConversationNotFound
+from api.db.transactions import Database
+from api.errors import SessionNotFound
+from api.openai_errors import OpenAIError
+from api.schemas.responses import ResponseRequest
+from api.store import get_session
+from api.store.background import (
+    WAITING,
+    BackgroundRow,
+    cancel_background,
+    delete_background,
+    get_background,
+    queue_response,
+)
+from api.store.responses import delete_response, get_response
+
+SHOWN_STATUS = {"storing": "in_progress"}
+"""A response whose turn is being stored is still in progress to the client."""
+
+ECHOED = ("tool_choice", "parallel_tool_calls", "temperature", "top_p", "text", "reasoning")
+"""Request fields a queued response shows as given (OpenAI's response object echoes them)."""
+
+
+async def queue(responder: Responder, tenant: str, request: ResponseRequest) -> dict[str, Any]:
+    """Check the request as a foreground turn would be checked, queue it, answer `queued`."""
+    request.model = checked_model(responder.settings, request)
+    items = request.input if isinstance(request.input, list) else []
+    await responder.check_input(items)
+    await model_window(responder.settings, request.model)
+    await _check_context(responder.database, tenant, request)
+    response_id = new_id("resp")
+    body = _queued_body(request, response_id)
+
+    async def store(db: Any) -> None:
+        await queue_response(
+            db, tenant, response_id, request.model_dump_json(exclude_unset=True), json.dumps(body)
+        )
+
+    await responder.database.write(store)
+    return body
+
+
+async def _check_context(database: Database, tenant: str, request: ResponseRequest) -> None:
+    """The conversation or previous response the request names exists (404 otherwise)."""
+    conversation_id = request.conversation_id()
+    async with database.reading() as db:
+        if conversation_id is not None:
+            try:
+                session = await get_session(db, tenant, conversation_id)
+            except SessionNotFound:
+                raise ConversationNotFound(conversation_id) from None
+            if session.format not in (None, "responses"):
+                raise ConversationNotFound(conversation_id)
+        if request.previous_response_id is not None:
+            previous = request.previous_response_id
+            if await get_response(db, tenant, previous) is None:
+                raise not_found(previous, "previous_response_id")
+
+
+def _queued_body(request: ResponseRequest, response_id: str) -> dict[str, Any]:
+    """The response object of a queued request: OpenAI's fields, as far as they are known."""
+    given = request.model_dump(exclude_unset=True)
+    body: dict[str, Any] = {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "queued",
+        "background": True,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "metadata": given.get("metadata") or {},
+        "model": request.model,
+        "output": [],
+        "previous_response_id": request.previous_response_id,
+        "store": True,
+        "tools": request.tools or [],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "truncation": request.truncation or "auto",
+        "usage": None,
+    }
+    body.update({name: given[name] for name in ECHOED if name in given})
+    conversation_id = request.conversation_id()
+    if conversation_id is not None:
+        body["conversation"] = {"id": conversation_id}
+    return body
+
+
+def shown(row: BackgroundRow) -> dict[str, Any]:
+    """A background response not stored yet, as `GET /v1/responses/{id}` answers it."""
+    body: dict[str, Any] = json.loads(row.body)
+    body["status"] = SHOWN_STATUS.get(row.status, row.status)
+    return body
+
+
+async def view(database: Database, tenant: str, response_id: str) -> dict[str, Any]:
+    """`GET /v1/responses/{id}`: the stored response as answered, else the background
+    response not stored yet; 404 for any other id."""
+    async with database.reading() as db:
+        stored = await get_response(db, tenant, response_id)
+        if stored is not None:
+            body: dict[str, Any] = json.loads(stored.body)
+            return body
+        row = await get_background(db, tenant, response_id)
+    if row is None:
+        raise not_found(response_id)
+    return shown(row)
+
+
+async def cancel(database: Database, tenant: str, response_id: str) -> dict[str, Any]:
+    """Cancel a queued or running background response: it stores nothing. One that has ended
+    (completed, failed, cancelled) answers as it is, and so does one whose turn is being
+    stored (it completes). A response that was not background is 400."""
+    async with database.reading() as db:
+        row = await get_background(db, tenant, response_id)
+    if row is None:
+        ended = await view(database, tenant, response_id)
+        if not ended.get("background"):
+            raise OpenAIError(
+                400, "Only background responses can be cancelled.", param="response_id"
+            )
+        return ended
+    body = shown(row)
+    if row.status not in WAITING:
+        return body
+    body.update(status="cancelled")
+
+    async def cancelled(db: Any) -> bool:
+        return await cancel_background(db, tenant, response_id, json.dumps(body))
+
+    if await database.write(cancelled, repeatable=True):
+        return body
+    # it moved on meanwhile (storing, ended, or deleted): answer it as it is now
+    return await view(database, tenant, response_id)
+
+
+async def delete(database: Database, tenant: str, response_id: str) -> dict[str, Any]:
+    """Delete a stored response (its items stay in its session), or a background one not
+    stored yet (a run of it then stores nothing)."""
+
+    async def remove(db: Any) -> bool:
+        return await delete_response(db, tenant, response_id) or await delete_background(
+            db, tenant, response_id
+        )
+
+    if not await database.write(remove):
+        raise not_found(response_id)
+    return {"id": response_id, "object": "response", "deleted": True}

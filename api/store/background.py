@@ -1,0 +1,218 @@
+"""Background responses: queue one, claim it, mark it storing, finish, fail, cancel, delete.
+
+A background response (`POST /v1/responses` with `background: true`) is a row of
+`background_responses` from its answer (`queued`) until its turn is stored and its response
+kept in `responses`: `in_progress` while a worker runs it (under a lease), `storing` once the
+worker has taken the right to store its turn, `failed` or `cancelled` for good. Its key is the
+session key its id would name (`session_key(tenant, id)`): every statement but the claim's
+candidate read touches one row by that key (one shard on Citus).
+
+The worker's move to `storing` and a cancel's move to `cancelled` are each one conditional
+UPDATE of the same row: exactly one of them wins, so a cancelled response never stores its
+turn, and one whose turn is being stored can no longer be cancelled.
+
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.db.models import BACKGROUND_RESPONSES, utcnow
+from api.store.keys import session_key
+
+_background = BACKGROUND_RESPONSES.c
+
+WAITING = ("queued", "in_progress")
+"""The statuses a cancel stops."""
+
+CLAIM_CANDIDATES = 8
+"""Claimable rows a claim reads before trying them one by one."""
+
+
+class BackgroundRow(NamedTuple):
+    """A background response not yet kept in `responses` (or failed, or cancelled)."""
+
+    key: int
+    id: str
+    tenant: str
+    status: str
+    request: str | None
+    """The request as the client sent it (JSON); cleared once the response has ended."""
+    body: str
+    """The response object as answered so far (JSON): the queued shell, or its end."""
+    attempts: int
+    claimed_until: datetime | None
+    created_at: datetime
+
+
+BACKGROUND_COLUMNS = tuple(_background[name] for name in BackgroundRow._fields)
+
+
+def _one(tenant: str, response_id: str) -> list[ColumnElement[bool]]:
+    return [
+        _background.key == session_key(tenant, response_id),
+        _background.id == response_id,
+        _background.tenant == tenant,
+    ]
+
+
+def _claimed(claim: BackgroundRow, *statuses: str) -> list[ColumnElement[bool]]:
+    """The row while `claim` still holds it in one of `statuses` (each claim counts an
+    attempt, so a worker whose lease ran out and whose row was claimed again matches no
+    more)."""
+    return [
+        _background.key == claim.key,
+        _background.id == claim.id,
+        _background.status.in_(statuses),
+        _background.attempts == claim.attempts,
+    ]
+
+
+async def queue_response(
+    db: AsyncSession, tenant: str, response_id: str, request: str, body: str
+) -> None:
+    now = utcnow()
+    await db.execute(
+        insert(BACKGROUND_RESPONSES).values(
+            key=session_key(tenant, response_id),
+            id=response_id,
+            tenant=tenant,
+            status="queued",
+            request=request,
+            body=body,
+            attempts=0,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+async def get_background(db: AsyncSession, tenant: str, response_id: str) -> BackgroundRow | None:
+    row = (await db.execute(select(*BACKGROUND_COLUMNS).where(*_one(tenant, response_id)))).first()
+    return None if row is None else BackgroundRow._make(row)
+
+
+def _claimable(now: datetime) -> ColumnElement[bool]:
+    """Queued, or in progress (or storing) with its worker's lease run out."""
+    return or_(
+        _background.status == "queued",
+        and_(_background.status.in_(("in_progress", "storing")), _background.claimed_until < now),
+    )
+
+
+async def claim_background(db: AsyncSession, lease: timedelta) -> BackgroundRow | None:
+    """Claim the oldest claimable response: a plain read of candidates, then an UPDATE of one
+    row that holds only while it is still claimable (of workers racing for it, one wins; the
+    others try the next). A row claimed as `storing` was left by a worker that stopped while
+    storing its turn: the caller ends it."""
+    now = utcnow()
+    candidates = await db.execute(
+        select(_background.key, _background.id, _background.status)
+        .where(_claimable(now))
+        .order_by(_background.created_at)
+        .limit(CLAIM_CANDIDATES)
+    )
+    for key, response_id, status in candidates.all():
+        claimed = await db.execute(
+            update(BACKGROUND_RESPONSES)
+            .where(
+                _background.key == key,
+                _background.id == response_id,
+                _background.status == status,
+                _claimable(now),
+            )
+            .values(
+                status="in_progress" if status != "storing" else "storing",
+                attempts=_background.attempts + 1,
+                claimed_until=now + lease,
+                updated_at=now,
+            )
+            .returning(*BACKGROUND_COLUMNS)
+        )
+        row = claimed.first()
+        if row is not None:
+            return BackgroundRow._make(row)
+    return None
+
+
+async def renew_background(db: AsyncSession, claim: BackgroundRow, lease: timedelta) -> bool:
+    """Extend a running (or storing) response's lease; False once it is no longer this
+    claim's (cancelled, deleted, or claimed again after its lease ran out)."""
+    renewed = await db.execute(
+        update(BACKGROUND_RESPONSES)
+        .where(*_claimed(claim, "in_progress", "storing"))
+        .values(claimed_until=utcnow() + lease)
+        .returning(_background.id)
+    )
+    return renewed.first() is not None
+
+
+async def start_storing(db: AsyncSession, claim: BackgroundRow) -> bool:
+    """Take the right to store the response's turn; False: it was cancelled (or deleted, or is
+    no longer this claim's), and nothing of it may be stored. Taken twice by one claim (a
+    retry after a lost COMMIT), it answers True again."""
+    taken = await db.execute(
+        update(BACKGROUND_RESPONSES)
+        .where(*_claimed(claim, "in_progress", "storing"))
+        .values(status="storing", updated_at=utcnow())
+        .returning(_background.id)
+    )
+    return taken.first() is not None
+
+
+async def finish_background(db: AsyncSession, claim: BackgroundRow) -> None:
+    """Delete the row once its response is kept in `responses`."""
+    await db.execute(delete(BACKGROUND_RESPONSES).where(*_claimed(claim, "storing")))
+
+
+async def fail_background(db: AsyncSession, claim: BackgroundRow, body: dict[str, Any]) -> None:
+    """End a claimed response as failed (`body`: its answer, with its error) while the claim
+    holds it."""
+    await db.execute(
+        update(BACKGROUND_RESPONSES)
+        .where(*_claimed(claim, "in_progress", "storing"))
+        .values(
+            status="failed",
+            body=json.dumps(body),
+            request=None,
+            claimed_until=None,
+            updated_at=utcnow(),
+        )
+    )
+
+
+async def release_background(db: AsyncSession, claim: BackgroundRow) -> None:
+    """Put a running response back in the queue (its worker stopped, or lost the database)."""
+    await db.execute(
+        update(BACKGROUND_RESPONSES)
+        .where(*_claimed(claim, "in_progress"))
+        .values(status="queued", claimed_until=None, updated_at=utcnow())
+    )
+
+
+async def cancel_background(db: AsyncSession, tenant: str, response_id: str, body: str) -> bool:
+    """Cancel a queued or running response (its answer becomes `body`); False: it was not
+    waiting (already ended, being stored, or not there)."""
+    cancelled = await db.execute(
+        update(BACKGROUND_RESPONSES)
+        .where(*_one(tenant, response_id), _background.status.in_(WAITING))
+        .values(
+            status="cancelled", body=body, request=None, claimed_until=None, updated_at=utcnow()
+        )
+        .returning(_background.id)
+    )
+    return cancelled.first() is not None
+
+
+async def delete_background(db: AsyncSession, tenant: str, response_id: str) -> bool:
+    """Delete the row (a running response then stores nothing); False: none."""
+    deleted = await db.execute(
+        delete(BACKGROUND_RESPONSES).where(*_one(tenant, response_id)).returning(_background.id)
+    )
+    return deleted.first() is not None

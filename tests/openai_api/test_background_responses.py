@@ -1,0 +1,226 @@
+"""Background responses through the official `openai` package: queued at once, run by the
+worker, polled to completion; a cancel stops the run and stores nothing of the turn
+(docs/design.md, "OpenAI Responses")."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+import pytest
+from fastapi import FastAPI
+from openai import AsyncOpenAI
+from openai.types.responses import Response
+
+from tests.support.fake_llm import FakeLLM, running_fake_llm
+
+MODEL = "openai/fake"
+WINDOW = 4_000
+UNFINISHED = ("queued", "in_progress")
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeLLM]:
+    with running_fake_llm() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_upstream(upstream: FakeLLM) -> None:
+    upstream.reset()
+    upstream.mode = "marker_echo"
+
+
+@pytest.fixture(scope="module")
+def module_settings(upstream: FakeLLM) -> dict[str, Any]:
+    return {
+        "summary_workers": 1,  # the worker's replica runs background responses
+        "dynamic_summary_enabled": False,
+        "model_allowed": MODEL,
+        "model_api_base": upstream.base_url,
+        "model_api_key": "sk-upstream",
+        "model_context_tokens": f"{MODEL}={WINDOW}",
+    }
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[AsyncOpenAI]:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        yield AsyncOpenAI(
+            base_url="http://localhost/v1", api_key="dev", http_client=http, max_retries=0
+        )
+
+
+async def ended(client: AsyncOpenAI, response_id: str) -> Response:
+    """The response once it is no longer queued or in progress."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        response = await client.responses.retrieve(response_id)
+        if response.status not in UNFINISHED:
+            return response
+        assert time.monotonic() < deadline, f"{response_id} still {response.status}"
+        await asyncio.sleep(0.05)
+
+
+async def reaches(client: AsyncOpenAI, response_id: str, status: str) -> None:
+    deadline = time.monotonic() + 10.0
+    while (await client.responses.retrieve(response_id)).status != status:
+        assert time.monotonic() < deadline, f"{response_id} never {status}"
+        await asyncio.sleep(0.02)
+
+
+async def stored_items(api: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
+    answer = await api.get(f"/v1/sessions/{session}/messages", params={"limit": 1000})
+    if answer.status_code == 404:
+        return []
+    assert answer.status_code == 200, answer.text
+    return [message["item"] for message in answer.json()["messages"]]
+
+
+async def test_a_background_turn_is_queued_then_completed_and_stored_once(
+    client: AsyncOpenAI, api: httpx.AsyncClient
+) -> None:
+    conversation = await client.conversations.create()
+    queued = await client.responses.create(
+        model=MODEL, input="MARKER-bg-one hello", conversation=conversation.id, background=True
+    )
+    assert queued.status == "queued" and queued.id.startswith("resp_")
+    assert queued.background is True
+    assert queued.output == [] and queued.model == MODEL
+
+    done = await ended(client, queued.id)
+    assert done.status == "completed" and done.output_text == "MARKER-bg-one"
+    assert done.background is True and done.conversation is not None
+    assert done.conversation.id == conversation.id
+    items = await stored_items(api, conversation.id)
+    assert [item["role"] for item in items] == ["user", "assistant"]
+    inputs = await client.responses.input_items.list(done.id)
+    assert "MARKER-bg-one hello" in str(inputs.data[0])
+    # a cancel after the end answers the response as it is
+    after = await client.responses.cancel(done.id)
+    assert after.status == "completed" and await stored_items(api, conversation.id) == items
+
+
+async def test_a_background_chain_continues_with_previous_response_id(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    first = await ended(
+        client,
+        (await client.responses.create(model=MODEL, input="MARKER-c1", background=True)).id,
+    )
+    assert first.status == "completed"
+    second = await client.responses.create(
+        model=MODEL, input="MARKER-c2", previous_response_id=first.id, background=True
+    )
+    assert second.previous_response_id == first.id
+    done = await ended(client, second.id)
+    assert done.output_text.split() == [
+        "MARKER-c1",
+        "MARKER-c2",
+    ]  # the chain's context reached the model
+    assert len(await stored_items(api, first.id)) == 4
+
+
+async def test_a_cancelled_run_stores_nothing_and_answers_cancelled_again(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    conversation = await client.conversations.create()
+    upstream.slow_next(1.0)
+    queued = await client.responses.create(
+        model=MODEL, input="MARKER-cancelled", conversation=conversation.id, background=True
+    )
+    await reaches(client, queued.id, "in_progress")
+    cancelled = await client.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled" and cancelled.id == queued.id
+    await asyncio.sleep(1.3)  # past the moment the model would have answered
+    assert (await client.responses.retrieve(queued.id)).status == "cancelled"
+    assert (await client.responses.cancel(queued.id)).status == "cancelled"
+    assert await stored_items(api, conversation.id) == []
+    with pytest.raises(openai.ConflictError):
+        await client.responses.input_items.list(queued.id)
+    # the conversation goes on as if the cancelled turn never was
+    after = await client.responses.create(
+        model=MODEL, input="MARKER-next", conversation=conversation.id
+    )
+    assert after.output_text == "MARKER-next"
+
+
+async def test_a_deleted_background_response_stores_nothing(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    conversation = await client.conversations.create()
+    upstream.slow_next(0.8)
+    queued = await client.responses.create(
+        model=MODEL, input="MARKER-deleted", conversation=conversation.id, background=True
+    )
+    await reaches(client, queued.id, "in_progress")
+    deleted = await client.responses.with_raw_response.delete(queued.id)
+    assert deleted.http_response.json()["deleted"] is True
+    await asyncio.sleep(1.0)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(queued.id)
+    assert await stored_items(api, conversation.id) == []
+
+
+async def test_a_model_failure_fails_the_response_and_stores_nothing(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    conversation = await client.conversations.create()
+    upstream.fail_next(400, message="the prompt is refused", param="input")
+    queued = await client.responses.create(
+        model=MODEL, input="MARKER-refused", conversation=conversation.id, background=True
+    )
+    failed = await ended(client, queued.id)
+    assert failed.status == "failed" and failed.error is not None
+    # the foreground answer's error, as the client would have got it
+    assert failed.error.code == "invalid_prompt" and "400" in failed.error.message
+    assert await stored_items(api, conversation.id) == []
+    assert (await client.responses.cancel(queued.id)).status == "failed"
+
+
+async def test_a_request_refused_at_once_queues_nothing(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    conversation = await client.conversations.create()
+    refusals: list[tuple[dict[str, Any], int, str | None]] = [
+        ({"stream": True}, 400, "stream"),
+        ({"store": False}, 400, "store"),
+        ({"model": "openai/other"}, 400, "model"),
+        ({"conversation": "conv_missing"}, 404, None),
+        ({"previous_response_id": "resp_missing"}, 404, "previous_response_id"),
+        ({"input": [{"type": "message", "role": "user"}]}, 400, None),
+    ]
+    for change, status, param in refusals:
+        request: dict[str, Any] = {
+            "model": MODEL,
+            "input": "MARKER-never",
+            "background": True,
+            "conversation": conversation.id,
+        }
+        request.update(change)
+        if "previous_response_id" in change:
+            del request["conversation"]
+        answer = await api.post("/v1/responses", json=request)
+        assert answer.status_code == status, (change, answer.text)
+        body = answer.json()["error"]
+        if param is not None:
+            assert body["param"] == param, body
+    await asyncio.sleep(0.3)
+    assert upstream.calls == []
+    assert await stored_items(api, conversation.id) == []
+
+
+async def test_cancel_is_for_background_responses_only(client: AsyncOpenAI) -> None:
+    foreground = await client.responses.create(model=MODEL, input="MARKER-fg")
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.cancel(foreground.id)
+    assert refused.value.body["param"] == "response_id"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError) as missing:
+        await client.responses.cancel("resp_never_issued")
+    assert "resp_never_issued" in missing.value.message
