@@ -75,6 +75,9 @@ CROSS_SESSION_READS = {
         "the worker's candidates for a claim (each then claimed by a single-session UPDATE)"
     ),
     "api/store/jobs.py:pending_job_count": "/metrics: the jobs waiting, every session's",
+    "api/store/background.py:claim_background": (
+        "the candidates for a background response's claim (each then claimed by its key)"
+    ),
     "api/store/readiness.py:*": "/readyz: the schema's revision",
     "api/store/responses.py:*": "a stored response, found by its id alone",
     "api/store/summaries.py:live_fallback_summaries": "the repair round's fallbacks to repair",
@@ -130,6 +133,10 @@ SCENARIO_STEPS = {
     "a fork": ("api/store/forks.py", ""),
     "an export and an import": ("api/store/transfer.py", ""),
     "a stored response": ("api/store/responses.py", ""),
+    "a background response queued": ("api/store/background.py", "queue"),
+    "a background response claimed": ("api/store/background.py", "claim"),
+    "a background response storing its turn": ("api/store/background.py", "start_storing"),
+    "a background response finished": ("api/store/background.py", "finish"),
     "the session listing": ("api/store/sessions.py", "list_sessions"),
 }
 """What the scenario must have run: a step and the module (and function name part) of it."""
@@ -285,6 +292,16 @@ async def respond(http: httpx.AsyncClient) -> None:
     )
     assert second.status_code == 200, second.text
     assert (await http.get(f"/v1/responses/{second.json()['id']}")).status_code == 200
+    queued = await http.post(
+        "/v1/responses", json={"model": OFFLINE_MODEL, "input": "Later", "background": True}
+    )
+    assert queued.status_code == 200, queued.text
+    for _ in range(500):
+        polled = await http.get(f"/v1/responses/{queued.json()['id']}")
+        if polled.json()["status"] == "completed":
+            break
+        await asyncio.sleep(0.02)
+    assert polled.json()["status"] == "completed", polled.text
 
 
 async def look_across(http: httpx.AsyncClient) -> None:

@@ -1,0 +1,158 @@
+"""Background responses outlive the process that queued them and the worker that ran them:
+a queued response waits in the database for a replica that runs the worker, a run whose
+worker died is run again once its lease runs out, one that died while storing is failed
+rather than stored twice, and a cancel on another replica wins over the run (docs/design.md,
+"OpenAI Responses"). The module's app runs no worker: each test starts the replica that does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from api.main import create_app
+from api.store.background import claim_background, get_background, start_storing
+from tests.conftest import make_settings
+from tests.support.fake_llm import FakeLLM, running_fake_llm
+
+MODEL = "openai/fake"
+DEAD_LEASE = timedelta(seconds=0.3)
+"""The lease a worker that dies at once took: run again this soon after."""
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeLLM]:
+    with running_fake_llm() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_upstream(upstream: FakeLLM) -> None:
+    upstream.reset()
+    upstream.mode = "marker_echo"
+
+
+@pytest.fixture(scope="module")
+def module_settings(upstream: FakeLLM) -> dict[str, Any]:
+    return {
+        "summary_workers": 0,  # this replica queues and answers, and runs nothing
+        "dynamic_summary_enabled": False,
+        "model_allowed": MODEL,
+        "model_api_base": upstream.base_url,
+        "model_api_key": "sk-upstream",
+        "model_context_tokens": f"{MODEL}=4000",
+    }
+
+
+@asynccontextmanager
+async def worker_replica(
+    database_url: str, settings: dict[str, Any]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """Another replica on the same database, running the worker."""
+    replica = create_app(make_settings(database_url, **{**settings, "summary_workers": 1}))
+    async with replica.router.lifespan_context(replica):
+        transport = httpx.ASGITransport(app=replica)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            yield http
+
+
+async def queue(api: httpx.AsyncClient, marker: str) -> tuple[str, str]:
+    """A conversation and a background response queued in it."""
+    conversation = (await api.post("/v1/conversations", json={})).json()["id"]
+    answer = await api.post(
+        "/v1/responses",
+        json={"model": MODEL, "input": marker, "conversation": conversation, "background": True},
+    )
+    assert answer.status_code == 200 and answer.json()["status"] == "queued", answer.text
+    return conversation, answer.json()["id"]
+
+
+async def ended(api: httpx.AsyncClient, response_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 15.0
+    while True:
+        body: dict[str, Any] = (await api.get(f"/v1/responses/{response_id}")).json()
+        if body["status"] not in ("queued", "in_progress"):
+            return body
+        assert time.monotonic() < deadline, f"{response_id} still {body['status']}"
+        await asyncio.sleep(0.05)
+
+
+async def items(api: httpx.AsyncClient, conversation: str) -> list[dict[str, Any]]:
+    answer = await api.get(f"/v1/conversations/{conversation}/items", params={"order": "asc"})
+    assert answer.status_code == 200, answer.text
+    data: list[dict[str, Any]] = answer.json()["data"]
+    return data
+
+
+async def dead_claim(app: FastAPI, response_id: str, storing: bool = False) -> None:
+    """Claim the (oldest queued) response as a worker that then dies: its lease runs out
+    after DEAD_LEASE; `storing`: it died having taken the right to store."""
+    async with app.state.database.transaction() as db:
+        claim = await claim_background(db, DEAD_LEASE)
+        assert claim is not None and claim.id == response_id
+        if storing:
+            assert await start_storing(db, claim)
+
+
+async def test_a_queued_response_waits_for_a_worker_and_a_dead_workers_run_runs_again(
+    app: FastAPI, api: httpx.AsyncClient, database_url: str, module_settings: dict[str, Any]
+) -> None:
+    abandoned_conversation, abandoned = await queue(api, "MARKER-abandoned")
+    waiting_conversation, waiting = await queue(api, "MARKER-waiting")
+    await dead_claim(app, abandoned)
+    await asyncio.sleep(0.2)
+    # nothing runs them on this replica
+    assert (await api.get(f"/v1/responses/{waiting}")).json()["status"] == "queued"
+    async with worker_replica(database_url, module_settings) as replica:
+        for conversation, response_id, marker in (
+            (waiting_conversation, waiting, "MARKER-waiting"),
+            (abandoned_conversation, abandoned, "MARKER-abandoned"),
+        ):
+            done = await ended(replica, response_id)
+            assert done["status"] == "completed", done
+            assert done["output"][0]["content"][0]["text"] == marker
+            stored = await items(api, conversation)
+            assert [item["role"] for item in stored] == ["user", "assistant"]  # once each
+    async with app.state.database.reading() as db:
+        assert await get_background(db, "default", abandoned) is None
+
+
+async def test_a_run_that_died_while_storing_fails_rather_than_storing_twice(
+    app: FastAPI, api: httpx.AsyncClient, database_url: str, module_settings: dict[str, Any]
+) -> None:
+    conversation, response_id = await queue(api, "MARKER-storing")
+    await dead_claim(app, response_id, storing=True)
+    assert (await api.get(f"/v1/responses/{response_id}")).json()["status"] == "in_progress"
+    async with worker_replica(database_url, module_settings) as replica:
+        failed = await ended(replica, response_id)
+    assert failed["status"] == "failed", failed
+    assert failed["error"]["code"] == "server_error"
+    assert "may hold it" in failed["error"]["message"]
+    assert await items(api, conversation) == []
+
+
+async def test_a_cancel_on_another_replica_wins_over_the_model_answering(
+    api: httpx.AsyncClient, upstream: FakeLLM, database_url: str, module_settings: dict[str, Any]
+) -> None:
+    upstream.slow_next(0.6)  # the model answers before the run's next heartbeat
+    async with worker_replica(database_url, module_settings) as replica:
+        conversation, response_id = await queue(api, "MARKER-raced")
+        deadline = time.monotonic() + 5.0
+        while (await api.get(f"/v1/responses/{response_id}")).json()["status"] != "in_progress":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        # this replica runs nothing: only the database tells the run it was cancelled
+        cancelled = await api.post(f"/v1/responses/{response_id}/cancel")
+        assert cancelled.json()["status"] == "cancelled", cancelled.text
+        await asyncio.sleep(1.0)
+        assert (await replica.get(f"/v1/responses/{response_id}")).json()["status"] == "cancelled"
+    assert len(upstream.calls) == 1  # the model answered, and nothing of it was kept
+    assert await items(api, conversation) == []
