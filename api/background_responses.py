@@ -103,6 +103,7 @@ class BackgroundResponses:
         while not self._stopping:
             await self._slots.acquire()
             claim: BackgroundRow | None = None
+            self._wake.clear()  # before the claim: a response queued during it wakes the wait
             try:
                 with retry_budget(self._retries):
                     claim = await retrying(self._claim, "claiming a background response", "write")
@@ -113,7 +114,6 @@ class BackgroundResponses:
                 if claim is not None:
                     await self._settle(release_background, claim)
                     return
-                self._wake.clear()
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
                 continue

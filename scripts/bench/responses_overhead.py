@@ -12,7 +12,9 @@ baseline), and through Precis served by uvicorn on a migrated database (`base_ur
 `conversation=` a conversation holding those ten turns, made untimed before each call: the
 history load, the model call through litellm and the turn's append); in the
 "previous_response_id" rows, through Precis continuing a chain of stored responses (the ten
-turns and the model's answer, made untimed before each call by one response). Both send the
+turns and the model's answer, made untimed before each call by one response); in the
+"background" rows, the conversation's call made with `background=True` and polled until it
+has completed (a server running the worker, no summaries). Both send the
 model the same items. Per row: p50 and p95 of both, and what the second adds at p50, against the
 target (TARGET_ADDED_MS).
 
@@ -64,6 +66,8 @@ SEED_TURNS = 10
 SEED_WORDS = 60
 QUESTION = "How are you today?"
 OUTPUT_TOKENS = 50
+POLL_MS = 1.0
+"""How often the background row's client polls a background response."""
 TARGET_ADDED_MS = 3.0
 """The issue's bar: what Precis may add to a call at p50, the history load included."""
 HEADERS = {"content-type": "application/json", "authorization": "Bearer bench"}
@@ -217,6 +221,43 @@ async def measure_chain(
     return row
 
 
+async def measure_background(
+    base_url: str, fake: FakeLLM, backend: str, calls: int, model: str = MODEL
+) -> OverheadRow:
+    """The conversation's call made with `background=True`, polled with `responses.retrieve`
+    (every POLL_MS) until it has completed: what a client waits for a background turn, the
+    worker's claim and the polls included."""
+    direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
+    proxied = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench")
+    asked = _asked()
+
+    async def call_direct(_: None) -> None:
+        await direct.responses.create(model="fake", input=asked, max_output_tokens=OUTPUT_TOKENS)
+
+    async def new_conversation() -> str:
+        created = await proxied.conversations.create(items=seed_turns())
+        return created.id
+
+    async def call_in_background(conversation: str) -> None:
+        response = await proxied.responses.create(
+            model=model,
+            input=QUESTION,
+            conversation=conversation,
+            max_output_tokens=OUTPUT_TOKENS,
+            background=True,
+        )
+        while response.status in ("queued", "in_progress"):
+            await asyncio.sleep(POLL_MS / 1000)
+            response = await proxied.responses.retrieve(response.id)
+        assert response.status == "completed", response.status
+
+    label = f"{backend}, background"
+    row = await _alternated(label, calls, call_direct, new_conversation, call_in_background)
+    await direct.close()
+    await proxied.close()
+    return row
+
+
 async def measure_raw(
     base_url: str, fake: FakeLLM, backend: str, calls: int, model: str = MODEL
 ) -> OverheadRow:
@@ -342,6 +383,16 @@ async def run(
                     rows.append(await measure(base_url, fake, backend, calls, model))
                     rows.append(await measure_chain(base_url, fake, backend, calls, model))
                     rows.append(await measure_raw(base_url, fake, backend, calls, model))
+                with served(
+                    url,
+                    model_allowed=model,
+                    model_api_base=fake.base_url,
+                    model_api_key="bench",
+                    model_context_tokens=f"{model}={WINDOW}",
+                    summary_workers="1",  # the worker's replica runs background responses
+                    dynamic_summary_enabled="false",
+                ) as base_url:
+                    rows.append(await measure_background(base_url, fake, backend, calls, model))
     return rows
 
 
