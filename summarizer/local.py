@@ -72,6 +72,9 @@ OFFLOAD_PROCESSES = min(4, os.cpu_count() or 1)
 """Processes that run large offline tasks (over `OFFLOAD_CHARS`): a thread would not do, since
 pattern matching holds the GIL and a megabyte message would stall every other request."""
 
+OFFLOAD_NICENESS = 10
+"""How much lower those processes' scheduling priority is than the server's."""
+
 MIN_KEYWORD_CHARS = 3
 """Shorter words of an instruction are never keywords (articles, prepositions, "of", "to")."""
 
@@ -732,9 +735,19 @@ class _Processes:
     def _start(self) -> ProcessPoolExecutor:
         # spawn, not fork: the server's threads and event loop must not be copied mid-flight
         context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(OFFLOAD_PROCESSES, mp_context=context, initializer=encoding)
+        pool = ProcessPoolExecutor(
+            OFFLOAD_PROCESSES, mp_context=context, initializer=_start_offload_process
+        )
         self._pool = pool
         return pool
+
+
+def _start_offload_process() -> None:
+    """A worker process yields the CPU to the server's: on a busy machine the event loop
+    answering requests runs first, the summaries (never awaited by a request's answer but
+    an inline one's) wait."""
+    os.nice(OFFLOAD_NICENESS)
+    encoding()
 
 
 _PROCESSES = _Processes()
