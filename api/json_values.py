@@ -26,6 +26,10 @@ def check_json_value(value: Any, where: str, depth: int = 0) -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{where}: numbers must be finite")
+        if value.is_integer() and abs(value) > MAX_JSON_INT:
+            # JSON has one kind of number: 1e20 is the integer 10**20, which PostgreSQL keeps
+            # as such (read back as an int), beyond 64 bits (the document's bound)
+            raise ValueError(f"{where}: integer out of the 64-bit range")
     elif isinstance(value, dict):
         for key, item in value.items():
             check_text(str(key), where)

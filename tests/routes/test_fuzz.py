@@ -32,7 +32,7 @@ from tests.support import json_lines  # noqa: F401  (registers the import body's
 from tests.support.live_server import LiveServer
 from tests.support.openapi_bodies import body_is_valid
 
-FUZZ_EXAMPLES = int(os.environ.get("PRECIS_FUZZ_EXAMPLES", "30"))
+FUZZ_EXAMPLES = int(os.environ.get("PRECIS_FUZZ_EXAMPLES", "15"))
 """Generated requests per operation: about 30 s for the whole run on both databases."""
 
 FUZZ_RANDOM = os.environ.get("PRECIS_FUZZ_RANDOM", "") == "1"
