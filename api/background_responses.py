@@ -17,12 +17,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import suppress
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from api.compat.responses import Responder, StoringRefused
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from api import service
+from api.compat.responses import BackgroundRun, Responder, StoringRefused
 from api.db.faults import describe_fault
 from api.db.transactions import (
     RetryPolicy,
@@ -30,7 +35,13 @@ from api.db.transactions import (
     retry_budget,
     retrying,
 )
-from api.errors import PrecisError
+from api.errors import (
+    PrecisError,
+    ServiceUnavailable,
+    SessionNotFound,
+    SummarizationDeferred,
+    SummarizationInProgress,
+)
 from api.openai_errors import OpenAIError, snake_case
 from api.schemas.responses import ResponseRequest
 from api.store.background import (
@@ -54,8 +65,13 @@ HEARTBEAT_SECONDS = 1.0
 POLL_SECONDS = 1.0
 """Idle, the worker looks for queued responses this often (a queue on this replica wakes it)."""
 
-MAX_ATTEMPTS = 3
-"""Runs of one response at most: one whose worker stopped this often fails."""
+MAX_ATTEMPTS = 5
+"""Runs of one response at most (a run cut short by a stop, a dead worker or a passing fault
+counts): one run this often fails."""
+
+TRANSIENT_DELAY = timedelta(seconds=1)
+"""How long a run that met a passing fault (the database unavailable, a summarization of its
+session under way) waits in the queue before it is run again."""
 
 
 class BackgroundResponses:
@@ -68,8 +84,9 @@ class BackgroundResponses:
         self._wake = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
-        self._running: dict[str, asyncio.Task[None]] = {}
-        self._storing: set[str] = set()
+        self._running: dict[Claim, asyncio.Task[None]] = {}
+        self._storing: set[Claim] = set()
+        """Runs that took the right to store their turn: never cancelled."""
         self._retries = RetryPolicy(responder.settings.database_retry_seconds)
 
     def start(self) -> None:
@@ -83,25 +100,28 @@ class BackgroundResponses:
     def stop_run(self, response_id: str) -> None:
         """The response was cancelled or deleted: stop its run here, if it runs here and has
         not begun storing (then it stores nothing; the heartbeat would stop it too)."""
-        running = self._running.get(response_id)
-        if running is not None and response_id not in self._storing:
-            running.cancel()
+        for claim, task in list(self._running.items()):
+            if claim[0] == response_id and claim not in self._storing:
+                task.cancel()
 
     async def stop(self) -> None:
         """Stop claiming; runs not yet storing go back to the queue, the others end."""
         self._stopping = True
         self._wake.set()
+        for claim, task in list(self._running.items()):
+            if claim not in self._storing:
+                task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
-        for response_id, task in list(self._running.items()):
-            if response_id not in self._storing:
-                task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
 
     async def _loop(self) -> None:
-        while not self._stopping:
+        while True:
             await self._slots.acquire()
+            if self._stopping:
+                self._slots.release()
+                return
             claim: BackgroundRow | None = None
             self._wake.clear()  # before the claim: a response queued during it wakes the wait
             try:
@@ -109,21 +129,19 @@ class BackgroundResponses:
                     claim = await retrying(self._claim, "claiming a background response", "write")
             except Exception as exc:
                 _log_failure("could not claim a background response", exc)
-            if claim is None or self._stopping:
+            if claim is None:
                 self._slots.release()
-                if claim is not None:
-                    await self._settle(release_background, claim)
-                    return
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
                 continue
             task = asyncio.create_task(self._run(claim))
-            self._running[claim.id] = task
+            self._running[_key(claim)] = task
             task.add_done_callback(partial(self._done, claim))
 
-    def _done(self, claim: BackgroundRow, _: asyncio.Task[None]) -> None:
-        self._running.pop(claim.id, None)
-        self._storing.discard(claim.id)
+    def _done(self, claim: BackgroundRow, task: asyncio.Task[None]) -> None:
+        if self._running.get(_key(claim)) is task:
+            del self._running[_key(claim)]
+        self._storing.discard(_key(claim))
         self._slots.release()
 
     async def _claim(self) -> BackgroundRow | None:
@@ -132,66 +150,85 @@ class BackgroundResponses:
 
     async def _run(self, claim: BackgroundRow) -> None:
         with retry_budget(self._retries):
-            if claim.status == "storing":
-                # its worker stopped while storing: whether the turn landed is unknown
-                await self._fail(claim, 500, "stopped", STOPPED_WHILE_STORING)
-                return
-            if claim.attempts > MAX_ATTEMPTS or claim.request is None:
-                await self._fail(claim, 500, "stopped", STOPPED_TOO_OFTEN)
-                return
-            heartbeat = asyncio.create_task(self._heartbeat(claim, asyncio.current_task()))
             try:
-                await self._respond(claim)
-            finally:
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
+                if claim.status == "storing":
+                    # its worker stopped while storing: whether the turn landed is unknown
+                    await self._fail(claim, 500, "stopped", STOPPED_WHILE_STORING)
+                    return
+                if claim.attempts > MAX_ATTEMPTS or claim.request is None:
+                    await self._fail(claim, 500, "stopped", STOPPED_TOO_OFTEN)
+                    return
+                heartbeat = asyncio.create_task(self._heartbeat(claim, asyncio.current_task()))
+                try:
+                    await self._respond(claim)
+                finally:
+                    heartbeat.cancel()
+                    await asyncio.gather(heartbeat, return_exceptions=True)
+            except asyncio.CancelledError:
+                if self._stopping and _key(claim) not in self._storing:
+                    await self._settle(release_background, claim)  # run again after a restart
+                elif _key(claim) not in self._storing:
+                    await self._discard_branch(claim)  # cancelled or deleted
+                raise
 
     async def _respond(self, claim: BackgroundRow) -> None:
         assert claim.request is not None
         request = ResponseRequest.model_validate_json(claim.request)
+        key = _key(claim)
 
         async def take_the_right_to_store() -> None:
             async def take() -> bool:
                 async with self._database.transaction() as db:
                     return await start_storing(db, claim)
 
+            self._storing.add(key)  # from here on, neither a stop nor a cancel cuts it short
             if not await retrying(take, "storing a background response", "write"):
+                self._storing.discard(key)
                 raise StoringRefused(claim.id)
-            self._storing.add(claim.id)
 
+        queued_at = int(json.loads(claim.body).get("created_at") or time.time())
+        run = BackgroundRun(claim.id, queued_at, take_the_right_to_store)
         try:
-            answer, _ = await self._responder.respond(
-                claim.tenant, request, claim.id, take_the_right_to_store
-            )
+            answer, _ = await self._responder.respond(claim.tenant, request, run)
         except StoringRefused:
-            return  # cancelled or deleted: nothing stored
-        except asyncio.CancelledError:
-            if self._stopping and claim.id not in self._storing:
-                await self._settle(release_background, claim)
-            raise
-        except OpenAIError as exc:
-            await self._fail(claim, exc.status_code, exc.code or exc.type, exc.message)
-            return
-        except PrecisError as exc:
-            what = snake_case(type(exc).__name__)
-            await self._fail(claim, exc.status_code, what, exc.detail)
+            await self._discard_branch(claim)  # cancelled or deleted: nothing stored
             return
         except Exception as exc:
-            if connection_lost_or_commit_unknown(exc) and claim.id not in self._storing:
+            if key in self._storing:
+                logger.exception("storing background response %s failed", claim.id)
+                await self._fail(claim, 500, "storing_failed", STORING_FAILED)
+            elif _transient(exc):
                 logger.warning(
-                    "background response %s lost its database connection; queued again: %s",
+                    "background response %s met a passing fault; queued again in %g s: %s",
                     claim.id,
+                    TRANSIENT_DELAY.total_seconds(),
                     describe_fault(exc),
                 )
-                await self._settle(release_background, claim)
-                return
-            logger.exception("background response %s failed", claim.id)
-            await self._fail(claim, 500, "internal_error", f"{type(exc).__name__}: {exc}")
+                await self._settle(partial(release_background, delay=TRANSIENT_DELAY), claim)
+            else:
+                await self._fail(claim, *_described(exc))
+                await self._discard_branch(claim)
             return
-        if claim.id in self._storing:
+        if key in self._storing:
             await self._settle(finish_background, claim)
         else:
             await self._end_as_answered(claim, answer)
+            await self._discard_branch(claim)
+
+    async def _discard_branch(self, claim: BackgroundRow) -> None:
+        """Delete the session a run that stored nothing made under the response's id: the
+        fork a `previous_response_id` turn branched (only this response names a session so;
+        a new chain's is made by its turn's append, and never was)."""
+        try:
+            await retrying(
+                partial(service.delete_session, self._database, claim.tenant, claim.id),
+                f"deleting the branch of background response {claim.id}",
+                "write",
+            )
+        except SessionNotFound:
+            return
+        except Exception as exc:
+            _log_failure(f"could not delete the branch of background response {claim.id}", exc)
 
     async def _end_as_answered(self, claim: BackgroundRow, answer: dict[str, Any]) -> None:
         """A response the model failed (`status: failed`): kept as answered."""
@@ -242,9 +279,45 @@ class BackgroundResponses:
             except Exception as exc:
                 _log_failure(f"could not renew background response {claim.id}", exc)
                 continue
-            if not held and run is not None and claim.id not in self._storing:
+            if not held and run is not None and _key(claim) not in self._storing:
                 run.cancel()
                 return
+
+
+Claim = tuple[str, int]
+"""A claim of a response: its id and the attempt (a later claim of it is another)."""
+
+
+def _key(claim: BackgroundRow) -> Claim:
+    return (claim.id, claim.attempts)
+
+
+def _transient(exc: Exception) -> bool:
+    """A fault a foreground request would answer 503 or 409 for (a retry would do): the run
+    goes back to the queue."""
+    return connection_lost_or_commit_unknown(exc) or isinstance(
+        exc,
+        (
+            PoolTimeout,
+            OSError,
+            OperationalError,
+            InterfaceError,
+            ServiceUnavailable,
+            SummarizationInProgress,
+            SummarizationDeferred,
+        ),
+    )
+
+
+def _described(exc: Exception) -> tuple[int, str, str]:
+    """The status, Precis's code and the message of the error a foreground request would
+    have answered."""
+    if isinstance(exc, OpenAIError):
+        return exc.status_code, exc.code or exc.type, exc.message
+    if isinstance(exc, PrecisError):
+        return exc.status_code, snake_case(type(exc).__name__), exc.detail
+    logger.error("background run failed", exc_info=exc)
+    return 500, "internal_error", f"{type(exc).__name__}: {exc}"
 
 
 FAILURE_CODES = {400: "invalid_prompt", 413: "invalid_prompt", 429: "rate_limit_exceeded"}
@@ -255,6 +328,7 @@ STOPPED_WHILE_STORING = (
     "the server stopped while storing this response's turn: the conversation may hold it"
 )
 STOPPED_TOO_OFTEN = f"the server stopped while running this response {MAX_ATTEMPTS} times"
+STORING_FAILED = "storing this response's turn failed: the conversation may hold it"
 
 
 def _log_failure(what: str, exc: BaseException) -> None:

@@ -15,7 +15,6 @@ import json
 import time
 from typing import Any
 
-from api.compat.model_limits import model_window
 from api.compat.response_checks import checked_model
 from api.compat.response_events import new_id
 from api.compat.responses import Responder
@@ -46,20 +45,22 @@ ECHOED = ("tool_choice", "parallel_tool_calls", "temperature", "top_p", "text", 
 async def queue(responder: Responder, tenant: str, request: ResponseRequest) -> dict[str, Any]:
     """Check the request as a foreground turn would be checked, queue it, answer `queued`."""
     request.model = checked_model(responder.settings, request)
-    items = request.input if isinstance(request.input, list) else []
-    await responder.check_input(items)
-    await model_window(responder.settings, request.model)
+    await responder.fitted(request)
     await _check_context(responder.database, tenant, request)
     response_id = new_id("resp")
-    body = _queued_body(request, response_id)
+    try:
+        body = json.dumps(_queued_body(request, response_id), allow_nan=False)
+    except ValueError:
+        raise OpenAIError(400, "numbers must be finite (no NaN or Infinity)") from None
 
     async def store(db: Any) -> None:
         await queue_response(
-            db, tenant, response_id, request.model_dump_json(exclude_unset=True), json.dumps(body)
+            db, tenant, response_id, request.model_dump_json(exclude_unset=True), body
         )
 
     await responder.database.write(store)
-    return body
+    queued: dict[str, Any] = json.loads(body)
+    return queued
 
 
 async def _check_context(database: Database, tenant: str, request: ResponseRequest) -> None:
@@ -121,11 +122,12 @@ async def view(database: Database, tenant: str, response_id: str) -> dict[str, A
     """`GET /v1/responses/{id}`: the stored response as answered, else the background
     response not stored yet; 404 for any other id."""
     async with database.reading() as db:
-        stored = await get_response(db, tenant, response_id)
-        if stored is not None:
-            body: dict[str, Any] = json.loads(stored.body)
-            return body
+        # the background row first: a run stores its response, then deletes the row
         row = await get_background(db, tenant, response_id)
+        stored = await get_response(db, tenant, response_id)
+    if stored is not None:
+        body: dict[str, Any] = json.loads(stored.body)
+        return body
     if row is None:
         raise not_found(response_id)
     return shown(row)
@@ -144,9 +146,9 @@ async def cancel(database: Database, tenant: str, response_id: str) -> dict[str,
                 400, "Only background responses can be cancelled.", param="response_id"
             )
         return ended
-    body = shown(row)
     if row.status not in WAITING:
-        return body
+        return await view(database, tenant, response_id)
+    body = shown(row)
     body.update(status="cancelled")
 
     async def cancelled(db: Any) -> bool:
@@ -163,10 +165,19 @@ async def delete(database: Database, tenant: str, response_id: str) -> dict[str,
     stored yet (a run of it then stores nothing)."""
 
     async def remove(db: Any) -> bool:
-        return await delete_response(db, tenant, response_id) or await delete_background(
-            db, tenant, response_id
-        )
+        stored = await delete_response(db, tenant, response_id)
+        pending = await delete_background(db, tenant, response_id, storing_too=stored)
+        return stored or pending
 
     if not await database.write(remove):
-        raise not_found(response_id)
+        async with database.reading() as db:
+            row = await get_background(db, tenant, response_id)
+        if row is None:
+            raise not_found(response_id)
+        raise OpenAIError(
+            409,
+            f"response {response_id!r} is storing its turn: delete it once it has completed",
+            param="response_id",
+            code="response_being_stored",
+        )
     return {"id": response_id, "object": "response", "deleted": True}

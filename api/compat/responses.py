@@ -57,8 +57,26 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
 ModelCall = Callable[[Upstream, Mapping[str, Any]], Awaitable[Any]]
 """`create_response` or `open_stream`: one call of the model, whole or streamed."""
 
-BeforeStore = Callable[[], Awaitable[None]]
-"""Run before a turn is stored; raises `StoringRefused` when it must store nothing."""
+
+@dataclass(frozen=True)
+class BackgroundRun:
+    """What a background response's run gives its turn (`api.background_responses`)."""
+
+    response_id: str
+    created_at: int
+    """When it was queued: the response keeps it."""
+    before_store: Callable[[], Awaitable[None]]
+    """Run before the turn is stored; raises `StoringRefused` when it must store nothing."""
+
+
+@dataclass(frozen=True)
+class FittedInput:
+    """A request's input checked, counted, and the room it leaves the stored context."""
+
+    items: list[dict[str, Any]]
+    counted: list[NewMessage]
+    budget: int
+    fixed_tokens: int
 
 
 class StoringRefused(Exception):
@@ -90,8 +108,7 @@ class Turn:
     """Whether the turn and its response are kept (`store` not false)."""
     headers: dict[str, str] = field(default_factory=dict)
     """Answer headers the turn adds (`OVERFLOW_HEADER`)."""
-    before_store: BeforeStore | None = None
-    """A background response's check that it may still store its turn."""
+    background: BackgroundRun | None = None
 
 
 @dataclass(frozen=True)
@@ -115,16 +132,11 @@ class Responder:
     # --- one response, whole --------------------------------------------------------------
 
     async def respond(
-        self,
-        tenant: str,
-        request: ResponseRequest,
-        response_id: str | None = None,
-        before_store: BeforeStore | None = None,
+        self, tenant: str, request: ResponseRequest, background: BackgroundRun | None = None
     ) -> tuple[dict[str, Any], Turn | None]:
-        """The response object of a non-streamed request, and its turn (None: passed through).
-        A background response's run gives its id and `before_store`."""
+        """The response object of a non-streamed request, and its turn (None: passed through)."""
         request.model = checked_model(self.settings, request)
-        turn = await self._prepare(tenant, request, response_id)
+        turn = await self._prepare(tenant, request, background)
         call = _model_call(request, streamed=False)
         if turn is None:
             answer = await self._call(call, _passed_through(request))
@@ -133,7 +145,6 @@ class Responder:
         answer = await self._with_overflow_retry(tenant, turn, call)
         answer = self._as_turn_answer(turn, answer)
         if answer.get("status") in STORED_STATUSES:
-            turn.before_store = before_store
             await self._store(tenant, turn, answer)
         await self._learn(turn, answer)
         return answer, turn
@@ -146,7 +157,7 @@ class Responder:
         """The stream of a streamed request, opened (errors before the first event are raised
         here, so the client gets a plain error answer); its events as JSON."""
         request.model = checked_model(self.settings, request)
-        turn = await self._prepare(tenant, request)
+        turn = await self._prepare(tenant, request, None)
         call = _model_call(request, streamed=True)
         if turn is None:
             events = await self._call(call, _passed_through(request))
@@ -185,32 +196,16 @@ class Responder:
                 raise OpenAIError(400, f"{param}: {message}", param=param) from None
         return await prepared(given, self.settings.max_message_bytes)
 
-    async def _prepare(
-        self, tenant: str, request: ResponseRequest, response_id: str | None = None
-    ) -> Turn | None:
-        session_id = request.conversation_id()
-        response_id = response_id or new_id("resp")
-        in_conversation, stored, new_chain = (
-            session_id is not None,
-            request.store is not False,
-            False,
-        )
-        if session_id is None and request.previous_response_id is not None:
-            continued = await stored_responses.continuation(
-                self.database, self.settings, tenant, request.previous_response_id, response_id
-            )
-            session_id = continued.session_id
-        elif session_id is None:
-            if request.store is False:
-                return None
-            session_id, new_chain = response_id, True
-        input_items = (
+    async def fitted(self, request: ResponseRequest) -> FittedInput:
+        """The input checked as stored items are (shape, size) and counted, and the budget
+        the model's window leaves the stored context: 400 before anything is called or
+        stored."""
+        items = (
             [{"type": "message", "role": "user", "content": request.input}]
             if isinstance(request.input, str)
             else list(request.input or [])
         )
-        # the size and shape checks of a stored item, before anything is called or stored
-        counted = await self.check_input(input_items)
+        counted = await self.check_input(items)
         window = await model_window(self.settings, request.model)
         reserved = answer_room(self.settings, window, request.max_output_tokens)
         fixed = sum(message.token_count for message in counted) + REPLY_PRIMING_TOKENS
@@ -222,8 +217,7 @@ class Responder:
         if request.model != offline_model.OFFLINE_MODEL:
             ratio = await self.ratios.ratio(request.model)
         room = fitted_window(window - reserved, ratio, self.settings.model_token_margin)
-        budget = room - fixed
-        if budget < 1:
+        if room - fixed < 1:
             raise OpenAIError(
                 400,
                 f"the input, instructions and tools ({fixed} tokens) and max_output_tokens "
@@ -231,18 +225,37 @@ class Responder:
                 param="input",
                 code="context_length_exceeded",
             )
+        return FittedInput(items, counted, room - fixed, fixed)
+
+    async def _prepare(
+        self, tenant: str, request: ResponseRequest, background: BackgroundRun | None
+    ) -> Turn | None:
+        session_id = request.conversation_id()
+        response_id = background.response_id if background else new_id("resp")
+        if session_id is None and request.previous_response_id is None and request.store is False:
+            return None
+        given = await self.fitted(request)
+        new_chain = False
+        if session_id is None and request.previous_response_id is not None:
+            continued = await stored_responses.continuation(
+                self.database, self.settings, tenant, request.previous_response_id, response_id
+            )
+            session_id = continued.session_id
+        elif session_id is None:
+            session_id, new_chain = response_id, True
         return Turn(
             session_id,
             request,
-            input_items,
-            counted,
-            budget,
+            given.items,
+            given.counted,
+            given.budget,
             response_id,
-            fixed_tokens=fixed,
-            sent_tokens=fixed,
-            in_conversation=in_conversation,
+            fixed_tokens=given.fixed_tokens,
+            sent_tokens=given.fixed_tokens,
+            in_conversation=request.conversation_id() is not None,
             new_chain=new_chain,
-            stored=stored,
+            stored=request.store is not False,
+            background=background,
         )
 
     async def _upstream_request(self, tenant: str, turn: Turn) -> dict[str, Any]:
@@ -349,8 +362,8 @@ class Responder:
             "previous_response_id": turn.request.previous_response_id,
             "store": turn.stored,
         }
-        if turn.request.background:
-            answer["background"] = True
+        if turn.background is not None:
+            answer.update(background=True, created_at=turn.background.created_at)
         if turn.in_conversation:
             answer["conversation"] = {"id": turn.conversation_id}
         return answer
@@ -360,8 +373,8 @@ class Responder:
         if not turn.stored:
             _count("passed_through", turn)
             return
-        if turn.before_store is not None:
-            await turn.before_store()
+        if turn.background is not None:
+            await turn.background.before_store()
         output = response.get("output") or []
         answer = await prepared(new_conversation_items(output), self.settings.max_message_bytes)
         batch = [*turn.stored_input, *answer]

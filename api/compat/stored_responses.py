@@ -13,6 +13,7 @@ the new response's id (messages and summaries reused, as `fork` does).
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +21,12 @@ from api import forks, store
 from api.append.batch import AppendOutcome
 from api.conversation_items import served_item
 from api.db.transactions import Database
+from api.errors import SessionExists
 from api.items import parse_item
 from api.openai_errors import OpenAIError
 from api.schemas.forks import ForkRequest
 from api.settings import Settings
-from api.store.background import get_background
+from api.store.background import ENDED, get_background
 from api.store.responses import (
     NewResponse,
     ResponseRow,
@@ -63,7 +65,10 @@ async def continuation(
     if previous.session_last_seq == previous.last_seq:
         return Continuation(previous.session_id, previous, branched=False)
     fork = ForkRequest(seq=previous.last_seq, id=new_session_id)
-    await forks.fork_session(database, settings, tenant, previous.session_id, fork)
+    # the new response's id is random: only an earlier run of this response (a background
+    # one run again) made a session of that name, as this fork
+    with suppress(SessionExists):
+        await forks.fork_session(database, settings, tenant, previous.session_id, fork)
     return Continuation(new_session_id, previous, branched=True)
 
 
@@ -101,14 +106,17 @@ async def input_items(
 ) -> dict[str, Any]:
     """A page of the response's input items, as `conversations.items.list` pages items."""
     async with database.reading() as db:
+        # the background row first: a run stores its response, then deletes the row
+        pending = await get_background(db, tenant, response_id)
         row = await get_response(db, tenant, response_id)
         if row is None:
-            if await get_background(db, tenant, response_id) is None:
+            if pending is None:
                 raise not_found(response_id)
             raise OpenAIError(
                 409,
-                f"response {response_id!r} runs in the background: its input items are listed "
-                "once it has completed",
+                f"response {response_id!r} is {pending.status.replace('_', ' ')}: its input "
+                "items are stored with its turn, "
+                + ("never were" if pending.status in ENDED else "once it has completed"),
                 param="response_id",
                 code="response_not_stored",
             )

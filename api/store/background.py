@@ -31,6 +31,9 @@ _background = BACKGROUND_RESPONSES.c
 WAITING = ("queued", "in_progress")
 """The statuses a cancel stops."""
 
+ENDED = ("failed", "cancelled")
+"""The statuses of a response that stored nothing, for good."""
+
 CLAIM_CANDIDATES = 8
 """Claimable rows a claim reads before trying them one by one."""
 
@@ -99,9 +102,13 @@ async def get_background(db: AsyncSession, tenant: str, response_id: str) -> Bac
 
 
 def _claimable(now: datetime) -> ColumnElement[bool]:
-    """Queued, or in progress (or storing) with its worker's lease run out."""
+    """Queued (and not put off: `claimed_until` is then when it may run again), or in
+    progress (or storing) with its worker's lease run out."""
     return or_(
-        _background.status == "queued",
+        and_(
+            _background.status == "queued",
+            or_(_background.claimed_until.is_(None), _background.claimed_until < now),
+        ),
         and_(_background.status.in_(("in_progress", "storing")), _background.claimed_until < now),
     )
 
@@ -187,12 +194,16 @@ async def fail_background(db: AsyncSession, claim: BackgroundRow, body: dict[str
     )
 
 
-async def release_background(db: AsyncSession, claim: BackgroundRow) -> None:
-    """Put a running response back in the queue (its worker stopped, or lost the database)."""
+async def release_background(
+    db: AsyncSession, claim: BackgroundRow, delay: timedelta = timedelta(0)
+) -> None:
+    """Put a running response back in the queue, to run again after `delay` (its worker
+    stopped, or met a passing fault)."""
+    now = utcnow()
     await db.execute(
         update(BACKGROUND_RESPONSES)
         .where(*_claimed(claim, "in_progress"))
-        .values(status="queued", claimed_until=None, updated_at=utcnow())
+        .values(status="queued", claimed_until=now + delay, updated_at=now)
     )
 
 
@@ -210,9 +221,15 @@ async def cancel_background(db: AsyncSession, tenant: str, response_id: str, bod
     return cancelled.first() is not None
 
 
-async def delete_background(db: AsyncSession, tenant: str, response_id: str) -> bool:
-    """Delete the row (a running response then stores nothing); False: none."""
+async def delete_background(
+    db: AsyncSession, tenant: str, response_id: str, storing_too: bool = False
+) -> bool:
+    """Delete the row (a running response then stores nothing); False: none. A row storing
+    its turn stays (its response is about to be stored) unless `storing_too` (it is)."""
+    statuses = [*WAITING, *ENDED] + (["storing"] if storing_too else [])
     deleted = await db.execute(
-        delete(BACKGROUND_RESPONSES).where(*_one(tenant, response_id)).returning(_background.id)
+        delete(BACKGROUND_RESPONSES)
+        .where(*_one(tenant, response_id), _background.status.in_(statuses))
+        .returning(_background.id)
     )
     return deleted.first() is not None

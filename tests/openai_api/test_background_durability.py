@@ -156,3 +156,24 @@ async def test_a_cancel_on_another_replica_wins_over_the_model_answering(
         assert (await replica.get(f"/v1/responses/{response_id}")).json()["status"] == "cancelled"
     assert len(upstream.calls) == 1  # the model answered, and nothing of it was kept
     assert await items(api, conversation) == []
+
+
+async def test_a_run_cut_short_by_a_stop_goes_back_to_the_queue_and_runs_again(
+    api: httpx.AsyncClient, upstream: FakeLLM, database_url: str, module_settings: dict[str, Any]
+) -> None:
+    upstream.slow_next(3.0)
+    async with worker_replica(database_url, module_settings):
+        conversation, response_id = await queue(api, "MARKER-stopped")
+        deadline = time.monotonic() + 5.0
+        while (await api.get(f"/v1/responses/{response_id}")).json()["status"] != "in_progress":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        stopping_from = time.monotonic()
+    # the stop did not wait for the model's answer, and stored nothing of the run
+    assert time.monotonic() - stopping_from < 2.5
+    assert (await api.get(f"/v1/responses/{response_id}")).json()["status"] == "queued"
+    assert await items(api, conversation) == []
+    async with worker_replica(database_url, module_settings) as replica:
+        done = await ended(replica, response_id)
+    assert done["status"] == "completed", done
+    assert [item["role"] for item in await items(api, conversation)] == ["user", "assistant"]

@@ -224,3 +224,50 @@ async def test_cancel_is_for_background_responses_only(client: AsyncOpenAI) -> N
     with pytest.raises(openai.NotFoundError) as missing:
         await client.responses.cancel("resp_never_issued")
     assert "resp_never_issued" in missing.value.message
+
+
+async def test_a_background_response_keeps_the_moment_it_was_queued(client: AsyncOpenAI) -> None:
+    queued = await client.responses.create(model=MODEL, input="MARKER-when", background=True)
+    done = await ended(client, queued.id)
+    assert done.status == "completed" and done.created_at == queued.created_at
+
+
+async def test_a_cancelled_branch_leaves_no_session_behind(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    first = await client.responses.create(model=MODEL, input="MARKER-root")
+    await client.responses.create(model=MODEL, input="MARKER-on", previous_response_id=first.id)
+    # a second turn after `first` branches the chain: a fork named by the new response's id
+    upstream.slow_next(1.0)
+    branch = await client.responses.create(
+        model=MODEL, input="MARKER-branch", previous_response_id=first.id, background=True
+    )
+    await reaches(client, branch.id, "in_progress")
+    assert (await api.get(f"/v1/sessions/{branch.id}")).status_code == 200
+    assert (await client.responses.cancel(branch.id)).status == "cancelled"
+    deadline = time.monotonic() + 5.0
+    while (await api.get(f"/v1/sessions/{branch.id}")).status_code != 404:
+        assert time.monotonic() < deadline, "the cancelled turn's branch is still there"
+        await asyncio.sleep(0.05)
+    with pytest.raises(openai.ConflictError) as never:
+        await client.responses.input_items.list(branch.id)
+    assert "never were" in never.value.message
+    assert len(await stored_items(api, first.id)) == 4  # the chain itself is untouched
+
+
+async def test_what_a_foreground_turn_refuses_at_once_a_background_one_refuses_too(
+    api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    large = {"model": MODEL, "input": "x" * 1_100_000, "background": True}
+    assert (await api.post("/v1/responses", json=large)).status_code == 413
+    no_room = {"model": MODEL, "input": "hi", "background": True, "max_output_tokens": 10_000}
+    refused = await api.post("/v1/responses", json=no_room)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
+    not_finite = b'{"model": "openai/fake", "input": "hi", "background": true, "top_p": NaN}'
+    answer = await api.post(
+        "/v1/responses", content=not_finite, headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 400, answer.text
+    await asyncio.sleep(0.3)
+    assert upstream.calls == []

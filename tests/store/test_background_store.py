@@ -14,6 +14,7 @@ from api.store.background import (
     BackgroundRow,
     cancel_background,
     claim_background,
+    delete_background,
     finish_background,
     get_background,
     queue_response,
@@ -76,3 +77,15 @@ async def test_a_claim_whose_lease_ran_out_is_claimed_again_and_the_first_can_do
         assert not await renew_background(db, first, LEASE)
         assert await start_storing(db, second)
         await finish_background(db, second)
+
+
+async def test_a_response_storing_its_turn_is_not_deleted_until_its_response_is(
+    app: FastAPI,
+) -> None:
+    database: Database = app.state.database
+    claim = await queued_and_claimed(database)
+    async with database.transaction() as db:
+        assert await start_storing(db, claim)
+        assert not await delete_background(db, TENANT, claim.id)
+        assert await delete_background(db, TENANT, claim.id, storing_too=True)
+        assert await get_background(db, TENANT, claim.id) is None
