@@ -134,6 +134,10 @@ class BackgroundResponses:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
                 continue
+            if self._stopping:  # claimed while the stop began: not run here
+                await self._settle(release_background, claim)
+                self._slots.release()
+                return
             task = asyncio.create_task(self._run(claim))
             self._running[_key(claim)] = task
             task.add_done_callback(partial(self._done, claim))

@@ -12,14 +12,8 @@ MAX_JSON_INT = 2**63 - 1
 """Largest integer accepted in JSON, so every database stores it exactly."""
 
 
-def check_json_value(
-    value: Any, where: str, depth: int = 0, *, in_a_json_column: bool = False
-) -> None:
-    """Reject what the databases cannot store faithfully: NUL, lone surrogates, NaN, huge ints.
-
-    `in_a_json_column` (metadata): a number without a fraction beyond 64 bits too, given as a
-    float (`1e20`): JSON has one kind of number, PostgreSQL keeps that one as the integer it is
-    and reads it back as one, beyond 64 bits (the document refuses it too)."""
+def check_json_value(value: Any, where: str, depth: int = 0) -> None:
+    """Reject what the databases cannot store faithfully: NUL, lone surrogates, NaN, huge ints."""
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, str):
@@ -32,17 +26,13 @@ def check_json_value(
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{where}: numbers must be finite")
-        if in_a_json_column and value.is_integer() and abs(value) > MAX_JSON_INT:
-            raise ValueError(f"{where}: integer out of the 64-bit range")
     elif isinstance(value, dict):
         for key, item in value.items():
             check_text(str(key), where)
-            check_json_value(item, f"{where}.{key}", depth + 1, in_a_json_column=in_a_json_column)
+            check_json_value(item, f"{where}.{key}", depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            check_json_value(
-                item, f"{where}[{index}]", depth + 1, in_a_json_column=in_a_json_column
-            )
+            check_json_value(item, f"{where}[{index}]", depth + 1)
 
 
 def check_text(text: str, where: str) -> None:

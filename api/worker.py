@@ -146,6 +146,7 @@ class Worker:
 
     async def _loop(self) -> None:
         while not self._stopping:
+            self._wake.clear()  # before the claim: a job scheduled during it wakes the wait
             try:
                 with retry_budget(self._retries):
                     job = await retrying(
@@ -155,7 +156,6 @@ class Worker:
                 _log_failure("could not claim a summarization job", exc)
                 job = None
             if job is None:
-                self._wake.clear()
                 if not self._stopping:
                     with suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)

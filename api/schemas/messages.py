@@ -107,9 +107,7 @@ class ChatMessageIn(Schema):
             if len(set(ids)) != len(ids):
                 raise ValueError("tool_calls ids must be unique within a message")
         check_json_value(self.model_dump(exclude_none=True, exclude={"metadata"}), "message")
-        check_json_value(
-            self.metadata, "metadata", in_a_json_column=True
-        )  # the same depth limit as a session's
+        check_json_value(self.metadata, "metadata")  # the same depth limit as a session's
         return self
 
     def openai_dict(self) -> dict[str, Any]:
@@ -203,7 +201,7 @@ class ItemIn(Schema):
     @model_validator(mode="after")
     def _an_item(self) -> ItemIn:
         check_item(self.item, "item")
-        check_json_value(self.metadata, "metadata", in_a_json_column=True)
+        check_json_value(self.metadata, "metadata")
         if self.client_id is not None:
             check_text(self.client_id, "client_id")
         return self

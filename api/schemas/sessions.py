@@ -76,7 +76,7 @@ class SessionCreate(Schema):
 
     @model_validator(mode="after")
     def _storable(self) -> SessionCreate:
-        check_json_value(self.metadata, "metadata", in_a_json_column=True)
+        check_json_value(self.metadata, "metadata")
         return self
 
 
@@ -97,7 +97,7 @@ class SessionUpdate(Schema):
 
     @model_validator(mode="after")
     def _storable(self) -> SessionUpdate:
-        check_json_value(self.metadata, "metadata", in_a_json_column=True)
+        check_json_value(self.metadata, "metadata")
         return self
 
 

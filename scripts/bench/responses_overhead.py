@@ -158,10 +158,17 @@ def _bare_direct_call(client: httpx.AsyncClient, fake: FakeLLM) -> Any:
 
 
 async def measure(
-    base_url: str, fake: FakeLLM, backend: str, calls: int, model: str = MODEL
+    base_url: str,
+    fake: FakeLLM,
+    backend: str,
+    calls: int,
+    model: str = MODEL,
+    background: bool = False,
 ) -> OverheadRow:
     """The chat app's call with the `openai` package: to the fake directly, and through
-    Precis."""
+    Precis. `background`: made with `background=True` and polled with `responses.retrieve`
+    (every POLL_MS) until it has completed: what a client waits for a background turn, the
+    worker's claim and the polls included."""
     direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
     proxied = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench")
     asked = _asked()
@@ -174,11 +181,20 @@ async def measure(
         return created.id
 
     async def call_proxied(conversation: str) -> None:
-        await proxied.responses.create(
-            model=model, input=QUESTION, conversation=conversation, max_output_tokens=OUTPUT_TOKENS
+        response = await proxied.responses.create(
+            model=model,
+            input=QUESTION,
+            conversation=conversation,
+            max_output_tokens=OUTPUT_TOKENS,
+            background=background,
         )
+        while response.status in ("queued", "in_progress"):
+            await asyncio.sleep(POLL_MS / 1000)
+            response = await proxied.responses.retrieve(response.id)
+        assert response.status == "completed", (response.status, response.error)
 
-    row = await _alternated(backend, calls, call_direct, new_conversation, call_proxied)
+    label = f"{backend}, background" if background else backend
+    row = await _alternated(label, calls, call_direct, new_conversation, call_proxied)
     await direct.close()
     await proxied.close()
     return row
@@ -216,43 +232,6 @@ async def measure_chain(
 
     label = f"{backend}, previous_response_id"
     row = await _alternated(label, calls, call_direct, new_chain, call_proxied)
-    await direct.close()
-    await proxied.close()
-    return row
-
-
-async def measure_background(
-    base_url: str, fake: FakeLLM, backend: str, calls: int, model: str = MODEL
-) -> OverheadRow:
-    """The conversation's call made with `background=True`, polled with `responses.retrieve`
-    (every POLL_MS) until it has completed: what a client waits for a background turn, the
-    worker's claim and the polls included."""
-    direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
-    proxied = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench")
-    asked = _asked()
-
-    async def call_direct(_: None) -> None:
-        await direct.responses.create(model="fake", input=asked, max_output_tokens=OUTPUT_TOKENS)
-
-    async def new_conversation() -> str:
-        created = await proxied.conversations.create(items=seed_turns())
-        return created.id
-
-    async def call_in_background(conversation: str) -> None:
-        response = await proxied.responses.create(
-            model=model,
-            input=QUESTION,
-            conversation=conversation,
-            max_output_tokens=OUTPUT_TOKENS,
-            background=True,
-        )
-        while response.status in ("queued", "in_progress"):
-            await asyncio.sleep(POLL_MS / 1000)
-            response = await proxied.responses.retrieve(response.id)
-        assert response.status == "completed", (response.status, response.error)
-
-    label = f"{backend}, background"
-    row = await _alternated(label, calls, call_direct, new_conversation, call_in_background)
     await direct.close()
     await proxied.close()
     return row
@@ -392,7 +371,9 @@ async def run(
                     summary_workers="1",  # the worker's replica runs background responses
                     dynamic_summary_enabled="false",
                 ) as base_url:
-                    rows.append(await measure_background(base_url, fake, backend, calls, model))
+                    rows.append(
+                        await measure(base_url, fake, backend, calls, model, background=True)
+                    )
     return rows
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -21,23 +21,14 @@ from fastapi import FastAPI
 from api.main import create_app
 from api.store.background import claim_background, get_background, start_storing
 from tests.conftest import make_settings
-from tests.support.fake_llm import FakeLLM, running_fake_llm
+from tests.support.fake_llm import FakeLLM
 
 MODEL = "openai/fake"
 DEAD_LEASE = timedelta(seconds=0.3)
 """The lease a worker that dies at once took: run again this soon after."""
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeLLM]:
-    with running_fake_llm() as fake:
-        yield fake
-
-
-@pytest.fixture(autouse=True)
-def fresh_upstream(upstream: FakeLLM) -> None:
-    upstream.reset()
-    upstream.mode = "marker_echo"
+pytestmark = pytest.mark.usefixtures("echoing_upstream")
 
 
 @pytest.fixture(scope="module")

@@ -6,34 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
-import httpx2
 import openai
 import pytest
-from fastapi import FastAPI
 from openai import AsyncOpenAI
 from openai.types.responses import Response
 
-from tests.support.fake_llm import FakeLLM, running_fake_llm
+from tests.support.fake_llm import FakeLLM
 
 MODEL = "openai/fake"
 WINDOW = 4_000
 UNFINISHED = ("queued", "in_progress")
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeLLM]:
-    with running_fake_llm() as fake:
-        yield fake
-
-
-@pytest.fixture(autouse=True)
-def fresh_upstream(upstream: FakeLLM) -> None:
-    upstream.reset()
-    upstream.mode = "marker_echo"
+pytestmark = pytest.mark.usefixtures("echoing_upstream")
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +37,8 @@ def module_settings(upstream: FakeLLM) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[AsyncOpenAI]:
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        yield AsyncOpenAI(
-            base_url="http://localhost/v1", api_key="dev", http_client=http, max_retries=0
-        )
+def client(openai_client: AsyncOpenAI) -> AsyncOpenAI:
+    return openai_client
 
 
 async def ended(client: AsyncOpenAI, response_id: str) -> Response:
