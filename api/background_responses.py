@@ -174,6 +174,8 @@ class BackgroundResponses:
                 elif _key(claim) not in self._storing:
                     await self._discard_branch(claim)  # cancelled or deleted
                 raise
+            except Exception as exc:  # a request that no longer reads: no run can answer it
+                await self._fail(claim, *_described(exc))
 
     async def _respond(self, claim: BackgroundRow) -> None:
         assert claim.request is not None

@@ -78,6 +78,6 @@ WIRE_TURNS = Counter(
 EXPIRED_DELETED = Counter(
     "precis_expired_deleted_total",
     "What the retention sweep deleted with expired sessions, by kind (sessions, messages, "
-    "summaries)",
+    "summaries, background_responses: ended ones as old as an idle session's expiry)",
     ["kind"],
 )

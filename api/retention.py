@@ -9,7 +9,8 @@ when another replica's sweep holds it), deletes a window of `MESSAGES_PER_TRANSA
 messages (their summary links with them), and the last deletes its summaries and the row (its
 job and lease with it). Appends to other sessions never wait on a sweep: it locks only rows of
 expired sessions. `precis_expired_deleted_total{kind}` counts what each committed transaction
-deleted, so sweeps of several replicas at once count each row once.
+deleted, so sweeps of several replicas at once count each row once. With idle expiry on, the
+background responses that ended (failed, cancelled) as long ago go too, each by its key.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,7 +27,7 @@ from api import metrics
 from api.db.models import utcnow
 from api.db.transactions import Database, RetryPolicy, retry_budget, retrying
 from api.settings import Settings
-from api.store import retention
+from api.store import background, retention
 from api.store.retention import Expiry
 
 logger = logging.getLogger("precis.retention")
@@ -51,6 +53,8 @@ class Swept:
     sessions: int = 0
     messages: int = 0
     summaries: int = 0
+    background_responses: int = 0
+    """Background responses that failed or were cancelled, idle as long as a session expires."""
 
     def add(self, other: Swept) -> None:
         self.sessions += other.sessions
@@ -105,6 +109,7 @@ class Sweeper:
                 break
         if self._settings.session_idle_ttl_days is not None:
             swept.add(await self._sweep_idle(expiry))
+            swept.background_responses = await self._sweep_ended_background(expiry.idle_cutoff)
         if swept.sessions:
             logger.info(
                 "the retention sweep deleted %d sessions (%d messages, %d summaries)",
@@ -130,6 +135,26 @@ class Sweeper:
             for session_key in found:
                 swept.add(await self._delete(session_key, expiry))
             after_key = last_key
+
+    async def _sweep_ended_background(self, cutoff: datetime) -> int:
+        """Delete the background responses that ended (failed, cancelled) before `cutoff`,
+        each by its key."""
+        deleted = 0
+        while True:
+            page = await retrying(
+                partial(self._ended_page, cutoff), "reading ended background responses", "read"
+            )
+            for key, response_id in page:
+                work = partial(_delete_ended, key=key, response_id=response_id, cutoff=cutoff)
+                if await self._database.write(work, repeatable=True):
+                    metrics.EXPIRED_DELETED.labels("background_responses").inc()
+                    deleted += 1
+            if len(page) < SESSIONS_PER_PAGE:
+                return deleted
+
+    async def _ended_page(self, cutoff: datetime) -> list[tuple[int, str]]:
+        async with self._database.reading() as db:
+            return await background.ended_before(db, cutoff, SESSIONS_PER_PAGE)
 
     async def _expired_in_page(
         self, expiry: Expiry, after_key: int
@@ -176,6 +201,10 @@ async def _delete_step(
     summaries = await retention.delete_summaries(db, session_key)
     sessions = int(await retention.delete_session_row(db, session_key))
     return True, Swept(sessions, messages, summaries)
+
+
+async def _delete_ended(db: AsyncSession, *, key: int, response_id: str, cutoff: datetime) -> bool:
+    return await background.delete_ended(db, key, response_id, cutoff)
 
 
 def _count(deleted: Swept) -> None:

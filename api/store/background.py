@@ -233,3 +233,29 @@ async def delete_background(
         .returning(_background.id)
     )
     return deleted.first() is not None
+
+
+async def ended_before(db: AsyncSession, cutoff: datetime, limit: int) -> list[tuple[int, str]]:
+    """Keys and ids of responses that ended (failed, cancelled) before `cutoff`: what the
+    retention sweep deletes (a read across keys)."""
+    found = await db.execute(
+        select(_background.key, _background.id)
+        .where(_background.status.in_(ENDED), _background.updated_at < cutoff)
+        .limit(limit)
+    )
+    return [(key, response_id) for key, response_id in found.all()]
+
+
+async def delete_ended(db: AsyncSession, key: int, response_id: str, cutoff: datetime) -> bool:
+    """Delete one response that ended before `cutoff`; False: it is not one (any more)."""
+    deleted = await db.execute(
+        delete(BACKGROUND_RESPONSES)
+        .where(
+            _background.key == key,
+            _background.id == response_id,
+            _background.status.in_(ENDED),
+            _background.updated_at < cutoff,
+        )
+        .returning(_background.id)
+    )
+    return deleted.first() is not None

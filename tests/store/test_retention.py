@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import retention, store
 from api.db.models import (
+    BackgroundResponse,
     Message,
     Session,
     SummarizationLease,
@@ -29,6 +30,7 @@ from api.db.models import (
 )
 from api.main import create_app
 from api.retention import Swept
+from api.store import background
 from api.store.retention import Expiry
 from tests.conftest import QUIET, make_settings
 from tests.helpers import (
@@ -292,3 +294,31 @@ async def test_a_session_another_sweep_holds_is_skipped_without_waiting(
         await other_sweep.rollback()
     assert await sweep_of(app)() == Swept(sessions=1, messages=2)
     assert await session_ids(sessionmaker) == set()
+
+
+async def test_background_responses_that_ended_long_ago_are_swept_and_no_other(
+    app: FastAPI, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    database = app.state.database
+    long_ago = datetime.now(UTC) - timedelta(days=IDLE_DAYS, hours=1)
+    rows = {
+        "resp_old_failed": ("failed", long_ago),
+        "resp_old_cancelled": ("cancelled", long_ago),
+        "resp_new_failed": ("failed", datetime.now(UTC)),
+        "resp_old_queued": ("queued", long_ago),
+    }
+    for response_id, (status, updated_at) in rows.items():
+        async with database.transaction() as db:
+            await background.queue_response(db, "default", response_id, "{}", "{}")
+            await db.execute(
+                update(BackgroundResponse)
+                .where(BackgroundResponse.id == response_id)
+                .values(status=status, updated_at=updated_at)
+            )
+    before = deleted_total("background_responses")
+    swept = await sweep_of(app)()
+    assert swept.background_responses == 2
+    assert deleted_total("background_responses") - before == 2
+    async with sessionmaker() as db:
+        left = set(await db.scalars(select(BackgroundResponse.id)))
+    assert left == {"resp_new_failed", "resp_old_queued"}

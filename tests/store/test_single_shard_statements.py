@@ -78,6 +78,9 @@ CROSS_SESSION_READS = {
     "api/store/background.py:claim_background": (
         "the candidates for a background response's claim (each then claimed by its key)"
     ),
+    "api/store/background.py:ended_before": (
+        "the retention sweep: which background responses ended long ago (each deleted by key)"
+    ),
     "api/store/readiness.py:*": "/readyz: the schema's revision",
     "api/store/responses.py:*": "a stored response, found by its id alone",
     "api/store/summaries.py:live_fallback_summaries": "the repair round's fallbacks to repair",
