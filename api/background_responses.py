@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from api import service
+from api.compat import background
 from api.compat.responses import BackgroundRun, Responder, StoringRefused
 from api.db.faults import describe_fault
 from api.db.transactions import (
@@ -38,7 +38,6 @@ from api.db.transactions import (
 from api.errors import (
     PrecisError,
     ServiceUnavailable,
-    SessionNotFound,
     SummarizationDeferred,
     SummarizationInProgress,
 )
@@ -65,11 +64,11 @@ HEARTBEAT_SECONDS = 1.0
 POLL_SECONDS = 1.0
 """Idle, the worker looks for queued responses this often (a queue on this replica wakes it)."""
 
-MAX_ATTEMPTS = 5
+MAX_ATTEMPTS = 10
 """Runs of one response at most (a run cut short by a stop, a dead worker or a passing fault
 counts): one run this often fails."""
 
-TRANSIENT_DELAY = timedelta(seconds=1)
+TRANSIENT_DELAY = timedelta(seconds=2)
 """How long a run that met a passing fault (the database unavailable, a summarization of its
 session under way) waits in the queue before it is run again."""
 
@@ -85,6 +84,7 @@ class BackgroundResponses:
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._running: dict[Claim, asyncio.Task[None]] = {}
+        self._claims: dict[Claim, BackgroundRow] = {}
         self._storing: set[Claim] = set()
         """Runs that took the right to store their turn: never cancelled."""
         self._retries = RetryPolicy(responder.settings.database_retry_seconds)
@@ -108,10 +108,16 @@ class BackgroundResponses:
         """Stop claiming; runs not yet storing go back to the queue, the others end."""
         self._stopping = True
         self._wake.set()
-        for claim, task in list(self._running.items()):
+        running = list(self._running.items())
+        for claim, task in running:
             if claim not in self._storing:
                 task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+        for claim, task in running:
+            if task.cancelled() and claim in self._claims:
+                # cut short before its first step, its own release never ran (a second
+                # release matches nothing)
+                await self._settle(release_background, self._claims[claim])
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
@@ -140,11 +146,14 @@ class BackgroundResponses:
                 return
             task = asyncio.create_task(self._run(claim))
             self._running[_key(claim)] = task
+            self._claims[_key(claim)] = claim
             task.add_done_callback(partial(self._done, claim))
 
     def _done(self, claim: BackgroundRow, task: asyncio.Task[None]) -> None:
         if self._running.get(_key(claim)) is task:
             del self._running[_key(claim)]
+            if not self._stopping:
+                self._claims.pop(_key(claim), None)
         self._storing.discard(_key(claim))
         self._slots.release()
 
@@ -161,18 +170,14 @@ class BackgroundResponses:
                     return
                 if claim.attempts > MAX_ATTEMPTS or claim.request is None:
                     await self._fail(claim, 500, "stopped", STOPPED_TOO_OFTEN)
+                    await self._discard_branch(claim)
                     return
-                heartbeat = asyncio.create_task(self._heartbeat(claim, asyncio.current_task()))
-                try:
-                    await self._respond(claim)
-                finally:
-                    heartbeat.cancel()
-                    await asyncio.gather(heartbeat, return_exceptions=True)
+                await self._respond(claim)
             except asyncio.CancelledError:
                 if self._stopping and _key(claim) not in self._storing:
                     await self._settle(release_background, claim)  # run again after a restart
-                elif _key(claim) not in self._storing:
-                    await self._discard_branch(claim)  # cancelled or deleted
+                if _key(claim) not in self._storing:
+                    await self._discard_branch(claim)  # only once no run of it can store
                 raise
             except Exception as exc:  # a request that no longer reads: no run can answer it
                 await self._fail(claim, *_described(exc))
@@ -181,8 +186,11 @@ class BackgroundResponses:
         assert claim.request is not None
         request = ResponseRequest.model_validate_json(claim.request)
         key = _key(claim)
+        taken = False
 
         async def take_the_right_to_store() -> None:
+            nonlocal taken
+
             async def take() -> bool:
                 async with self._database.transaction() as db:
                     return await start_storing(db, claim)
@@ -191,48 +199,50 @@ class BackgroundResponses:
             if not await retrying(take, "storing a background response", "write"):
                 self._storing.discard(key)
                 raise StoringRefused(claim.id)
+            taken = True
 
         queued_at = int(json.loads(claim.body).get("created_at") or time.time())
         run = BackgroundRun(claim.id, queued_at, take_the_right_to_store)
+        heartbeat = asyncio.create_task(self._heartbeat(claim, asyncio.current_task()))
+        failure: Exception | None = None
         try:
             answer, _ = await self._responder.respond(claim.tenant, request, run)
-        except StoringRefused:
-            await self._discard_branch(claim)  # cancelled or deleted: nothing stored
-            return
         except Exception as exc:
-            if key in self._storing:
-                logger.exception("storing background response %s failed", claim.id)
-                await self._fail(claim, 500, "storing_failed", STORING_FAILED)
-            elif _transient(exc):
-                logger.warning(
-                    "background response %s met a passing fault; queued again in %g s: %s",
-                    claim.id,
-                    TRANSIENT_DELAY.total_seconds(),
-                    describe_fault(exc),
-                )
-                await self._settle(partial(release_background, delay=TRANSIENT_DELAY), claim)
-            else:
-                await self._fail(claim, *_described(exc))
-                await self._discard_branch(claim)
-            return
-        if key in self._storing:
+            failure = exc
+        finally:
+            # stopped before the outcome is settled: a renewal meanwhile would read it as lost
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+        if failure is None and taken:
             await self._settle(finish_background, claim)
-        else:
+        elif failure is None:
             await self._end_as_answered(claim, answer)
+            await self._discard_branch(claim)
+        elif taken:
+            logger.error("storing background response %s failed", claim.id, exc_info=failure)
+            await self._fail(claim, 500, "storing_failed", STORING_FAILED)
+        elif isinstance(failure, StoringRefused):
+            await self._discard_branch(claim)  # cancelled or deleted: nothing stored
+        elif _transient(failure):
+            logger.warning(
+                "background response %s met a passing fault; queued again in %g s: %s",
+                claim.id,
+                TRANSIENT_DELAY.total_seconds(),
+                describe_fault(failure),
+            )
+            self._storing.discard(key)
+            await self._settle(partial(release_background, delay=TRANSIENT_DELAY), claim)
+        else:
+            self._storing.discard(key)
+            await self._fail(claim, *_described(failure))
             await self._discard_branch(claim)
 
     async def _discard_branch(self, claim: BackgroundRow) -> None:
-        """Delete the session a run that stored nothing made under the response's id: the
-        fork a `previous_response_id` turn branched (only this response names a session so;
-        a new chain's is made by its turn's append, and never was)."""
+        """Delete the fork the run's `previous_response_id` made, if it is left over
+        (`api.compat.background.discard_branch` checks, in its transaction, that no run of
+        the response can store in it any more)."""
         try:
-            await retrying(
-                partial(service.delete_session, self._database, claim.tenant, claim.id),
-                f"deleting the branch of background response {claim.id}",
-                "write",
-            )
-        except SessionNotFound:
-            return
+            await background.discard_branch(self._database, claim.tenant, claim.id)
         except Exception as exc:
             _log_failure(f"could not delete the branch of background response {claim.id}", exc)
 

@@ -20,12 +20,13 @@ from api.compat.response_events import new_id
 from api.compat.responses import Responder
 from api.compat.stored_responses import not_found
 from api.conversations import ConversationNotFound
-from api.db.transactions import Database
+from api.db.transactions import CommitConnectionLost, Database
 from api.errors import SessionNotFound
 from api.openai_errors import OpenAIError
 from api.schemas.responses import ResponseRequest
-from api.store import get_session
+from api.store import delete_session, get_session
 from api.store.background import (
+    ENDED,
     WAITING,
     BackgroundRow,
     cancel_background,
@@ -58,7 +59,13 @@ async def queue(responder: Responder, tenant: str, request: ResponseRequest) -> 
             db, tenant, response_id, request.model_dump_json(exclude_unset=True), body
         )
 
-    await responder.database.write(store)
+    try:
+        await responder.database.write(store)
+    except CommitConnectionLost:
+        # the client never got the id to read it back: ask whether the row landed
+        async with responder.database.reading() as db:
+            if await get_background(db, tenant, response_id) is None:
+                raise
     queued: dict[str, Any] = json.loads(body)
     return queued
 
@@ -155,6 +162,7 @@ async def cancel(database: Database, tenant: str, response_id: str) -> dict[str,
         return await cancel_background(db, tenant, response_id, json.dumps(body))
 
     if await database.write(cancelled, repeatable=True):
+        await discard_branch(database, tenant, response_id)  # a run may have made it before
         return body
     # it moved on meanwhile (storing, ended, or deleted): answer it as it is now
     return await view(database, tenant, response_id)
@@ -181,3 +189,25 @@ async def delete(database: Database, tenant: str, response_id: str) -> dict[str,
             code="response_being_stored",
         )
     return {"id": response_id, "object": "response", "deleted": True}
+
+
+async def discard_branch(database: Database, tenant: str, response_id: str) -> None:
+    """Delete the fork a background `previous_response_id` turn made under its response's id,
+    once that turn will never be stored: only while the fork holds nothing past its fork
+    point, the response is stored nowhere, and no run of it waits or runs (its row gone,
+    failed or cancelled), all read in the transaction that deletes it."""
+
+    async def discard(db: Any) -> None:
+        try:
+            fork = await get_session(db, tenant, response_id, for_update=True)
+        except SessionNotFound:
+            return
+        if fork.forked_from is None or fork.last_seq != fork.fork_seq:
+            return
+        if await get_response(db, tenant, response_id) is not None:
+            return
+        row = await get_background(db, tenant, response_id)
+        if row is None or row.status in ENDED:
+            await delete_session(db, tenant, response_id)
+
+    await database.write(discard, repeatable=True)

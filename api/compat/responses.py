@@ -373,11 +373,11 @@ class Responder:
         if not turn.stored:
             _count("passed_through", turn)
             return
-        if turn.background is not None:
-            await turn.background.before_store()
         output = response.get("output") or []
         answer = await prepared(new_conversation_items(output), self.settings.max_message_bytes)
         batch = [*turn.stored_input, *answer]
+        if turn.background is not None:
+            await turn.background.before_store()
         session = turn.conversation_id
         outcome, _ = await store_batch(self.database, self.settings, tenant, session, batch)
         await stored_responses.record(

@@ -11,9 +11,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from fastapi import FastAPI
 from openai import AsyncOpenAI
 from openai.types.responses import Response
 
+from api.compat.background import discard_branch
+from api.store.background import delete_background, queue_response
 from tests.support.fake_llm import FakeLLM
 
 MODEL = "openai/fake"
@@ -255,3 +258,37 @@ async def test_what_a_foreground_turn_refuses_at_once_a_background_one_refuses_t
     assert answer.status_code == 400, answer.text
     await asyncio.sleep(0.3)
     assert upstream.calls == []
+
+
+async def test_a_branch_is_discarded_only_when_no_run_can_store_in_it(
+    app: FastAPI, client: AsyncOpenAI, api: httpx.AsyncClient
+) -> None:
+    first = await client.responses.create(model=MODEL, input="MARKER-trunk")
+    await client.responses.create(model=MODEL, input="MARKER-then", previous_response_id=first.id)
+    stored = await ended(
+        client,
+        (
+            await client.responses.create(
+                model=MODEL, input="MARKER-kept", previous_response_id=first.id, background=True
+            )
+        ).id,
+    )
+    assert stored.status == "completed"
+    database = app.state.database
+    # a stale run's discard finds the branch holding a stored turn: it stays
+    await discard_branch(database, "default", stored.id)
+    assert len(await stored_items(api, stored.id)) == 4
+    # a fork named by a response that another run still waits to run in: it stays
+    waiting, left_over = "resp_waiting_branch", "resp_left_over_branch"
+    for name in (waiting, left_over):
+        forked = await api.post(f"/v1/sessions/{first.id}/fork", json={"seq": 2, "id": name})
+        assert forked.status_code == 201, forked.text
+    async with database.transaction() as db:
+        await queue_response(db, "default", waiting, "{}", "{}")
+    await discard_branch(database, "default", waiting)
+    assert (await api.get(f"/v1/sessions/{waiting}")).status_code == 200
+    async with database.transaction() as db:
+        await delete_background(db, "default", waiting)
+    # one whose response is stored nowhere and waits nowhere: deleted
+    await discard_branch(database, "default", left_over)
+    assert (await api.get(f"/v1/sessions/{left_over}")).status_code == 404
