@@ -372,7 +372,7 @@ class BackgroundResponse(Base):
     __tablename__ = "background_responses"
     __table_args__ = (
         PrimaryKeyConstraint("key", "id"),
-        Index("ix_background_responses_status_created_at", "status", "created_at"),
+        Index("ix_background_responses_status_updated_at", "status", "updated_at"),
     )
 
     key: Mapped[int] = mapped_column(SessionKey)

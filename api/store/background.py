@@ -20,7 +20,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db.models import BACKGROUND_RESPONSES, utcnow
@@ -113,18 +113,24 @@ def _claimable(now: datetime) -> ColumnElement[bool]:
     )
 
 
+def claim_candidates(now: datetime) -> Select[Any]:
+    """The oldest claimable rows: read through `(status, updated_at)`, so only unfinished
+    ones, however many ended ones the table holds."""
+    return (
+        select(_background.key, _background.id, _background.status)
+        .where(_claimable(now))
+        .order_by(_background.created_at)
+        .limit(CLAIM_CANDIDATES)
+    )
+
+
 async def claim_background(db: AsyncSession, lease: timedelta) -> BackgroundRow | None:
     """Claim the oldest claimable response: a plain read of candidates, then an UPDATE of one
     row that holds only while it is still claimable (of workers racing for it, one wins; the
     others try the next). A row claimed as `storing` was left by a worker that stopped while
     storing its turn: the caller ends it."""
     now = utcnow()
-    candidates = await db.execute(
-        select(_background.key, _background.id, _background.status)
-        .where(_claimable(now))
-        .order_by(_background.created_at)
-        .limit(CLAIM_CANDIDATES)
-    )
+    candidates = await db.execute(claim_candidates(now))
     for key, response_id, status in candidates.all():
         claimed = await db.execute(
             update(BACKGROUND_RESPONSES)
@@ -238,12 +244,17 @@ async def delete_background(
 async def ended_before(db: AsyncSession, cutoff: datetime, limit: int) -> list[tuple[int, str]]:
     """Keys and ids of responses that ended (failed, cancelled) before `cutoff`: what the
     retention sweep deletes (a read across keys)."""
-    found = await db.execute(
+    found = await db.execute(ended_before_statement(cutoff, limit))
+    return [(key, response_id) for key, response_id in found.all()]
+
+
+def ended_before_statement(cutoff: datetime, limit: int) -> Select[Any]:
+    """Read through `(status, updated_at)`: only rows that ended before `cutoff`."""
+    return (
         select(_background.key, _background.id)
         .where(_background.status.in_(ENDED), _background.updated_at < cutoff)
         .limit(limit)
     )
-    return [(key, response_id) for key, response_id in found.all()]
 
 
 async def delete_ended(db: AsyncSession, key: int, response_id: str, cutoff: datetime) -> bool:

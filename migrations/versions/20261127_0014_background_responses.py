@@ -40,9 +40,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("key", "id", name=op.f("pk_background_responses")),
     )
     op.create_index(
-        "ix_background_responses_status_created_at",
+        "ix_background_responses_status_updated_at",
         "background_responses",
-        ["status", "created_at"],
+        ["status", "updated_at"],
     )
     if _citus_installed():
         op.execute(
@@ -52,5 +52,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index("ix_background_responses_status_created_at", table_name="background_responses")
+    op.drop_index("ix_background_responses_status_updated_at", table_name="background_responses")
     op.drop_table("background_responses")

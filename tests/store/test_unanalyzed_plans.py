@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -22,7 +23,9 @@ from sqlalchemy import event, text
 
 from api import store
 from api.db.engine import create_engine, create_sessionmaker
+from api.db.models import utcnow
 from api.main import create_app
+from api.store import background as background_statements
 from api.store import console as console_reads
 from api.store.keys import session_key
 from api.store.loader import TAIL_PAGE_SIZE
@@ -313,4 +316,41 @@ async def test_a_summarys_sources_page_reads_a_page_of_an_unanalyzed_session(
             await connection.execute(
                 text("DELETE FROM session_summaries WHERE summary_text = 'all of it'")
             )
+        await engine.dispose()
+
+
+async def test_the_background_claim_and_sweep_read_only_the_rows_they_take(
+    unanalyzed_url: str,
+) -> None:
+    """Many ended background responses, unseen by the statistics: a claim reads the
+    unfinished rows only, the retention sweep only those that ended before its cutoff."""
+    engine = create_engine(unanalyzed_url)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                text("ALTER TABLE background_responses SET (autovacuum_enabled = false)")
+            )
+            await connection.execute(
+                text(
+                    "INSERT INTO background_responses (key, id, tenant, status, body, attempts, "
+                    "created_at, updated_at) SELECT n, 'resp_' || n, 'default', CASE WHEN "
+                    "n % 5000 = 0 THEN 'queued' WHEN n % 2 = 0 THEN 'failed' ELSE 'cancelled' "
+                    "END, '{}', 0, now(), now() FROM generate_series(1, :rows) AS n"
+                ),
+                {"rows": SESSION_SIZE},
+            )
+        now = utcnow()
+        statements = [
+            background_statements.claim_candidates(now),
+            background_statements.ended_before_statement(now - timedelta(days=1), 100),
+        ]
+        for statement in statements:
+            query = str(
+                statement.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+            )
+            rows, node = await widest_node(unanalyzed_url, query, ())
+            assert rows <= ROW_BOUND, f"{node} read {rows} rows of:\n{query}"
+    finally:
+        async with engine.begin() as connection:
+            await connection.execute(text("DELETE FROM background_responses"))
         await engine.dispose()
