@@ -215,8 +215,8 @@ class BackgroundResponses:
             await asyncio.gather(heartbeat, return_exceptions=True)
         if failure is None and taken:
             await self._settle(finish_background, claim)
-        elif failure is None:
-            await self._end_as_answered(claim, answer)
+        elif failure is None:  # the model failed it (`status: failed`): kept as answered
+            await self._settle(partial(fail_background, body=answer), claim)
             await self._discard_branch(claim)
         elif taken:
             logger.error("storing background response %s failed", claim.id, exc_info=failure)
@@ -246,42 +246,26 @@ class BackgroundResponses:
         except Exception as exc:
             _log_failure(f"could not delete the branch of background response {claim.id}", exc)
 
-    async def _end_as_answered(self, claim: BackgroundRow, answer: dict[str, Any]) -> None:
-        """A response the model failed (`status: failed`): kept as answered."""
-
-        async def fail() -> None:
-            async with self._database.transaction() as db:
-                await fail_background(db, claim, answer)
-
-        await self._safely(fail, claim)
-
     async def _fail(self, claim: BackgroundRow, status: int, what: str, message: str) -> None:
         """Fail the response with the error a foreground request would have answered: its
         `code` one of OpenAI's response error codes, its message led by Precis's own code."""
         body: dict[str, Any] = json.loads(claim.body)
         code = FAILURE_CODES.get(status, "server_error")
         body.update(status="failed", error={"code": code, "message": f"{what}: {message}"})
-
-        async def fail() -> None:
-            async with self._database.transaction() as db:
-                await fail_background(db, claim, body)
-
-        await self._safely(fail, claim)
+        await self._settle(partial(fail_background, body=body), claim)
 
     async def _settle(self, step: Any, claim: BackgroundRow) -> None:
-        """`finish_background` or `release_background` of the claim, in a transaction."""
+        """`step(db, claim)` (finish, release or fail the claim) in a transaction, run again
+        while its connection is lost; if it cannot be, the lease runs out and the response is
+        claimed again."""
 
         async def settle() -> None:
             async with self._database.transaction() as db:
                 await step(db, claim)
 
-        await self._safely(settle, claim)
-
-    async def _safely(self, work: Any, claim: BackgroundRow) -> None:
         try:
-            await retrying(work, f"ending background response {claim.id}", "write")
+            await retrying(settle, f"ending background response {claim.id}", "write")
         except Exception as exc:
-            # the lease runs out and the response is claimed again
             _log_failure(f"could not end background response {claim.id}", exc)
 
     async def _heartbeat(self, claim: BackgroundRow, run: asyncio.Task[Any] | None) -> None:

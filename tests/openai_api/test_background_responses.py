@@ -13,6 +13,7 @@ import openai
 import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
+from openai.types.conversations import Conversation
 from openai.types.responses import Response
 
 from api.compat.background import discard_branch
@@ -60,6 +61,20 @@ async def reaches(client: AsyncOpenAI, response_id: str, status: str) -> None:
     while (await client.responses.retrieve(response_id)).status != status:
         assert time.monotonic() < deadline, f"{response_id} never {status}"
         await asyncio.sleep(0.02)
+
+
+async def running_slowly(
+    client: AsyncOpenAI, upstream: FakeLLM, marker: str, seconds: float
+) -> tuple[Conversation, Response]:
+    """A background turn of a new conversation, in progress, its model answering after
+    `seconds`."""
+    conversation = await client.conversations.create()
+    upstream.slow_next(seconds)
+    queued = await client.responses.create(
+        model=MODEL, input=marker, conversation=conversation.id, background=True
+    )
+    await reaches(client, queued.id, "in_progress")
+    return conversation, queued
 
 
 async def stored_items(api: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
@@ -117,12 +132,7 @@ async def test_a_background_chain_continues_with_previous_response_id(
 async def test_a_cancelled_run_stores_nothing_and_answers_cancelled_again(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
-    conversation = await client.conversations.create()
-    upstream.slow_next(1.0)
-    queued = await client.responses.create(
-        model=MODEL, input="MARKER-cancelled", conversation=conversation.id, background=True
-    )
-    await reaches(client, queued.id, "in_progress")
+    conversation, queued = await running_slowly(client, upstream, "MARKER-cancelled", 1.0)
     cancelled = await client.responses.cancel(queued.id)
     assert cancelled.status == "cancelled" and cancelled.id == queued.id
     await asyncio.sleep(1.3)  # past the moment the model would have answered
@@ -141,12 +151,7 @@ async def test_a_cancelled_run_stores_nothing_and_answers_cancelled_again(
 async def test_a_deleted_background_response_stores_nothing(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
-    conversation = await client.conversations.create()
-    upstream.slow_next(0.8)
-    queued = await client.responses.create(
-        model=MODEL, input="MARKER-deleted", conversation=conversation.id, background=True
-    )
-    await reaches(client, queued.id, "in_progress")
+    conversation, queued = await running_slowly(client, upstream, "MARKER-deleted", 0.8)
     deleted = await client.responses.with_raw_response.delete(queued.id)
     assert deleted.http_response.json()["deleted"] is True
     await asyncio.sleep(1.0)
