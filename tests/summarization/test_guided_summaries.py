@@ -136,6 +136,16 @@ async def repaired(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
     raise AssertionError(f"no repair of {sid}'s fallback within {WAIT_SECONDS} s")
 
 
+async def a_failed_call_asking(fake_llm: FakeLLM, instructions: str) -> None:
+    """Wait until the (failing) model has been asked to follow `instructions`."""
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        if any(call.status != 200 and asked(call) == instructions for call in fake_llm.calls):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no call asked {instructions!r} within {WAIT_SECONDS} s")
+
+
 async def test_a_repair_follows_the_instructions_its_fallback_recorded(
     client: httpx.AsyncClient, fake_llm: FakeLLM, sid: str
 ) -> None:
@@ -166,6 +176,8 @@ async def test_a_repair_of_a_fallback_made_without_instructions_follows_the_sess
         f"/v1/sessions/{sid}", json={"settings": {"summary_instructions": SESSION_ASKS}}
     )
     assert patched.status_code == 200, patched.text
+    # a repair that read the settings before the patch may still be calling the model
+    await a_failed_call_asking(fake_llm, SESSION_ASKS)
     fake_llm.fail_always(None)
     repair = await repaired(client, sid)
     assert repair["metadata"]["instructions"] == SESSION_ASKS
