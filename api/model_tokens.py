@@ -91,19 +91,36 @@ class TokenRatios:
         if counted < MIN_SAMPLE_TOKENS or reported <= 0:
             return
         sample = reported / counted
+        cached = self._cached.get(model)
+        if (
+            cached is not None
+            and self.clock() - cached[1] < CACHE_SECONDS
+            and _learned(cached[0], sample) is None
+        ):
+            return  # what the database would answer moves too little to be written
 
         async def update(db: AsyncSession) -> float:
             stored = await _stored_ratio(db, model, for_update=True)
-            old, samples = stored if stored else (None, 0)
-            new = sample if old is None or sample > old else old + FALL_WEIGHT * (sample - old)
-            if old is None or abs(new - old) > WRITE_CHANGE * old:
-                await _upsert(db, model, new, min(samples + 1, SAMPLES_KEPT))
+            if stored is None:
+                await _upsert(db, model, sample, 1)
+                return sample
+            old, samples = stored
+            new = _learned(old, sample)
+            if new is None:
+                return old
+            await _upsert(db, model, new, min(samples + 1, SAMPLES_KEPT))
             return new
 
         try:
             self._cached[model] = (await self.database.write(update), self.clock())
         except Exception as exc:  # the answer is the client's: a ratio not learned costs less
             logger.warning("the token ratio of %r was not learned: %s", model, describe_fault(exc))
+
+
+def _learned(old: float, sample: float) -> float | None:
+    """The ratio after one more `sample`, or None when it moves too little to be written."""
+    new = sample if sample > old else old + FALL_WEIGHT * (sample - old)
+    return new if abs(new - old) > WRITE_CHANGE * old else None
 
 
 def fitted_window(window: int, ratio: float, margin: float) -> int:

@@ -94,11 +94,7 @@ async def record(
         previous_response_id=previous_response_id,
         body=json.dumps(response),
     )
-
-    async def insert(db: Any) -> None:
-        await insert_response(db, row)
-
-    await database.write(insert)
+    await insert_response(database, row)
 
 
 async def input_items(

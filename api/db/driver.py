@@ -28,10 +28,15 @@ from typing import Any, cast
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.sql import ClauseElement, ColumnElement, Executable, Select
+from sqlalchemy.sql import ClauseElement, ColumnElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from api.db.transactions import driver_connection, read_again_if_connection_lost
+from api.db.transactions import (
+    Database,
+    driver_connection,
+    read_again_if_connection_lost,
+    retrying,
+)
 
 Processor = Callable[[Any], Any]
 
@@ -83,20 +88,33 @@ class DriverStatement:
     constants: Mapping[str, Any]
     """Values bound in the statement itself (literals), by name."""
     decoders: Decoders
+    encoders: tuple[Processor | None, ...]
+    """What turns each parameter's Python value into what the driver stores, by position
+    (`write` applies them; the reads' callers pass values as the driver takes them)."""
 
     @classmethod
     def compile(cls, statement: Executable, dialect: Dialect) -> DriverStatement:
         compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect))
-        columns = cast(Select[Any], statement).selected_columns
+        names = tuple(compiled.positiontup or ())
+        selected = getattr(statement, "selected_columns", ())
+        binds = (compiled.binds[name].type.dialect_impl(dialect) for name in names)
         return cls(
             str(compiled),
-            tuple(compiled.positiontup or ()),
+            names,
             dict(compiled.params),
-            decoders(columns, dialect),
+            decoders(selected, dialect),
+            tuple(bind.bind_processor(dialect) for bind in binds),
         )
 
     def arguments(self, params: Mapping[str, Any]) -> list[Any]:
         return [params[name] if name in params else self.constants[name] for name in self.names]
+
+    def encoded(self, params: Mapping[str, Any]) -> list[Any]:
+        """`arguments`, each encoded as the driver stores it."""
+        return [
+            value if encode is None or value is None else encode(value)
+            for value, encode in zip(self.arguments(params), self.encoders, strict=True)
+        ]
 
 
 _compiled: dict[tuple[int, str], tuple[Executable, DriverStatement]] = {}
@@ -135,6 +153,27 @@ async def fetch(
         partial(_fetch_once, engine, compiled.sql, arguments, paged)
     )
     return decode(rows, compiled.decoders)
+
+
+async def write(database: Database, statement: Executable, params: Mapping[str, Any]) -> None:
+    """A write `statement` (built once, at import) that may run twice to the same effect (an
+    insert that does nothing on a conflict), run on the driver: on PostgreSQL in autocommit,
+    one round trip, run again on a fresh connection when the connection died under it, within
+    the retry budget; on SQLite in one transaction in one call to the driver's thread."""
+    engine = database.engine
+    compiled = _driver_statement(statement, engine.dialect)
+    arguments = compiled.encoded(params)
+    if engine.dialect.name == "postgresql":
+
+        async def once() -> None:
+            async with driver_connection(engine) as connection:
+                await connection.execute(compiled.sql, *arguments)
+
+        await retrying(once, "a write", "write")
+        return
+    await database.driver_transaction(
+        lambda connection: connection.execute(compiled.sql, arguments)
+    )
 
 
 async def _fetch_once(engine: AsyncEngine, sql: str, arguments: list[Any], paged: bool) -> Any:

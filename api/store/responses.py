@@ -1,16 +1,20 @@
 """Stored responses: insert one after its turn is stored, read one (with its session), delete.
 
-Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction;
+the insert, one statement, commits itself (`insert_response`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Insert, bindparam, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.db import driver
 from api.db.models import RESPONSES, SESSIONS, utcnow
+from api.db.transactions import Database
 from api.store.retention import Expiry, unexpired
 
 _responses = RESPONSES.c
@@ -43,10 +47,23 @@ class NewResponse(NamedTuple):
     body: str
 
 
-async def insert_response(db: AsyncSession, response: NewResponse) -> None:
-    values = response._asdict()
-    values["session_id"] = values.pop("session_key")
-    await db.execute(insert(RESPONSES).values(**values, created_at=utcnow()))
+def _insert_once(dialect: Any) -> Insert:
+    """The insert of a response, doing nothing when its row is there: a run again after a
+    lost connection is the same."""
+    names = [*NewResponse._fields, "created_at"]
+    column = {"session_key": "session_id"}
+    values: dict[str, Any] = {column.get(name, name): bindparam(name) for name in names}
+    inserted: Insert = dialect.insert(RESPONSES).values(values).on_conflict_do_nothing()
+    return inserted
+
+
+_INSERT_ONCE = {"postgresql": _insert_once(postgresql), "sqlite": _insert_once(sqlite)}
+
+
+async def insert_response(database: Database, response: NewResponse) -> None:
+    """Keep a response: one statement on the driver (`api.db.driver.write`), committed."""
+    statement = _INSERT_ONCE[database.engine.dialect.name]
+    await driver.write(database, statement, {**response._asdict(), "created_at": utcnow()})
 
 
 async def get_response(db: AsyncSession, tenant: str, response_id: str) -> ResponseRow | None:

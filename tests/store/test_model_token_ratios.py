@@ -3,6 +3,9 @@ offline, and each model's learned ratio, shared through the database by every re
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.db.engine import create_database
@@ -64,3 +67,27 @@ async def test_a_ratio_rises_at_once_falls_slowly_and_is_shared(engine: AsyncEng
     for _ in range(100):
         await replica.learn(MODEL, 1_000, 1_000)
     assert await replica.ratio(MODEL) < 1.01, "it falls all the way to what the model counts"
+
+
+async def test_a_sample_that_moves_a_fresh_ratio_too_little_costs_no_statement(
+    engine: AsyncEngine,
+) -> None:
+    clock = Clock()
+    replica = TokenRatios(create_database(engine), clock)
+    await replica.learn(MODEL, 1_000, 1_500)
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(args[2])
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        await replica.learn(MODEL, 2_000, 3_000)  # the same ratio: 1.5
+        assert statements == []
+        clock.now += CACHE_SECONDS + 1
+        await replica.learn(MODEL, 2_000, 3_000)  # no longer sure what the database holds
+        assert statements, "an expired cache reads the stored ratio"
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    await replica.learn(MODEL, 1_000, 2_000)
+    assert await TokenRatios(create_database(engine), clock).ratio(MODEL) == 2.0
