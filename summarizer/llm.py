@@ -38,6 +38,10 @@ def _import_litellm() -> ModuleType:
     with _import_lock:
         if _litellm is None:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            # Precis registers no litellm logging callback: the copy litellm's success
+            # logging makes of every request's messages (to shorten base64 images in the
+            # log) is read by nobody, and at 2,000 messages it cost a few milliseconds
+            os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
             module = importlib.import_module("litellm")
             setattr(module, "suppress_debug_info", True)  # noqa: B010 (untyped module)
             _litellm = module
