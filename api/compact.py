@@ -15,6 +15,7 @@ from api import store
 from api.context import loaded_context, session_format
 from api.context_edits import ContextEdits
 from api.errors import SessionNotFound, SummarizationTimeout
+from api.history_load import load_history
 from api.schemas import (
     CompactPreview,
     CompactRequest,
@@ -24,7 +25,6 @@ from api.schemas import (
     SummaryDraftOut,
     SummaryOut,
 )
-from api.service import load_history
 from api.summarization import Summarization
 from api.summary_plans import Plan
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from api import service
+from api import history_load
 from api.compat import stored_responses
 from api.compat.turn import REPLY_PRIMING_TOKENS
 from api.db.transactions import Database
@@ -58,8 +58,8 @@ async def count(
                 raise OpenAIError(
                     404, f"Conversation with id '{session_id}' not found.", param="conversation"
                 ) from None
-            history = await service.load_history(db, summarization, start, None, None, "openai")
-        messages = [dict(message) for message in history.context]
+            loaded = await history_load.load_context(db, summarization, start, None, None, "openai")
+        messages = [dict(message) for message in loaded.context.messages]
     given = request.input
     items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
     for index, item in enumerate(items):

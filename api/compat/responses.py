@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from api import compact, metrics, offline_model, service
+from api import compact, history_load, metrics, offline_model, service
 from api.append.use_case import prepared, store_batch
 from api.compaction_items import shown_to_the_model
 from api.compat import stored_responses
@@ -284,13 +284,13 @@ class Responder:
                 start = await session_for_history(db, tenant, conversation_id)
             if turn.request.truncation == "disabled":
                 # the context as it is stored, or OpenAI's refusal: nothing summarized, cut
-                history = await service.load_history(
+                loaded = await history_load.load_context(
                     db, self.summarization, start, None, None, "responses"
                 )
-                if history.token_estimate > turn.budget:
-                    raise _does_not_fit(history.token_estimate, turn.budget)
+                if loaded.context.token_estimate > turn.budget:
+                    raise _does_not_fit(loaded.context.token_estimate, turn.budget)
             else:
-                history = await service.history(
+                loaded = await history_load.fitted_context(
                     db,
                     self.summarization,
                     tenant,
@@ -300,8 +300,8 @@ class Responder:
                     "responses",
                     start,
                 )
-        context = _without_placeholders_answered_by(history.context, turn.input_items)
-        turn.sent_tokens = history.token_estimate + turn.fixed_tokens
+        context = _without_placeholders_answered_by(loaded.context.messages, turn.input_items)
+        turn.sent_tokens = loaded.context.token_estimate + turn.fixed_tokens
         shown = shown_to_the_model([*context, *turn.input_items])
         return turn.request.passed_through() | {"input": shown}
 

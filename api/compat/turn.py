@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from api import compact, forks, metrics, offline_model, service, store
+from api import compact, forks, history_load, metrics, offline_model, store
 from api.append.use_case import new_message, store_batch
 from api.compaction_items import SUMMARY_HEADING
 from api.compat.model_limits import answer_room, check_model, model_window, too_long
@@ -271,7 +271,7 @@ class ChatTurns:
         context: list[dict[str, Any]] = []
         async with self.database.reading() as db:
             try:
-                history = await service.history(
+                loaded = await history_load.fitted_context(
                     db,
                     self.summarization,
                     turn.tenant,
@@ -282,11 +282,11 @@ class ChatTurns:
                     edits=turn.edits,
                 )
                 context = _cache_breakpoint(
-                    _without_placeholders_answered_by(history.context, turn.new_messages),
+                    _without_placeholders_answered_by(loaded.context.messages, turn.new_messages),
                     turn.upstream_request["model"],
                 )
-                context_tokens = history.token_estimate
-                turn.cleared = list(history.cleared)
+                context_tokens = loaded.context.token_estimate
+                turn.cleared = loaded.cleared()
             except SessionNotFound:
                 context_tokens = 0  # the turn's answer creates the session
         turn.sent_tokens = context_tokens + _fixed_tokens(turn.stored_new, turn.upstream_request)

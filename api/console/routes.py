@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from prometheus_client import Counter
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import metrics, service, store
+from api import history_load, metrics, service, store
 from api.auth import CONSOLE_COOKIE, CONSOLE_PATH, authenticate
 from api.console import (
     health_page,
@@ -240,10 +240,10 @@ async def _history(
     request: Request, db: AsyncSession, tenant: str, session_id: str, max_tokens: int
 ) -> History:
     """What `GET /history?max_tokens=` answers, short of the inline summarization it may make
-    when over budget (the console changes nothing): the same `service.load_history`."""
+    when over budget (the console changes nothing): the same `history_load.load_history`."""
     summarization = request.app.state.summarization
     start = await store.session_for_history(db, tenant, session_id)
-    return await service.load_history(db, summarization, start, None, max_tokens)
+    return await history_load.load_history(db, summarization, start, None, max_tokens)
 
 
 @router.get("/summaries/{summary_id}")

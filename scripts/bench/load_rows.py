@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from api import service
+from api import history_load
 from api.locks import SessionLocks
 from api.settings import Settings
 from api.summarization import Summarization
@@ -132,7 +132,9 @@ async def load_contestants(
 
     async def service_load(_i: int) -> None:
         async with precis.read_sessionmaker() as db:
-            await service.history(db, summarization, TENANT, built.external_id, None, max_tokens)
+            await history_load.history(
+                db, summarization, TENANT, built.external_id, None, max_tokens
+            )
 
     query = {} if max_tokens is None else {"max_tokens": str(max_tokens)}
     path = f"/v1/sessions/{built.external_id}/history"

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from api import service
+from api import history_load
 from api.db.engine import create_database, create_engine, create_sessionmaker
 from api.locks import SessionLocks
 from api.settings import Settings
@@ -48,13 +48,13 @@ async def probe(
     summarization = Summarization(settings, database, SessionLocks(database))
     try:
         async with sessionmaker() as db:
-            await service.history(db, summarization, TENANT, warmup, None, max_tokens)
+            await history_load.history(db, summarization, TENANT, warmup, None, max_tokens)
         reset_peak()
         before = status_kib("VmRSS")
         returned = 0
         for _ in range(loads):
             async with sessionmaker() as db:
-                history = await service.history(
+                history = await history_load.history(
                     db, summarization, TENANT, session, None, max_tokens
                 )
                 returned = len(history.messages)
