@@ -72,16 +72,21 @@ class TokenRatios:
 
     database: Database
     clock: Callable[[], float] = time.monotonic
-    _cached: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _cached: dict[str, tuple[float | None, float]] = field(default_factory=dict)
+    """By model: the stored ratio as last read or written (None: none stored), and when."""
 
     async def ratio(self, model: str) -> float:
         """The model's tokens per cl100k token (1 until learned)."""
+        stored = await self._stored(model)
+        return 1.0 if stored is None else stored
+
+    async def _stored(self, model: str) -> float | None:
         cached = self._cached.get(model)
         if cached is not None and self.clock() - cached[1] < CACHE_SECONDS:
             return cached[0]
         async with self.database.reading() as db:
             stored = await _stored_ratio(db, model)
-        ratio = stored[0] if stored else 1.0
+        ratio = stored[0] if stored else None
         self._cached[model] = (ratio, self.clock())
         return ratio
 
@@ -94,10 +99,16 @@ class TokenRatios:
         cached = self._cached.get(model)
         if (
             cached is not None
+            and cached[0] is not None
             and self.clock() - cached[1] < CACHE_SECONDS
+            and sample <= cached[0]
             and _learned(cached[0], sample) is None
         ):
-            return  # what the database would answer moves too little to be written
+            # a fall too small to write from the ratio this replica read: no statement. Had
+            # other replicas lowered the stored ratio below the sample since, this replica
+            # writes the rise once its cache expires: within CACHE_SECONDS, the delay with
+            # which every replica sees another's learning anyway
+            return
 
         async def update(db: AsyncSession) -> float:
             stored = await _stored_ratio(db, model, for_update=True)

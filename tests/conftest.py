@@ -32,6 +32,8 @@ from tests.support.fake_llm import FakeLLM, running_fake_llm
 from tests.support.pgbouncer import pgbouncer_binary, running_pgbouncer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# as `summarizer.llm` loads litellm: test modules that import it first load it the same way
+os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "PRECIS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"

@@ -7,8 +7,9 @@ writes in a transaction (`Database.transaction`, or `Database.write`, which runs
 its connection is lost); the append on SQLite in one transaction on the driver's own
 connection (`Database.driver_transaction`). Summarization (`api.summarization`), its lease
 (`api.locks`) and the worker (`api.worker`) take the same `Database`, built on the pool
-of their own. Store functions never commit. The one exception: the append on PostgreSQL is
-one autocommit statement, which commits itself (`api.append.postgresql`).
+of their own. Store functions never commit. The exceptions: the append on PostgreSQL is one
+autocommit statement, which commits itself (`api.append.postgresql`), and so is a write that
+may run twice to the same effect (`api.db.driver.write`, a stored response's row).
 
 One retry policy for every lost connection (a connection dropped, a server refusing connections
 or shutting down, as during a restart): the work runs again on a fresh connection, after a
@@ -24,7 +25,8 @@ again:
   again; one lost while COMMIT was under way raises `CommitConnectionLost` (its outcome is
   unknown), run again only for units whose second run answers as the first did. The append
   on PostgreSQL is one autocommit statement instead, which finds out by its own id whether
-  it landed (`api.append`).
+  it landed (`api.append`); `api.db.driver.write`'s one statement, which does nothing when
+  its row is there, runs again whenever the connection died under it.
 - Summarization (jobs, their bookkeeping, inline summarizations) and the probes run through
   `retrying`.
 

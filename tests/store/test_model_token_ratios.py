@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.db.engine import create_database
+from api.db.models import MODEL_TOKEN_RATIOS
 from api.model_tokens import (
     CACHE_SECONDS,
     TokenRatios,
@@ -89,5 +90,17 @@ async def test_a_sample_that_moves_a_fresh_ratio_too_little_costs_no_statement(
         assert statements, "an expired cache reads the stored ratio"
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
-    await replica.learn(MODEL, 1_000, 2_000)
+    await replica.learn(MODEL, 1_000, 2_000)  # a rise is written at once
     assert await TokenRatios(create_database(engine), clock).ratio(MODEL) == 2.0
+
+
+async def test_a_first_sample_is_stored_even_when_it_matches_the_default(
+    engine: AsyncEngine,
+) -> None:
+    clock = Clock()
+    replica = TokenRatios(create_database(engine), clock)
+    assert await replica.ratio(MODEL) == 1.0  # nothing stored: the default, cached
+    await replica.learn(MODEL, 2_000, 2_000)
+    async with engine.connect() as connection:
+        stored = (await connection.execute(select(MODEL_TOKEN_RATIOS.c.ratio))).scalars().all()
+    assert stored == [1.0]

@@ -2,8 +2,9 @@
 its driver transaction, which the SQLite append runs in, stores all of its work or none of it,
 after the process's other writers.
 
-The append on PostgreSQL is the one named exception: one autocommit statement, which commits
-itself without a `commit(` call (`api/append/postgresql.py`)."""
+The named exceptions commit without a `commit(` call: the append on PostgreSQL, one autocommit
+statement (`api/append/postgresql.py`), and `api.db.driver.write`, one statement that may run
+twice to the same effect (autocommit on PostgreSQL, `Database.driver_transaction` on SQLite)."""
 
 from __future__ import annotations
 
