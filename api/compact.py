@@ -15,7 +15,7 @@ from api import store
 from api.context import loaded_context, session_format
 from api.context_edits import ContextEdits
 from api.errors import SessionNotFound, SummarizationTimeout
-from api.history_load import load_history
+from api.history_load import load_context
 from api.schemas import (
     CompactPreview,
     CompactRequest,
@@ -64,7 +64,7 @@ async def compact(
     )
     # 404 if deleted meanwhile
     start = await store.session_for_history(db, tenant, external_id)
-    loaded = await load_history(db, summarization, start, None, None)
+    loaded = (await load_context(db, summarization, start, None, None)).history()
     if summary is not None:
         made = SummaryOut.from_row(summary, session.external_id)
         return CompactResult(summary=made, reason=None, history=loaded)

@@ -1,6 +1,7 @@
 """The history load: the session's latest live summaries and the messages after them, read
 and assembled under a token budget (`api.context`); over it, one inline summarization first.
-The history route answers it as a `History`; a model turn sends its context as it is."""
+The history route answers it as a `History` (`LoadedContext.history`); a model turn sends its
+context as it is."""
 
 from __future__ import annotations
 
@@ -60,32 +61,6 @@ class LoadedContext:
     def cleared(self) -> list[Cleared]:
         """The parts context editing showed as placeholders."""
         return [Cleared.model_validate(asdict(part)) for part in self.context.cleared]
-
-
-async def history(
-    db: AsyncSession,
-    summarization: Summarization,
-    tenant: str,
-    external_id: str,
-    summary_limit: int | None,
-    max_tokens: int | None,
-    message_format: MessageFormat | None = None,
-    start: store.HistoryStart | None = None,
-    edits: EditOverrides | None = None,
-) -> History:
-    """The history route's answer: `fitted_context`, as a `History`."""
-    fitted = await fitted_context(
-        db,
-        summarization,
-        tenant,
-        external_id,
-        summary_limit,
-        max_tokens,
-        message_format,
-        start,
-        edits,
-    )
-    return fitted.history()
 
 
 async def fitted_context(
@@ -156,22 +131,6 @@ async def fitted_context(
                 db, summarization, start, summary_limit, max_tokens, message_format, edits
             )
     return loaded
-
-
-async def load_history(
-    db: AsyncSession,
-    summarization: Summarization,
-    start: store.HistoryStart,
-    summary_limit: int | None,
-    max_tokens: int | None,
-    message_format: MessageFormat | None = None,
-    edit_overrides: EditOverrides | None = None,
-) -> History:
-    """`load_context`, as a `History`."""
-    loaded = await load_context(
-        db, summarization, start, summary_limit, max_tokens, message_format, edit_overrides
-    )
-    return loaded.history()
 
 
 async def load_context(

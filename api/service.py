@@ -221,11 +221,11 @@ async def read_history(
     message_format: MessageFormat | None = None,
     edits: EditOverrides | None = None,
 ) -> History:
-    """`history` on a read session of its own."""
+    """The history route's answer (`history_load.fitted_context`), on a read session of its own."""
     # Opened here, not by the ReadDb dependency: a dependency with a cleanup step costs
     # FastAPI an exit stack and a shielded scope per request.
     async with database.reading() as db:
-        return await history_load.history(
+        loaded = await history_load.fitted_context(
             db,
             summarization,
             tenant,
@@ -235,6 +235,7 @@ async def read_history(
             message_format,
             edits=edits,
         )
+    return loaded.history()
 
 
 # --- summaries ------------------------------------------------------------------------------

@@ -240,10 +240,11 @@ async def _history(
     request: Request, db: AsyncSession, tenant: str, session_id: str, max_tokens: int
 ) -> History:
     """What `GET /history?max_tokens=` answers, short of the inline summarization it may make
-    when over budget (the console changes nothing): the same `history_load.load_history`."""
+    when over budget (the console changes nothing): the same `history_load.load_context`."""
     summarization = request.app.state.summarization
     start = await store.session_for_history(db, tenant, session_id)
-    return await history_load.load_history(db, summarization, start, None, max_tokens)
+    loaded = await history_load.load_context(db, summarization, start, None, max_tokens)
+    return loaded.history()
 
 
 @router.get("/summaries/{summary_id}")

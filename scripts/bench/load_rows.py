@@ -132,9 +132,10 @@ async def load_contestants(
 
     async def service_load(_i: int) -> None:
         async with precis.read_sessionmaker() as db:
-            await history_load.history(
+            loaded = await history_load.fitted_context(
                 db, summarization, TENANT, built.external_id, None, max_tokens
             )
+            loaded.history()
 
     query = {} if max_tokens is None else {"max_tokens": str(max_tokens)}
     path = f"/v1/sessions/{built.external_id}/history"

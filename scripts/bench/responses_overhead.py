@@ -349,25 +349,21 @@ async def run(
     with running_fake_llm() as fake:
         rows.append(await litellm_floor(fake, calls, model))
         rows.append(await litellm_floor_raw(fake, calls, model))
+        serving = {
+            "model_allowed": model,
+            "model_api_base": fake.base_url,
+            "model_api_key": "bench",
+            "model_context_tokens": f"{model}={WINDOW}",
+        }
         for backend in backends:
             async with migrated_database(backend, postgres_admin_url) as url:
-                with served(
-                    url,
-                    model_allowed=model,
-                    model_api_base=fake.base_url,
-                    model_api_key="bench",
-                    model_context_tokens=f"{model}={WINDOW}",
-                    summary_workers="0",
-                ) as base_url:
+                with served(url, **serving, summary_workers="0") as base_url:
                     rows.append(await measure(base_url, fake, backend, calls, model))
                     rows.append(await measure_chain(base_url, fake, backend, calls, model))
                     rows.append(await measure_raw(base_url, fake, backend, calls, model))
                 with served(
                     url,
-                    model_allowed=model,
-                    model_api_base=fake.base_url,
-                    model_api_key="bench",
-                    model_context_tokens=f"{model}={WINDOW}",
+                    **serving,
                     summary_workers="1",  # the worker's replica runs background responses
                     dynamic_summary_enabled="false",
                 ) as base_url:

@@ -48,15 +48,16 @@ async def probe(
     summarization = Summarization(settings, database, SessionLocks(database))
     try:
         async with sessionmaker() as db:
-            await history_load.history(db, summarization, TENANT, warmup, None, max_tokens)
+            await history_load.fitted_context(db, summarization, TENANT, warmup, None, max_tokens)
         reset_peak()
         before = status_kib("VmRSS")
         returned = 0
         for _ in range(loads):
             async with sessionmaker() as db:
-                history = await history_load.history(
+                loaded = await history_load.fitted_context(
                     db, summarization, TENANT, session, None, max_tokens
                 )
+                history = loaded.history()
                 returned = len(history.messages)
                 del history
         return {"rss_kib_before": before, "peak_rss_kib": status_kib("VmHWM"), "messages": returned}
