@@ -235,7 +235,11 @@ async def test_a_cancelled_branch_leaves_no_session_behind(
         model=MODEL, input="MARKER-branch", previous_response_id=first.id, background=True
     )
     await reaches(client, branch.id, "in_progress")
-    assert (await api.get(f"/v1/sessions/{branch.id}")).status_code == 200
+    # the run forks the chain after it has claimed the response, before the (slow) model call
+    deadline = time.monotonic() + 5.0
+    while (await api.get(f"/v1/sessions/{branch.id}")).status_code != 200:
+        assert time.monotonic() < deadline, "the running turn made no branch"
+        await asyncio.sleep(0.02)
     assert (await client.responses.cancel(branch.id)).status == "cancelled"
     deadline = time.monotonic() + 5.0
     while (await api.get(f"/v1/sessions/{branch.id}")).status_code != 404:
