@@ -27,12 +27,13 @@ from functools import partial
 from typing import Any, cast
 
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql import ClauseElement, ColumnElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from api.db.transactions import (
     Database,
+    ReadSession,
     driver_connection,
     read_again_if_connection_lost,
     retrying,
@@ -153,6 +154,18 @@ async def fetch(
         partial(_fetch_once, engine, compiled.sql, arguments, paged)
     )
     return decode(rows, compiled.decoders)
+
+
+async def read(
+    db: AsyncSession, statement: Executable, params: Mapping[str, Any], paged: bool = True
+) -> list[Any]:
+    """The rows of a read, run on the driver (`fetch`) where the unit of work gave the read
+    session one (`ReadSession.driver`), else in `db`; `paged`: at most a page of them. In a
+    read session the statement runs outside any transaction either way."""
+    engine = db.driver if isinstance(db, ReadSession) else None
+    if engine is not None:
+        return await fetch(engine, statement, params, paged=paged)
+    return list(await db.execute(statement, params))
 
 
 async def write(database: Database, statement: Executable, params: Mapping[str, Any]) -> None:

@@ -2,7 +2,8 @@
 the pinned prefix, the live summaries and the newest messages after them in one statement.
 
 An HTTP history load is two round trips while the tail's first page covers the token budget
-(the usual case); a budget larger than a page reads further pages, one round trip each.
+(the usual case); a larger budget reads further pages, each up to the message that passes the
+budget (`MAX_TAIL_PAGE` messages at most), one round trip each.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Integer,
     bindparam,
@@ -26,7 +28,6 @@ from sqlalchemy import (
     cast as cast_,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql import Executable
 
 from api.db import driver
 from api.db.models import (
@@ -35,7 +36,6 @@ from api.db.models import (
     SUMMARIES,
     SUMMARY_JOBS,
 )
-from api.db.transactions import ReadSession
 from api.errors import SessionNotFound
 from api.items import joins_next
 from api.store.retention import loader_expiry_params, unexpired
@@ -55,7 +55,12 @@ from api.store.sessions import named
 from api.store.summaries import holes
 
 TAIL_PAGE_SIZE = 64
-"""Messages read per round trip when the loader walks back from the newest under a token budget."""
+"""Messages the first round trip reads when the loader walks back from the newest under a
+token budget (the usual budget is covered by it)."""
+
+MAX_TAIL_PAGE = 1024
+"""Most messages a later round trip of the walk reads (as many as the rest of the budget
+takes: `_TAIL_PAGE`), so a large budget costs a few round trips."""
 
 _messages = MESSAGES.c
 _summaries = SUMMARIES.c
@@ -87,23 +92,11 @@ class HistoryStart(NamedTuple):
     lands in between is seen by the next load, as if this one had run a moment earlier."""
 
 
-async def _rows(
-    db: AsyncSession, statement: Executable, params: dict[str, Any], paged: bool = True
-) -> list[Any]:
-    """The rows of a read, run on the driver (`api.db.driver`) where the unit of work gave the
-    read session one (`ReadSession.driver`); `paged`: at most a page of them. `db` is a read
-    session: the statement runs outside any transaction either way."""
-    engine = db.driver if isinstance(db, ReadSession) else None
-    if engine is not None:
-        return await driver.fetch(engine, statement, params, paged=paged)
-    return list(await db.execute(statement, params))
-
-
 async def session_for_history(db: AsyncSession, tenant: str, external_id: str) -> HistoryStart:
     """The session (unless it has expired), whether a summarization job of it is pending and
     whether it has a live summary."""
     params = {**named(tenant, external_id), **loader_expiry_params(db)}
-    found = await _rows(db, _SESSION_WITH_JOB, params)
+    found = await driver.read(db, _SESSION_WITH_JOB, params)
     if not found:
         raise SessionNotFound(external_id)
     *values, job_pending, summarized = found[0]
@@ -250,7 +243,7 @@ async def load_rows(
     params = load_parameters(session, summary_limit, max_tokens)
     # no summary shown, none hides a message
     statement = load_statement(session, summarized and summary_limit > 0)
-    result = await _rows(db, statement, params, paged=max_tokens is not None)
+    result = await driver.read(db, statement, params, paged=max_tokens is not None)
     pinned: list[MessageRow] = []
     summaries: list[SummaryRow] = []
     page: list[MessageRow] = []
@@ -274,7 +267,8 @@ async def load_rows(
         page.reverse()
         return LoadedRows(pinned, summaries, page, after_seq, holes=in_holes)
     budget = max(1, max_tokens - sum(message.token_count for message in pinned))
-    first = Window(max(after_seq, first_floor(session, max_tokens)), UNBOUNDED, TAIL_PAGE_SIZE)
+    floor = max(after_seq, first_floor(session, max_tokens))
+    first = Window(floor, UNBOUNDED, TAIL_PAGE_SIZE, TAIL_PAGE_SIZE)
     messages = await _walk_back(db, session.id, after_seq, budget, page, first)
     not_loaded = await _not_loaded(db, session, after_seq, messages)
     return LoadedRows(pinned, summaries, messages, after_seq, not_loaded, in_holes)
@@ -315,22 +309,47 @@ async def _hole_messages(
         params: dict[str, Any] = {"p_session_id": session.id}
         for i, (first, last) in enumerate(chunk):
             params |= {f"p_first_{i}": first, f"p_last_{i}": last}
-        rows = await _rows(db, _HOLE_READS[len(chunk)], params, paged=False)
+        rows = await driver.read(db, _HOLE_READS[len(chunk)], params, paged=False)
         found += [MessageRow._make(row) for row in rows]
     return found
 
 
-_TAIL_PAGE = (
-    select(*MESSAGE_COLUMNS)
-    .where(
+def _in_window(*more: ColumnElement[bool]) -> list[ColumnElement[bool]]:
+    return [
         _messages.session_id == bindparam("session_id"),
         _messages.seq > bindparam("after_seq"),
         _messages.seq < bindparam("before_seq"),
         shown(_messages),
+        *more,
+    ]
+
+
+_sizes = (
+    select(
+        _messages.seq,
+        _messages.token_count,
+        func.sum(_messages.token_count).over(order_by=_messages.seq.desc()).label("running"),
     )
+    .where(*_in_window())
     .order_by(_messages.seq.desc())
-    .limit(TAIL_PAGE_SIZE)
+    .limit(bindparam("rows"))
+    .subquery("sizes")
 )
+_lowest_wanted = (
+    select(func.min(_sizes.c.seq))
+    .where(_sizes.c.running - _sizes.c.token_count <= bindparam("tokens", type_=BigInteger))
+    .scalar_subquery()
+)
+_TAIL_PAGE = (
+    select(*MESSAGE_COLUMNS)
+    .where(*_in_window(_messages.seq >= _lowest_wanted))
+    .order_by(_messages.seq.desc())
+    .limit(bindparam("rows"))
+)
+"""A page of the walk back: the newest messages of a window, down to the one whose token count
+passes `tokens` (the rest of the budget). The sizes are summed first, from the rows' counts
+alone, so a page holds what the budget takes (and one message more), never a thousand large
+messages that a page of small ones would have suggested."""
 
 
 _HIDDEN_BETWEEN = select(func.count()).where(
@@ -353,11 +372,11 @@ async def _not_loaded(
     if between <= 0 or not session.removed_count:
         return max(between, 0)
     params = {"session_id": session.id, "after_seq": after_seq, "before_seq": before_seq}
-    return between - int((await _rows(db, _HIDDEN_BETWEEN, params))[0][0])
+    return between - int((await driver.read(db, _HIDDEN_BETWEEN, params))[0][0])
 
 
 class Window(NamedTuple):
-    """Seqs a page of the tail is read from: after `floor`, before `before`, at most a page.
+    """Seqs a page of the tail is read from: after `floor`, before `before`, at most `rows`.
 
     Every read names its lower bound, so even a plan that reads its whole range reads a bounded
     one. The window below one that came back short (hidden messages keep their seqs) is twice
@@ -366,17 +385,19 @@ class Window(NamedTuple):
     floor: int
     before: int
     width: int
+    rows: int
 
-    def below(self, page: list[MessageRow], after_seq: int) -> Window | None:
-        """The next window down, after `page` (newest first) was read from this one; None when
-        none is left above `after_seq`."""
-        if len(page) == TAIL_PAGE_SIZE:
+    def below(self, page: list[MessageRow], after_seq: int, cut: bool, rows: int) -> Window | None:
+        """The next window down, of at most `rows`, after `page` (newest first) was read from
+        this one (`cut`: the page ended at the budget, not at its window's end); None when none
+        is left above `after_seq`."""
+        if cut or len(page) == self.rows:
             before = page[-1].seq
-            return Window(max(after_seq, before - 1 - TAIL_PAGE_SIZE), before, TAIL_PAGE_SIZE)
+            return Window(max(after_seq, before - 1 - rows), before, rows, rows)
         if self.floor <= after_seq:
             return None
         width = 2 * self.width
-        return Window(max(after_seq, self.floor - width), self.floor + 1, width)
+        return Window(max(after_seq, self.floor - width), self.floor + 1, width, self.rows)
 
 
 async def _walk_back(
@@ -389,11 +410,16 @@ async def _walk_back(
 ) -> list[MessageRow]:
     """The messages of `page` (the newest, descending, read from `window`) and of the windows
     below it, until their token counts pass `budget` at a message that is not a tool result,
-    and no Responses `reasoning` item is left behind the item it led to; ascending."""
+    and no Responses `reasoning` item is left behind the item it led to; ascending.
+
+    Below the first page, a page reads up to MAX_TAIL_PAGE messages, as many as the rest of the
+    budget takes; past the budget (a tool call's results, a reasoning item's item), a first
+    page's worth at a time."""
     loaded: list[MessageRow] = []
     total = 0
     passed = False
     while True:
+        before_page = total
         for message in page:
             if passed and not _leads_to_next(message):
                 loaded.reverse()
@@ -402,13 +428,23 @@ async def _walk_back(
             total += message.token_count
             passed = passed or (total > budget and message.role != "tool")
         # past the budget, a chat message needs no look at the one before it
-        next_window = window.below(page, after_seq)
+        cut = before_page <= budget < total
+        rows = TAIL_PAGE_SIZE if total > budget else MAX_TAIL_PAGE
+        next_window = window.below(page, after_seq, cut, rows)
         if next_window is None or (passed and loaded and loaded[-1].item is None):
             loaded.reverse()
             return loaded
         window = next_window
-        params = {"session_id": session_key, "after_seq": window.floor, "before_seq": window.before}
-        page = [MessageRow._make(row) for row in await _rows(db, _TAIL_PAGE, params)]
+        params = {
+            "session_id": session_key,
+            "after_seq": window.floor,
+            "before_seq": window.before,
+            "rows": window.rows,
+            "tokens": budget - total if total <= budget else UNBOUNDED,
+        }
+        # a page larger than the first is read in SQLite's driver thread, off the event loop
+        rows_read = await driver.read(db, _TAIL_PAGE, params, paged=window.rows <= TAIL_PAGE_SIZE)
+        page = [MessageRow._make(row) for row in rows_read]
 
 
 def _leads_to_next(message: MessageRow) -> bool:

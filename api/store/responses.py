@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.db import driver
 from api.db.models import RESPONSES, SESSIONS, utcnow
 from api.db.transactions import Database
-from api.store.retention import Expiry, unexpired
+from api.store.retention import loader_expiry_params, unexpired
 
 _responses = RESPONSES.c
 _sessions = SESSIONS.c
@@ -66,9 +66,8 @@ async def insert_response(database: Database, response: NewResponse) -> None:
     await driver.write(database, statement, {**response._asdict(), "created_at": utcnow()})
 
 
-async def get_response(db: AsyncSession, tenant: str, response_id: str) -> ResponseRow | None:
-    """The tenant's stored response, unless its session has expired (or it is another's)."""
-    query = select(
+_RESPONSE = (
+    select(
         _responses.id,
         _responses.session_id,
         _sessions.external_id,
@@ -78,12 +77,22 @@ async def get_response(db: AsyncSession, tenant: str, response_id: str) -> Respo
         _responses.input_count,
         _responses.previous_response_id,
         _responses.body,
-    ).join(SESSIONS, _sessions.id == _responses.session_id)
-    query = query.where(
-        _responses.id == response_id, _responses.tenant == tenant, unexpired(_sessions)
     )
-    row = (await db.execute(query, Expiry.of(db).params())).first()
-    return None if row is None else ResponseRow._make(row)
+    .join(SESSIONS, _sessions.id == _responses.session_id)
+    .where(
+        _responses.id == bindparam("p_response_id"),
+        _responses.tenant == bindparam("p_tenant"),
+        unexpired(_sessions),
+    )
+)
+
+
+async def get_response(db: AsyncSession, tenant: str, response_id: str) -> ResponseRow | None:
+    """The tenant's stored response, unless its session has expired (or it is another's); on
+    the driver in a read session (a turn after `previous_response_id` reads it first)."""
+    params = {"p_response_id": response_id, "p_tenant": tenant, **loader_expiry_params(db)}
+    rows = await driver.read(db, _RESPONSE, params)
+    return ResponseRow._make(rows[0]) if rows else None
 
 
 async def delete_response(db: AsyncSession, tenant: str, response_id: str) -> bool:

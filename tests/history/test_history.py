@@ -415,7 +415,21 @@ async def test_a_budget_past_one_page_reads_the_pages_before_it(
     loaded = [m["seq"] for m in body["messages"]]
     assert loaded == list(range(loaded[0], 301))
     assert 140 <= len(loaded) <= 151
-    assert len(sent) == 2 + 2  # two more pages of the tail than the first one
+    # one more page of the tail, as large as the rest of the budget wants at the sizes read
+    assert len(sent) == 2 + 1
+
+
+async def test_a_budget_of_thousands_of_messages_reads_them_in_a_few_pages(
+    api: httpx.AsyncClient, app: FastAPI, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = chat(2500)
+    for start in range(0, len(messages), 500):
+        await append(api, sid, *messages[start : start + 500])
+    with statements(app, monkeypatch) as sent:
+        body = await history(api, sid, max_tokens=10**6)
+    assert [m["seq"] for m in body["messages"]] == list(range(1, 2501))
+    # the first page, then pages of at most MAX_TAIL_PAGE: 64 + 1024 + 1024 + 388
+    assert len(sent) == 2 + 3
 
 
 def test_the_openapi_document_keeps_the_hot_routes_response_schemas(app: FastAPI) -> None:

@@ -4,14 +4,17 @@ only the parts the session has (a pinned prefix, live summaries), on both databa
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
+import pytest
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from api import store
+from api.db import driver
 from api.db.driver import DriverStatement
 from api.db.engine import create_read_sessionmaker
-from api.store.loader import load_statement
+from api.store.loader import TAIL_PAGE_SIZE, load_statement
 from tests.helpers import append_batch, summary_draft
 
 TENANT = "default"
@@ -135,3 +138,68 @@ async def test_a_budgeted_load_walks_back_across_a_long_run_of_removed_messages(
     assert [m.content for m in rows.messages] == kept[-len(rows.messages) :]
     assert 100 // 5 < len(rows.messages) < len(kept)  # past the budget, at a message
     assert rows.not_loaded == len(kept) - len(rows.messages)
+
+
+def sized(role: str, text: str, tokens: int) -> store.NewMessage:
+    return store.NewMessage(role, text, None, None, None, None, None, None, tokens)
+
+
+async def test_a_page_below_the_first_reads_what_the_budget_takes_not_a_full_page(
+    engine: AsyncEngine, db: AsyncSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # older messages far larger than the newest page: a page sized by the newest ones' counts
+    # would read a thousand large messages for a budget that takes three of them
+    older = [sized("user", f"large {i}", 10_000) for i in range(1500)]
+    newer = [sized("user", f"small {i}", 5) for i in range(TAIL_PAGE_SIZE)]
+    for start in range(0, len(older), 500):
+        await append_batch(db, TENANT, "s", older[start : start + 500])
+    await append_batch(db, TENANT, "s", newer)
+    read: list[int] = []
+    fetch = driver.read
+
+    async def counted(*args: Any, **kwargs: Any) -> list[Any]:
+        rows = await fetch(*args, **kwargs)
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(driver, "read", counted)
+    started = await start_of(engine, "s")
+    budget = TAIL_PAGE_SIZE * 5 + 25_000
+    async with create_read_sessionmaker(engine)() as reading:
+        rows = await store.load_rows(reading, started.session, 3, budget, summarized=False)
+    assert [m.content for m in rows.messages] == [
+        *(f"large {i}" for i in range(1497, 1500)),
+        *(f"small {i}" for i in range(TAIL_PAGE_SIZE)),
+    ]
+    assert read == [1, TAIL_PAGE_SIZE, 3]  # the session, the first page, three large ones
+
+
+async def test_a_budget_passed_at_a_tool_result_reads_on_to_its_call(
+    engine: AsyncEngine, db: AsyncSession
+) -> None:
+    call = store.NewMessage(
+        "assistant",
+        None,
+        None,
+        None,
+        [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        None,
+        None,
+        None,
+        5,
+    )
+    result = store.NewMessage("tool", "out", None, None, None, "c1", None, None, 5)
+    history = [
+        *(sized("user", f"old {i}", 5) for i in range(200)),
+        call,
+        result,
+        *(sized("user", f"new {i}", 5) for i in range(100)),
+    ]
+    await append_batch(db, TENANT, "s", history)
+    started = await start_of(engine, "s")
+    async with create_read_sessionmaker(engine)() as reading:
+        # the second page ends at the tool result, which passes the budget: its call is read
+        # by a third
+        rows = await store.load_rows(reading, started.session, 3, 5 * 100 + 1, summarized=False)
+    assert [m.role for m in rows.messages[:2]] == ["assistant", "tool"]
+    assert len(rows.messages) == 102

@@ -28,7 +28,7 @@ from api.main import create_app
 from api.store import background as background_statements
 from api.store import console as console_reads
 from api.store.keys import session_key
-from api.store.loader import TAIL_PAGE_SIZE
+from api.store.loader import MAX_TAIL_PAGE
 from tests.conftest import QUIET, make_settings, migrated_database
 
 SESSION_SIZE = 50_000
@@ -37,8 +37,9 @@ SESSION_SIZE = 50_000
 ANALYZED_SESSIONS = 200
 """Small sessions the statistics have seen, so the big one is unknown to them (not rare)."""
 
-ROW_BOUND = 4 * TAIL_PAGE_SIZE
-"""Most rows any plan node may produce or filter out: a few pages, never the session."""
+ROW_BOUND = 2 * MAX_TAIL_PAGE
+"""Most rows any plan node may produce or filter out: the largest page of a history load's
+walk back twice, never the session (SESSION_SIZE)."""
 
 TABLES = ("sessions", "messages", "session_summaries", "summary_jobs")
 
