@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     and_,
+    bindparam,
     func,
     insert,
     literal,
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from api.db import driver
 from api.db.models import (
     MESSAGES,
     SESSIONS,
@@ -76,16 +78,16 @@ async def read_one_snapshot(db: AsyncSession) -> None:
         await db.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
+_MESSAGE_AT = select(*MESSAGE_COLUMNS).where(
+    _messages.session_id == bindparam("session_id"), _messages.seq == bindparam("seq")
+)
+
+
 async def message_at(db: AsyncSession, session_key: int, seq: int) -> MessageRow | None:
-    """The session's message at `seq`, whatever its state (a tombstone included)."""
-    row = (
-        await db.execute(
-            select(*MESSAGE_COLUMNS).where(
-                _messages.session_id == session_key, _messages.seq == seq
-            )
-        )
-    ).first()
-    return None if row is None else MessageRow._make(row)
+    """The session's message at `seq`, whatever its state (a tombstone included); on the driver
+    in a read session (a chat wire's turn reads the newest first)."""
+    rows = await driver.read(db, _MESSAGE_AT, {"session_id": session_key, "seq": seq})
+    return MessageRow._make(rows[0]) if rows else None
 
 
 async def insert_fork(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.db import driver
 from api.db.models import MESSAGES
 from api.store.rows import MESSAGE_COLUMNS, UNBOUNDED, MessageRow, shown
 
@@ -113,9 +114,8 @@ async def message_by_client_id(
 ) -> MessageRow | None:
     """The session's message stored with `client_id` (a tombstone keeps none): the unique
     index on `(session_id, client_id)`."""
-    result = await db.execute(_BY_CLIENT_ID, {"session_id": session_key, "client_id": client_id})
-    row = result.first()
-    return None if row is None else MessageRow._make(row)
+    rows = await driver.read(db, _BY_CLIENT_ID, {"session_id": session_key, "client_id": client_id})
+    return MessageRow._make(rows[0]) if rows else None
 
 
 async def message_by_id(db: AsyncSession, session_key: int, message_id: int) -> MessageRow | None:

@@ -19,10 +19,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.db import driver
 from api.db.models import SESSIONS, utcnow
 from api.errors import SessionExists, SessionNotFound
 from api.store.keys import session_key
-from api.store.retention import Expiry, unexpired
+from api.store.retention import Expiry, loader_expiry_params, unexpired
 from api.store.rows import SESSION_COLUMNS, SessionRow
 
 _sessions = SESSIONS.c
@@ -117,13 +118,15 @@ async def get_session(
 ) -> SessionRow:
     """The session, unless it has expired; `for_update`: its row locked until the transaction
     ends (PostgreSQL; on SQLite the writers take turns anyway)."""
-    query = _SESSION_BY_EXTERNAL_ID.with_for_update() if for_update else _SESSION_BY_EXTERNAL_ID
-    params = {**named(tenant, external_id), **Expiry.of(db).params()}
-    result = await db.execute(query, params)
-    row = result.first()
-    if row is None:
+    if for_update:
+        params = {**named(tenant, external_id), **Expiry.of(db).params()}
+        rows = list(await db.execute(_SESSION_BY_EXTERNAL_ID.with_for_update(), params))
+    else:  # on the driver in a read session (a chat wire's turn reads it first)
+        params = {**named(tenant, external_id), **loader_expiry_params(db)}
+        rows = await driver.read(db, _SESSION_BY_EXTERNAL_ID, params)
+    if not rows:
         raise SessionNotFound(external_id)
-    return SessionRow._make(row)
+    return SessionRow._make(rows[0])
 
 
 async def get_session_by_key(db: AsyncSession, session_key: int) -> SessionRow | None:
