@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from api.context import MISSING_TOOL_RESULT, TRUNCATION_MARKER
-from api.store.loader import TAIL_PAGE_SIZE
+from api.store.tail import TAIL_PAGE_SIZE
 from tests.helpers import append, append_items, assistant, history, tool_call, tool_result, user
 
 QUESTION = {"role": "user", "content": "What is the weather in Lyon?"}

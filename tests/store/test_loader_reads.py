@@ -14,7 +14,8 @@ from api import store
 from api.db import driver
 from api.db.driver import DriverStatement
 from api.db.engine import create_read_sessionmaker
-from api.store.loader import TAIL_PAGE_SIZE, load_statement
+from api.store.loader import load_statement
+from api.store.tail import TAIL_PAGE_SIZE
 from tests.helpers import append_batch, summary_draft
 
 TENANT = "default"

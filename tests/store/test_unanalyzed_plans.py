@@ -28,7 +28,7 @@ from api.main import create_app
 from api.store import background as background_statements
 from api.store import console as console_reads
 from api.store.keys import session_key
-from api.store.loader import MAX_TAIL_PAGE
+from api.store.tail import MAX_TAIL_PAGE
 from tests.conftest import QUIET, make_settings, migrated_database
 
 SESSION_SIZE = 50_000
