@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, Self, TypeVar
 
 from api.session_settings import SummaryPolicy
 from summarizer.tokens import count_message
@@ -90,10 +90,16 @@ class ContextEdits:
 
 
 class EditableEntry(Protocol):
-    """A context entry (`api.context.Entry`) as the edits read and remake it: a frozen
-    dataclass (remade with `dataclasses.replace`)."""
+    """A context entry (`api.context.Entry`) as the edits read and remake it: a named tuple
+    (remade with `_replace`)."""
 
-    __dataclass_fields__: ClassVar[dict[str, Any]]
+    def _replace(
+        self,
+        *,
+        message: dict[str, Any] = ...,
+        tokens: int = ...,
+        shown: list[dict[str, Any]] | None = ...,
+    ) -> Self: ...
 
     @property
     def message(self) -> dict[str, Any]: ...
@@ -221,7 +227,7 @@ def _clear_result(entry: E, names: dict[Any, str]) -> tuple[E, ClearedPart]:
         ]
     tokens = count_message(message)
     part = ClearedPart(_id(entry), "tool_result", entry.tokens - tokens)
-    return replace(entry, message=message, tokens=tokens, shown=shown), part
+    return entry._replace(message=message, tokens=tokens, shown=shown), part
 
 
 def _clear_inputs(entry: E, call_ids: set[Any], responses: bool) -> tuple[E, list[ClearedPart]]:
@@ -245,7 +251,7 @@ def _clear_inputs(entry: E, call_ids: set[Any], responses: bool) -> tuple[E, lis
         shown = [_cleared_call_shown(item, call_ids, note, responses) for item in shown]
     tokens = count_message(message)
     part = ClearedPart(_id(entry), "tool_input", entry.tokens - tokens)
-    return replace(entry, message=message, tokens=tokens, shown=shown), [part]
+    return entry._replace(message=message, tokens=tokens, shown=shown), [part]
 
 
 def _cleared_call_shown(
@@ -310,7 +316,7 @@ def _clear_file_parts(entries: list[E], keep: int, responses: bool) -> list[Clea
             ]
         tokens = count_message(message)
         cleared.append(ClearedPart(_id(entry), "file_part", entry.tokens - tokens))
-        entries[index] = replace(entry, message=message, tokens=tokens, shown=shown)
+        entries[index] = entry._replace(message=message, tokens=tokens, shown=shown)
     return cleared
 
 
