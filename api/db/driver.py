@@ -156,13 +156,23 @@ async def fetch(
     return decode(rows, compiled.decoders)
 
 
+def reading_engine(db: AsyncSession) -> AsyncEngine | None:
+    """The engine whose driver runs `db`'s next read (`read`), or None: `db` reads itself."""
+    engine = db.driver if isinstance(db, ReadSession) else None
+    return engine if engine is not None and not db.in_transaction() else None
+
+
 async def read(
     db: AsyncSession, statement: Executable, params: Mapping[str, Any], paged: bool = True
 ) -> list[Any]:
     """The rows of a read, run on the driver (`fetch`) where the unit of work gave the read
     session one (`ReadSession.driver`), else in `db`; `paged`: at most a page of them. In a
-    read session the statement runs outside any transaction either way."""
-    engine = db.driver if isinstance(db, ReadSession) else None
+    read session the statement runs outside any transaction either way.
+
+    A read session that already holds a connection (a read through SQLAlchemy before this one)
+    reads on it: the driver would take a second one from the pool, and requests each holding
+    one while waiting for another would wait for each other until the pool's timeout."""
+    engine = reading_engine(db)
     if engine is not None:
         return await fetch(engine, statement, params, paged=paged)
     return list(await db.execute(statement, params))

@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db import driver
 from api.db.models import MESSAGES, SESSIONS, SUMMARIES
-from api.db.transactions import Database, ReadSession
+from api.db.transactions import Database
 
 _sessions = SESSIONS.c
 _messages = MESSAGES.c
@@ -81,10 +81,10 @@ class Expiry(NamedTuple):
 
 def loader_expiry_params(db: AsyncSession) -> dict[str, Any]:
     """`Expiry.of(db).params()` as the history loader's reads take them: on SQLite's driver
-    (`api.db.driver.fetch`, chosen as `api.store.loader` chooses it) values are bound as they
+    (`api.db.driver.reading_engine`) values are bound as they
     are, so the timestamps go as SQLite stores them."""
     params: dict[str, Any] = Expiry.of(db).params()
-    engine = db.driver if isinstance(db, ReadSession) else None
+    engine = driver.reading_engine(db)
     if engine is not None and engine.dialect.name == "sqlite" and _SQLITE_TIME is not None:
         params = {name: _SQLITE_TIME(value) for name, value in params.items()}
     return params

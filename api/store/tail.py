@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import BigInteger, ColumnElement, bindparam, func, select
+from sqlalchemy import BigInteger, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db import driver
@@ -28,23 +28,18 @@ takes: `_TAIL_PAGE`), so a large budget costs a few round trips."""
 _messages = MESSAGES.c
 
 
-def _in_window(*more: ColumnElement[bool]) -> list[ColumnElement[bool]]:
-    return [
-        _messages.session_id == bindparam("session_id"),
-        _messages.seq > bindparam("after_seq"),
-        _messages.seq < bindparam("before_seq"),
-        shown(_messages),
-        *more,
-    ]
-
-
 _sizes = (
     select(
         _messages.seq,
         _messages.token_count,
         func.sum(_messages.token_count).over(order_by=_messages.seq.desc()).label("running"),
     )
-    .where(*_in_window())
+    .where(
+        _messages.session_id == bindparam("session_id"),
+        _messages.seq > bindparam("after_seq"),
+        _messages.seq < bindparam("before_seq"),
+        shown(_messages),
+    )
     .order_by(_messages.seq.desc())
     .limit(bindparam("rows"))
     .subquery("sizes")
@@ -56,7 +51,13 @@ _lowest_wanted = (
 )
 _TAIL_PAGE = (
     select(*MESSAGE_COLUMNS)
-    .where(*_in_window(_messages.seq >= _lowest_wanted))
+    .where(
+        _messages.session_id == bindparam("session_id"),
+        # the one lower bound, so SQLite's index range starts at it (no row wanted: none)
+        _messages.seq >= func.coalesce(_lowest_wanted, bindparam("before_seq")),
+        _messages.seq < bindparam("before_seq"),
+        shown(_messages),
+    )
     .order_by(_messages.seq.desc())
     .limit(bindparam("rows"))
 )
