@@ -175,22 +175,41 @@ async def every_summary(client: httpx.AsyncClient, sid: str) -> list[dict[str, A
     return list(answer.json()["summaries"])
 
 
-async def wait_for_remake(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
-    """The summary the background job made again after an erasure (the forest may have
-    merged it into a node already)."""
+SummaryKey = tuple[int, int, int, bool]
+
+# the forest merged the first two leaves, then the remade one with the first again
+REMOVAL_FOREST: frozenset[SummaryKey] = frozenset(
+    {
+        (1, 2, 0, False),
+        (3, 4, 0, True),
+        (1, 4, 1, True),
+        (5, 6, 0, False),
+        (3, 4, 0, False),
+        (1, 4, 1, False),
+    }
+)
+
+
+def by_range(summaries: list[dict[str, Any]]) -> dict[SummaryKey, dict[str, Any]]:
+    return {
+        (s["first_seq"], s["last_seq"], s["level"], s["erased_at"] is not None): s
+        for s in summaries
+    }
+
+
+async def wait_for_forest(
+    client: httpx.AsyncClient, sid: str, expected: frozenset[SummaryKey]
+) -> dict[SummaryKey, dict[str, Any]]:
+    """The session's summaries once the background job made the erased range again and the
+    forest merged it: the remade leaf and the node above it may be seen one without the other
+    for a moment."""
     deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
-    listing = f"/v1/sessions/{sid}/summaries?include_superseded=true"
-    while asyncio.get_running_loop().time() < deadline:
-        every = (await client.get(listing)).json()["summaries"]
-        remade = [
-            s
-            for s in every
-            if s["metadata"].get("trigger_reason") == "erasure" and s["erased_at"] is None
-        ]
-        if remade:
-            return dict(remade[0])
+    while True:
+        summaries = by_range(await every_summary(client, sid))
+        if set(summaries) == expected or asyncio.get_running_loop().time() > deadline:
+            assert set(summaries) == expected, f"{sid} within {WAIT_SECONDS} s"
+            return summaries
         await asyncio.sleep(0.05)
-    raise AssertionError(f"the erased range of {sid} was not made again within {WAIT_SECONDS} s")
 
 
 async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
@@ -206,31 +225,20 @@ async def removal_session(client: httpx.AsyncClient, sid: str) -> Removed:
         await compact(client, sid, keep_last_n=0)
     removed = await client.delete(f"/v1/sessions/{sid}/messages/{messages[2]['id']}")
     assert removed.status_code == 204, removed.text
-    await wait_for_remake(client, sid)
+    await wait_for_forest(client, sid, REMOVAL_FOREST)
     messages += (await append(client, sid, tool_call("c1"), tool_result("c1")))["messages"]
     for _ in range(2):  # the result, then the call it left hidden
         popped = await client.post(f"/v1/sessions/{sid}/messages/pop")
         assert popped.status_code == 200, popped.text
-    by_range = {
-        (s["first_seq"], s["last_seq"], s["level"], s["erased_at"] is not None): s
-        for s in await every_summary(client, sid)
-    }
-    # the forest merged the first two leaves, then the remade one with the first again
-    assert set(by_range) == {
-        (1, 2, 0, False),
-        (3, 4, 0, True),
-        (1, 4, 1, True),
-        (5, 6, 0, False),
-        (3, 4, 0, False),
-        (1, 4, 1, False),
-    }
+    summaries = by_range(await every_summary(client, sid))
+    assert set(summaries) == REMOVAL_FOREST
     return Removed(
         external_id=sid,
         messages={message["seq"]: message for message in messages},
-        first=by_range[1, 2, 0, False],
-        second=by_range[3, 4, 0, True],
-        rollup=by_range[1, 4, 1, True],
-        third=by_range[5, 6, 0, False],
-        remade=by_range[3, 4, 0, False],
-        node=by_range[1, 4, 1, False],
+        first=summaries[1, 2, 0, False],
+        second=summaries[3, 4, 0, True],
+        rollup=summaries[1, 4, 1, True],
+        third=summaries[5, 6, 0, False],
+        remade=summaries[3, 4, 0, False],
+        node=summaries[1, 4, 1, False],
     )
