@@ -8,6 +8,8 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# the suite waits on sockets more than it computes: two workers take about half the time
+TEST_WORKERS ?= 2
 
 .PHONY: install run migrate test lint format typecheck check bench profile bench-summarizer bench-fidelity demo verify load
 
@@ -26,7 +28,7 @@ run: migrate
 	$(BIN)/python -m api --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

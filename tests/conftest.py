@@ -139,13 +139,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    missing = config.stash.get(_MISSING_PG_KEY, 0)
-    if missing:
-        terminalreporter.write_line(f"{missing} PostgreSQL tests not run: {SKIP_POSTGRES_REASON}")
-    missing_pooler = config.stash.get(_MISSING_POOLER_KEY, 0)
-    if missing_pooler:
+    """One line per kind of test left out. Under pytest-xdist the workers collect, so the
+    controller knows only whether PostgreSQL and PgBouncer are there, not how many tests."""
+    if not config.stash[_PG_KEY]:
+        missing = config.stash.get(_MISSING_PG_KEY, None)
+        counted = f"{missing} " if missing is not None else ""
+        terminalreporter.write_line(f"{counted}PostgreSQL tests not run: {SKIP_POSTGRES_REASON}")
+    elif pgbouncer_binary() is None:
+        missing_pooler = config.stash.get(_MISSING_POOLER_KEY, None)
+        counted = f"{missing_pooler} " if missing_pooler is not None else ""
         terminalreporter.write_line(
-            f"{missing_pooler} tests through PgBouncer not run: {SKIP_POOLER_REASON}"
+            f"{counted}tests through PgBouncer not run: {SKIP_POOLER_REASON}"
         )
 
 
