@@ -8,7 +8,8 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
-# the suite waits on sockets more than it computes: two workers take about half the time
+# the suite waits on sockets more than it computes: two workers take about half the time; each
+# file runs whole in one worker (a module-scoped fixture may carry state from test to test)
 TEST_WORKERS ?= 2
 
 .PHONY: install run migrate test lint format typecheck check bench profile bench-summarizer bench-fidelity demo verify load
@@ -28,7 +29,7 @@ run: migrate
 	$(BIN)/python -m api --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

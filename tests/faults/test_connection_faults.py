@@ -203,8 +203,23 @@ async def test_an_idle_connection_is_checked_in_one_round_trip(database_url: str
     assert checked == ["SELECT 1"]
 
 
-SLOW_READ = select(func.pg_sleep(0.5), literal(7))
-"""A read that is still running when a test cuts or cancels it."""
+SLOW_READ = select(func.pg_sleep(2), literal(7))
+"""A read that is still running when a test cuts or cancels it (`until_sleeping`)."""
+
+SLEEPING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND wait_event = 'PgSleep'"
+)
+
+
+async def until_sleeping(database_url: str) -> None:
+    """Wait until the slow read runs on the server: cut or cancelled earlier, it would not
+    have started; much later, it would have ended."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while (await admin_query(database_url, SLEEPING))[0][0] < 1:
+        assert time.monotonic() < deadline, "the slow read never reached the server"
+        await asyncio.sleep(0.01)
+
 
 ANSWER = select(literal(8))
 
@@ -231,7 +246,7 @@ async def test_a_driver_read_that_lost_its_connection_runs_again_and_leaves_the_
     before = retries("read")
     async with small_pool(database_url) as engine:
         running = asyncio.create_task(driver.fetch(engine, SLOW_READ, {}))
-        await asyncio.sleep(0.2)
+        await until_sleeping(database_url)
         assert await kill_connections(database_url) == 1
         rows = await running
         async with engine.connect() as connection:  # the pool's one connection is usable
@@ -247,7 +262,7 @@ async def test_a_cancelled_driver_read_does_not_hand_its_busy_connection_out_aga
     before = retries("read")
     async with small_pool(database_url) as engine:
         running = asyncio.create_task(driver.fetch(engine, SLOW_READ, {}))
-        await asyncio.sleep(0.2)
+        await until_sleeping(database_url)
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running

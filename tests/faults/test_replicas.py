@@ -26,7 +26,15 @@ from api.db.models import Message, Summary, SummaryJob, SummaryMessage
 from api.locks import SessionLocks
 from api.main import create_app
 from tests.conftest import make_settings
-from tests.helpers import WAIT_SECONDS, Gate, append, gated, user, wait_until
+from tests.helpers import (
+    WAIT_SECONDS,
+    Gate,
+    append,
+    gated,
+    user,
+    wait_for_summary,
+    wait_until,
+)
 from tests.invariants import invariant_violations
 from tests.support.fake_llm import FakeLLM
 
@@ -238,7 +246,7 @@ async def test_compact_whose_wait_runs_out_answers_409_and_stores_nothing(
     [background] = await wait_for_summaries(client, "busy", 1)
     assert (background["first_seq"], background["last_seq"]) == (1, 3)
     assert background["metadata"]["trigger"] == "proactive"
-    history = (await client.get("/v1/sessions/busy/history")).json()
+    history = await wait_for_summary(client, "busy")  # its job ended: the session is free
     assert [message["seq"] for message in history["messages"]] == [4]
     await assert_session_sound(sessionmaker, "busy", 4)
 

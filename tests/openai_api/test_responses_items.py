@@ -198,6 +198,7 @@ async def test_summaries_head_the_responses_format_and_never_split_a_call_from_i
     assert [as_text(item) for item in context[1:]] == [as_text(i) for i in [*calls, answer]]
 
 
+@pytest.mark.usefixtures("engine")  # its own app: the shared database emptied afterwards
 async def test_a_reasoning_item_is_summarized_by_its_readable_summary_only(
     sid: str, fake_llm: FakeLLM, database_url: str
 ) -> None:

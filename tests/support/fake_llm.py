@@ -417,15 +417,17 @@ class FakeLLM:
 
     # request handling (server threads) ----------------------------------------------------
 
-    def _next_fault(self) -> _Fault | None:
+    def _next_fault(self, state: _State) -> _Fault | None:
         with self._lock:
-            if self._state.persistent_status is not None:
-                return _Fault(status=self._state.persistent_status)
-            return self._state.faults.popleft() if self._state.faults else None
+            if state.persistent_status is not None:
+                return _Fault(status=state.persistent_status)
+            return state.faults.popleft() if state.faults else None
 
-    def _log(self, call: Call) -> None:
+    def _log(self, call: Call, state: _State) -> None:
+        """Record `call` in `state`: the state of the test the request arrived in, never the
+        next test's (a slow answer may end after `reset`)."""
         with self._lock:
-            self._state.calls.append(call)
+            state.calls.append(call)
 
     def handle(
         self,
@@ -437,7 +439,8 @@ class FakeLLM:
         if path == COUNT_TOKENS_PATH:
             messages = fake_anthropic.chat_messages(body)
             tokens = _prompt_tokens(messages)
-            self._log(Call(messages, tokens, None, 200, None, body, path, dict(headers or {})))
+            call = Call(messages, tokens, None, 200, None, body, path, dict(headers or {}))
+            self._log(call, self._state)
             return 200, {"input_tokens": tokens}, {}
         state = self._state
         with self._lock:
@@ -471,13 +474,13 @@ class FakeLLM:
         def call(status: int, answer: str | None = None) -> Call:
             return Call(messages, prompt_tokens, max_tokens, status, answer, body, path, headers)
 
-        fault = self._next_fault()
+        fault = self._next_fault(state)
         if fault is not None and fault.delay:
             time.sleep(fault.delay)
         elif state.latency_seconds:
             time.sleep(state.latency_seconds)
         if fault is not None and fault.status is not None:
-            self._log(call(fault.status))
+            self._log(call(fault.status), state)
             extra = {}
             if fault.retry_after is not None:
                 extra["Retry-After"] = _seconds_header(fault.retry_after)
@@ -487,13 +490,13 @@ class FakeLLM:
         window = state.context_window
         requested = prompt_tokens + int(max_tokens or 0)
         if window is not None and requested > window:
-            self._log(call(400))
+            self._log(call(400), state)
             overflow = fake_anthropic.context_error if anthropic else _context_error
             return 400, overflow(window, prompt_tokens, max_tokens, state.window_in_error), {}
         with self._lock:
             tool_call = state.tool_calls.popleft() if state.tool_calls else None
         if tool_call is not None:
-            self._log(call(200, f"{tool_call[0]}({tool_call[1]})"))
+            self._log(call(200, f"{tool_call[0]}({tool_call[1]})"), state)
             if responses:
                 return 200, _response(body, None, tool_call, prompt_tokens), {}
             if anthropic:
@@ -508,7 +511,7 @@ class FakeLLM:
         )
         # a real model never exceeds max_tokens
         answer = _clip(whole, int(max_tokens)) if max_tokens else whole
-        self._log(call(200, answer))
+        self._log(call(200, answer), state)
         if responses:
             return 200, _response(body, answer, None, prompt_tokens), {}
         if anthropic:

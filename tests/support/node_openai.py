@@ -136,6 +136,8 @@ def npm_package_dir(package: str, version: str) -> Path:
             raise NodeUnavailable(
                 f"npm install {package}@{version} failed: {'; '.join(lines[:NPM_ERROR_LINES])}"
             )
+        if _installed_version(target, package) == version:
+            return target  # another run (a second test worker) finished first
         shutil.rmtree(target, ignore_errors=True)
         try:
             scratch.rename(target)
