@@ -142,15 +142,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     """One line per kind of test left out. Under pytest-xdist the workers collect, so the
     controller knows only whether PostgreSQL and PgBouncer are there, not how many tests."""
     if not config.stash[_PG_KEY]:
-        missing = config.stash.get(_MISSING_PG_KEY, None)
-        counted = f"{missing} " if missing is not None else ""
-        terminalreporter.write_line(f"{counted}PostgreSQL tests not run: {SKIP_POSTGRES_REASON}")
+        left_out = (_MISSING_PG_KEY, f"PostgreSQL tests not run: {SKIP_POSTGRES_REASON}")
     elif pgbouncer_binary() is None:
-        missing_pooler = config.stash.get(_MISSING_POOLER_KEY, None)
-        counted = f"{missing_pooler} " if missing_pooler is not None else ""
-        terminalreporter.write_line(
-            f"{counted}tests through PgBouncer not run: {SKIP_POOLER_REASON}"
-        )
+        left_out = (_MISSING_POOLER_KEY, f"tests through PgBouncer not run: {SKIP_POOLER_REASON}")
+    else:
+        return
+    key, line = left_out
+    count = config.stash.get(key, None)
+    terminalreporter.write_line(line if count is None else f"{count} {line}")
 
 
 async def create_postgres_database() -> str:

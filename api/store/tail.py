@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import BigInteger, bindparam, func, select
+from sqlalchemy import BigInteger, ColumnElement, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.db import driver
@@ -28,18 +28,24 @@ takes: `_TAIL_PAGE`), so a large budget costs a few round trips."""
 _messages = MESSAGES.c
 
 
+def _shown_from(lowest: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
+    """The shown messages of the session below `before_seq`, from the one lower bound `lowest`
+    (a single lower bound, so SQLite's index range starts at it)."""
+    return (
+        _messages.session_id == bindparam("session_id"),
+        lowest,
+        _messages.seq < bindparam("before_seq"),
+        shown(_messages),
+    )
+
+
 _sizes = (
     select(
         _messages.seq,
         _messages.token_count,
         func.sum(_messages.token_count).over(order_by=_messages.seq.desc()).label("running"),
     )
-    .where(
-        _messages.session_id == bindparam("session_id"),
-        _messages.seq > bindparam("after_seq"),
-        _messages.seq < bindparam("before_seq"),
-        shown(_messages),
-    )
+    .where(*_shown_from(_messages.seq > bindparam("after_seq")))
     .order_by(_messages.seq.desc())
     .limit(bindparam("rows"))
     .subquery("sizes")
@@ -51,13 +57,8 @@ _lowest_wanted = (
 )
 _TAIL_PAGE = (
     select(*MESSAGE_COLUMNS)
-    .where(
-        _messages.session_id == bindparam("session_id"),
-        # the one lower bound, so SQLite's index range starts at it (no row wanted: none)
-        _messages.seq >= func.coalesce(_lowest_wanted, bindparam("before_seq")),
-        _messages.seq < bindparam("before_seq"),
-        shown(_messages),
-    )
+    # when no row is wanted, the range is empty
+    .where(*_shown_from(_messages.seq >= func.coalesce(_lowest_wanted, bindparam("before_seq"))))
     .order_by(_messages.seq.desc())
     .limit(bindparam("rows"))
 )

@@ -215,10 +215,7 @@ SLEEPING = (
 async def until_sleeping(database_url: str) -> None:
     """Wait until the slow read runs on the server: cut or cancelled earlier, it would not
     have started; much later, it would have ended."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while (await admin_query(database_url, SLEEPING))[0][0] < 1:
-        assert time.monotonic() < deadline, "the slow read never reached the server"
-        await asyncio.sleep(0.01)
+    await until_counted(database_url, SLEEPING, 1, "the slow read never reached the server")
 
 
 ANSWER = select(literal(8))
@@ -538,12 +535,18 @@ WAITING_ON_A_LOCK = (
 
 
 async def until_waiting_on_a_lock(database_url: str, statements: int = 1) -> None:
+    await until_counted(
+        database_url, WAITING_ON_A_LOCK, statements, "no statement waited on the lock"
+    )
+
+
+async def until_counted(database_url: str, count_query: str, at_least: int, failure: str) -> None:
+    """Poll `count_query` (one count, as the admin sees the test database) until it reaches
+    `at_least`; `failure` if it does not within WAIT_SECONDS."""
     deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if (await admin_query(database_url, WAITING_ON_A_LOCK))[0][0] >= statements:
-            return
+    while (await admin_query(database_url, count_query))[0][0] < at_least:
+        assert time.monotonic() < deadline, failure
         await asyncio.sleep(0.01)
-    raise AssertionError("no statement waited on the lock")
 
 
 async def test_an_append_cancelled_while_it_waits_on_a_lock_leaves_no_connection_busy(
