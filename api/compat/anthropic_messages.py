@@ -31,6 +31,11 @@ WIRE = "messages"
 CLEAR_TOOL_USES = "clear_tool_uses_"
 """The prefix of the `context_management` edit Precis applies (its version follows)."""
 
+CLEAR_THINKING = "clear_thinking_"
+"""The prefix of the edit that clears earlier thinking blocks, which Precis never sends: it
+asks the model for no thinking and drops the blocks a client resends (`anthropic_shapes`), so
+the edit is accepted with nothing to clear (Claude Code sends it with every request)."""
+
 CLEAR_TOOL_USES_VERSION = "20250919"
 """The version an answer reports its applied edits under."""
 
@@ -116,7 +121,8 @@ async def prepare(
 def context_edits(management: object) -> EditOverrides | None:
     """Anthropic's `context_management.edits` as Precis's context editing: a
     `clear_tool_uses_*` edit sets the tool-result clearing of this request (Anthropic's
-    defaults where a field is absent); any other edit is a 400."""
+    defaults where a field is absent); a `clear_thinking_*` edit has nothing to clear; any
+    other edit is a 400."""
     if management is None:
         return None
     edits = management.get("edits") if isinstance(management, dict) else None
@@ -127,10 +133,13 @@ def context_edits(management: object) -> EditOverrides | None:
     overrides = None
     for index, edit in enumerate(edits):
         kind = edit.get("type") if isinstance(edit, dict) else None
+        if isinstance(kind, str) and kind.startswith(CLEAR_THINKING):
+            continue
         if not (isinstance(kind, str) and kind.startswith(CLEAR_TOOL_USES)):
             raise OpenAIError(
                 400,
-                f"context_management.edits[{index}]: only `{CLEAR_TOOL_USES}*` edits are applied",
+                f"context_management.edits[{index}]: only `{CLEAR_TOOL_USES}*` and "
+                f"`{CLEAR_THINKING}*` edits are applied",
                 param="context_management",
             )
         assert isinstance(edit, dict)

@@ -36,14 +36,22 @@ FAKE_MODEL_WINDOW = 16_000
 few turns without summaries."""
 
 
+AGENT_MODEL = "anthropic/claude-opus-4-5"
+AGENT_MODEL_WINDOW = 200_000
+"""A model with the window of Anthropic's: an agent CLI's own system prompt and tools take more
+than `FAKE_MODEL_WINDOW` before the first turn."""
+
+
 def model_settings(api_base: str, models: Sequence[str]) -> dict[str, Any]:
     """The MODEL_* settings of a server whose `/v1/responses` calls the model at `api_base`
-    (a fake's `base_url`), allowing `models`, each with `FAKE_MODEL_WINDOW`."""
+    (a fake's `base_url`), allowing `models`, each with `FAKE_MODEL_WINDOW` but
+    `AGENT_MODEL`."""
+    windows = {model: FAKE_MODEL_WINDOW for model in models} | {AGENT_MODEL: AGENT_MODEL_WINDOW}
     return {
         "model_allowed": ",".join(models),
         "model_api_base": api_base,
         "model_api_key": UPSTREAM_KEY,
-        "model_context_tokens": ",".join(f"{model}={FAKE_MODEL_WINDOW}" for model in models),
+        "model_context_tokens": ",".join(f"{model}={windows[model]}" for model in models),
     }
 
 
@@ -58,11 +66,11 @@ def keyed_server(
         yield server.base_url
 
 
-KEYED_MODELS = ("openai/fake", "openai/gpt-4o", "anthropic/claude-sonnet-4-5")
+KEYED_MODELS = ("openai/fake", "openai/gpt-4o", "anthropic/claude-sonnet-4-5", AGENT_MODEL)
 """The models the shared keyed server allows (each module checks that its own are among them):
 `openai/fake` (litellm speaks the Responses or chat wire to the fake, or fakes a stream from a
-whole answer), `openai/gpt-4o` (a model litellm streams event by event) and an `anthropic/`
-one (the Messages wire)."""
+whole answer), `openai/gpt-4o` (a model litellm streams event by event) and two `anthropic/`
+ones (the Messages wire; `AGENT_MODEL` for an agent CLI)."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ Node and the pinned package are required: an unusable Node or a failed install f
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ import httpx
 import pytest
 
 from tests.client.keyed_server import TENANT_KEY, KeyedService
-from tests.conftest import IN_CI
 from tests.helpers import said, text_of
 from tests.support.fake_llm import RESPONSES_PATH, FakeLLM
 from tests.support.node_openai import (
@@ -30,6 +28,7 @@ from tests.support.node_openai import (
     node_binary,
     openai_package_dir,
     run_openai_steps,
+    skip_or_fail,
 )
 
 REQUEST_TIMEOUT_MS = 30_000
@@ -125,17 +124,10 @@ def texts(items: list[dict[str, Any]]) -> list[str]:
     return [text_of(item) for item in items]
 
 
-def _unusable(problem: NodeUnavailable, module_level: bool) -> None:
-    """Skip, but fail under CI=true when node is installed: there it must work."""
-    if shutil.which("node") is not None and IN_CI:
-        pytest.fail(f"CI=true and node is installed, but {problem}", pytrace=False)
-    pytest.skip(str(problem), allow_module_level=module_level)
-
-
 try:  # at collection, so a machine without node skips the module in one line
     node_binary()
 except NodeUnavailable as problem:
-    _unusable(problem, module_level=True)
+    skip_or_fail(problem, module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +136,7 @@ def node_ready() -> None:
     try:
         openai_package_dir()
     except NodeUnavailable as problem:
-        _unusable(problem, module_level=False)
+        skip_or_fail(problem, module_level=False)
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,20 @@ Node and the pinned package are required: an unusable Node or a failed install f
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from tests.client.keyed_server import TENANT_KEY, KeyedService
-from tests.conftest import IN_CI
 from tests.support.fake_llm import RESPONSES_PATH, Call, FakeLLM
-from tests.support.node_openai import OPENAI_SDK, NodeUnavailable, node_binary, run_sdk_steps
+from tests.support.node_openai import (
+    OPENAI_SDK,
+    NodeUnavailable,
+    node_binary,
+    run_sdk_steps,
+    skip_or_fail,
+)
 
 MODEL = "openai/fake"
 OUTPUT_TOKENS = 200
@@ -42,17 +46,10 @@ SECOND_ANSWER = "MARKER-first\nMARKER-second"
 THIRD_ANSWER = "MARKER-first\nMARKER-second\nMARKER-third"
 
 
-def _unusable(problem: NodeUnavailable, module_level: bool) -> None:
-    """Skip, but fail under CI=true when node is installed: there it must work."""
-    if shutil.which("node") is not None and IN_CI:
-        pytest.fail(f"CI=true and node is installed, but {problem}", pytrace=False)
-    pytest.skip(str(problem), allow_module_level=module_level)
-
-
 try:  # at collection, so a machine without node skips the module in one line
     node_binary()
 except NodeUnavailable as problem:
-    _unusable(problem, module_level=True)
+    skip_or_fail(problem, module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +58,7 @@ def node_ready() -> None:
     try:
         OPENAI_SDK.package_dir()
     except NodeUnavailable as problem:
-        _unusable(problem, module_level=False)
+        skip_or_fail(problem, module_level=False)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ Node and the pinned packages are required: an unusable Node or a failed install 
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,6 @@ import httpx
 import pytest
 
 from tests.client.keyed_server import TENANT_KEY, KeyedService
-from tests.conftest import IN_CI
 from tests.support.fake_anthropic import MESSAGES_PATH
 from tests.support.fake_llm import CHAT_PATH, Call, FakeLLM
 from tests.support.node_anthropic import ANTHROPIC_SDK
@@ -38,6 +36,7 @@ from tests.support.node_openai import (
     NodeUnavailable,
     node_binary,
     run_sdk_steps,
+    skip_or_fail,
 )
 
 OPENAI_MODEL = "openai/fake"
@@ -71,17 +70,10 @@ LAST_ANSWER = f"{STREAMED}\nMARKER-last"
 of the whole conversation, so an answer shows the model got the stored context."""
 
 
-def _unusable(problem: NodeUnavailable, module_level: bool) -> None:
-    """Skip, but fail under CI=true when node is installed: there it must work."""
-    if shutil.which("node") is not None and IN_CI:
-        pytest.fail(f"CI=true and node is installed, but {problem}", pytrace=False)
-    pytest.skip(str(problem), allow_module_level=module_level)
-
-
 try:  # at collection, so a machine without node skips the module in one line
     node_binary()
 except NodeUnavailable as problem:
-    _unusable(problem, module_level=True)
+    skip_or_fail(problem, module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +83,7 @@ def node_ready() -> None:
         OPENAI_SDK.package_dir()
         ANTHROPIC_SDK.package_dir()
     except NodeUnavailable as problem:
-        _unusable(problem, module_level=False)
+        skip_or_fail(problem, module_level=False)
 
 
 @pytest.fixture(scope="module")

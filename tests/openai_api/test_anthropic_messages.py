@@ -351,3 +351,40 @@ async def test_the_beta_marker_of_anthropics_clients_is_accepted(api: httpx.Asyn
     counted = await api.post("/v1/messages/count_tokens?beta=true", json=body)
     assert counted.status_code == 200, counted.text
     assert counted.json()["input_tokens"] > 0
+
+
+async def test_a_clear_thinking_edit_is_accepted_and_any_other_edit_refused(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    """Claude Code sends `clear_thinking_20251015` with every request: Precis sends the model
+    no thinking blocks, so the edit has nothing to clear; an edit Precis cannot apply is a 400
+    naming the ones it can, and nothing of that turn is stored."""
+    upstream.mode = "marker_echo"
+    thinking = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    turns: list[Any] = [{"role": "user", "content": "MARKER-thought hello"}]
+    answer = await client.messages.create(
+        model=OPENAI_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        messages=turns,
+        extra_headers={SESSION_HEADER: sid},
+        extra_body={"context_management": thinking},
+    )
+    assert [block.type for block in answer.content] == ["text"]
+    assert "MARKER-thought" in str(answer.content)
+    turns += [
+        {"role": "assistant", "content": answer.content},
+        {"role": "user", "content": "MARKER-refused again"},
+    ]
+    unknown = {"edits": [{"type": "clear_everything_20990101"}]}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await client.messages.create(
+            model=OPENAI_MODEL,
+            max_tokens=OUTPUT_TOKENS,
+            messages=turns,
+            extra_headers={SESSION_HEADER: sid},
+            extra_body={"context_management": unknown},
+        )
+    message = refused.value.body["error"]["message"]  # type: ignore[index]
+    assert "edits[0]" in message and "clear_tool_uses_" in message
+    assert "clear_thinking_" in message
+    assert [m["role"] for m in await stored(api, sid)] == ["user", "assistant"]

@@ -8,7 +8,8 @@ with the steps and answers what each step answered. The script's own header says
 is. `npm_package_dir()` installs any pinned package the same way; `run_sdk_steps()` runs
 `tests/client/node/sdk_steps.mjs` with the client class of a `NodeSdk` (the `openai` package's
 `OPENAI_SDK`, or `tests/support/node_anthropic.py`'s). `NodeUnavailable` says why Node cannot
-be used here; the tests decide to skip or fail.
+be used here; `skip_or_fail()` skips a test for it, or fails it under CI=true when `node` is
+installed.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import pytest
+
+from tests.conftest import IN_CI
 from tests.support.live_server import REPO_ROOT
 
 OPENAI_NPM_VERSION = "6.49.0"
@@ -78,6 +82,13 @@ class NodeUnavailable(Exception):
 
 class NodeStepsFailed(AssertionError):
     """The step script failed on a step not marked `expect_error`, or did not run."""
+
+
+def skip_or_fail(problem: NodeUnavailable, module_level: bool) -> NoReturn:
+    """Skip, but fail under CI=true when node is installed: there it must work."""
+    if shutil.which("node") is not None and IN_CI:
+        pytest.fail(f"CI=true and node is installed, but {problem}", pytrace=False)
+    pytest.skip(str(problem), allow_module_level=module_level)
 
 
 def cache_root() -> Path:
