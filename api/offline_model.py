@@ -17,12 +17,12 @@ or its chunks.
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from api.compat import replayed_events
 from api.conversation_items import ID_HEX_DIGITS, new_item_id
 from api.items import check_item, projection
 from api.upstream import Upstream, UpstreamFailed
@@ -48,9 +48,6 @@ SAID_TOKENS = 200
 
 REPLY_TAG = f"[{OFFLINE_MODEL}]"
 """How each reply begins: says who answered, and marks the replies left out of the memory."""
-
-_WORDS = re.compile(r"\S+\s*|\s+")
-"""One text delta of a streamed reply: a word and the space after it."""
 
 
 async def create_response(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,7 +106,7 @@ async def _chunks(completion: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     choice = completion["choices"][0]
     first = {"role": "assistant", "content": ""}
     yield {**head, "choices": [{"index": 0, "delta": first, "finish_reason": None}]}
-    for word in _WORDS.findall(choice["message"]["content"]):
+    for word in replayed_events.WORDS.findall(choice["message"]["content"]):
         yield {**head, "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
     finish = choice["finish_reason"]
     yield {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
@@ -230,33 +227,5 @@ def _response(
 
 async def _events(response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     """`response` as the Responses API streams it, numbered as it does."""
-    for number, event in enumerate(_event_list(response)):
-        yield {**event, "sequence_number": number}
-
-
-def _event_list(response: dict[str, Any]) -> list[dict[str, Any]]:
-    started = {**response, "status": "in_progress", "output": []}
-    started.pop("usage", None)
-    started.pop("incomplete_details", None)
-    message = response["output"][0]
-    part = message["content"][0]
-    text = part["text"]
-    at = {"item_id": message["id"], "output_index": 0, "content_index": 0}
-    return [
-        {"type": "response.created", "response": started},
-        {"type": "response.in_progress", "response": started},
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {**message, "status": "in_progress", "content": []},
-        },
-        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
-        *(
-            {"type": "response.output_text.delta", **at, "delta": word, "logprobs": []}
-            for word in _WORDS.findall(text)
-        ),
-        {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
-        {"type": "response.content_part.done", **at, "part": part},
-        {"type": "response.output_item.done", "output_index": 0, "item": message},
-        {"type": f"response.{response['status']}", "response": response},
-    ]
+    for event in replayed_events.streamed(response):
+        yield event

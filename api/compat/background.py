@@ -6,15 +6,20 @@ it names), queued (`api.store.background`) and answered at once, `queued`; the w
 (`api.background_responses`). Until its turn is stored, `GET /v1/responses/{id}` answers it
 as queued, in progress, failed or cancelled; once stored, it is a stored response like any
 other (`api.compat.stored_responses`). Reading, cancelling and deleting a response by its id
-look at both.
+look at both. A background response can be followed as a stream (`follow`: with `stream: true`,
+or `GET /v1/responses/{id}?stream=true&starting_after=N`): the events of the response as it
+stands (`api.compat.replayed_events`), read again until it has ended.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+from api.compat import replayed_events
 from api.compat.response_checks import checked_model
 from api.compat.response_events import new_id
 from api.compat.responses import Responder
@@ -38,6 +43,11 @@ from api.store.responses import delete_response, get_response
 
 SHOWN_STATUS = {"storing": "in_progress"}
 """A response whose turn is being stored is still in progress to the client."""
+
+FOLLOW_FIRST_WAIT_SECONDS = 0.05
+FOLLOW_LONGEST_WAIT_SECONDS = 1.0
+"""Between two reads of a followed response: doubled from the first to the longest, so a short
+run is followed closely and a long one costs a read a second."""
 
 ECHOED = ("tool_choice", "parallel_tool_calls", "temperature", "top_p", "text", "reasoning")
 """Request fields a queued response shows as given (OpenAI's response object echoes them)."""
@@ -138,6 +148,31 @@ async def view(database: Database, tenant: str, response_id: str) -> dict[str, A
     if row is None:
         raise not_found(response_id)
     return shown(row)
+
+
+async def follow(
+    database: Database, tenant: str, body: dict[str, Any], starting_after: int
+) -> AsyncIterator[dict[str, Any]]:
+    """The events of the background response `body` (as `view` answered it) numbered after
+    `starting_after`, then those it gains, read again until it has ended; a response deleted
+    meanwhile ends the stream with an `error` event."""
+    sent = starting_after
+    wait = FOLLOW_FIRST_WAIT_SECONDS
+    response_id = body["id"]
+    while True:
+        events = replayed_events.followed(body)
+        for event in events[sent + 1 :]:
+            yield event
+        sent = max(sent, len(events) - 1)
+        if body.get("status") in replayed_events.ENDED:
+            return
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, FOLLOW_LONGEST_WAIT_SECONDS)
+        try:
+            body = await view(database, tenant, response_id)
+        except OpenAIError as exc:
+            yield {"type": "error", "code": "not_found", "message": exc.message, "param": None}
+            return
 
 
 async def cancel(database: Database, tenant: str, response_id: str) -> dict[str, Any]:

@@ -50,10 +50,6 @@ def checked_model(settings: Settings, request: ResponseRequest) -> str:
         ),
     }
     if request.background:
-        refused["stream"] = (
-            request.stream,
-            "a background response is not streamed here: poll GET /v1/responses/{id}",
-        )
         refused["store"] = (
             request.store is False,
             "a background response is stored: `store: false` cannot be background",

@@ -21,7 +21,8 @@ from api.deps import (
     AppTokenRatios,
     database_faults_as_503,
 )
-from api.openai_errors import openai_responses
+from api.errors import ServiceUnavailable
+from api.openai_errors import OpenAIError, openai_responses
 from api.routes.checks import v1_router
 from api.routes.conversations import DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS
 from api.schemas.responses import CompactionRequest, InputTokensRequest, ResponseRequest
@@ -46,7 +47,8 @@ async def create_response(
     summaries, the messages after them) is put before `input`, fitted to the model's window,
     and the turn (input and output) is stored once the response completes; with `stream`,
     the model's events are relayed as server-sent events; with `background`, the turn is
-    queued for the worker and answered `queued` at once (poll `GET /v1/responses/{id}`).
+    queued for the worker and answered `queued` at once (poll `GET /v1/responses/{id}`), or
+    with `stream` too, followed as server-sent events until it has ended.
     Without `conversation` or `previous_response_id`, the response starts a chain of its own
     (`store: false`: the request is passed through and nothing is stored)."""
     responder = Responder(database, summarization, settings, ratios)
@@ -54,6 +56,8 @@ async def create_response(
         if body.background:
             queued = await background.queue(responder, tenant, body)
             runs.wake()
+            if body.stream:
+                return _followed(database, tenant, queued, -1)
             return JSONResponse(queued)
         if not body.stream:
             answer, turn = await responder.respond(tenant, body)
@@ -68,6 +72,28 @@ async def _server_sent(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[b
     """Each event as the Responses API sends it: `event: <type>` and its JSON."""
     async for event in events:
         yield f"event: {event.get('type')}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def _followed(
+    database: AppDatabase, tenant: str, body: dict[str, Any], starting_after: int
+) -> StreamingResponse:
+    """A background response's events as server-sent events (`background.follow`); a database
+    that fails meanwhile ends the stream with an `error` event (resume with `starting_after`)."""
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        try:
+            with database_faults_as_503():
+                async for event in background.follow(database, tenant, body, starting_after):
+                    yield event
+        except ServiceUnavailable as exc:
+            message = f"{exc.detail}: resume with starting_after"
+            yield {"type": "error", "code": "server_error", "message": message, "param": None}
+
+    return StreamingResponse(
+        _server_sent(events()),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
 
 
 ResponsePath = Annotated[
@@ -125,12 +151,25 @@ async def get_response(
     tenant: Tenant,
     include: Include = None,
     include_brackets: IncludeBrackets = None,
+    stream: Annotated[
+        bool, Query(description="A background response's events as server-sent events.")
+    ] = False,
+    starting_after: Annotated[
+        int | None,
+        Query(ge=-1, description="With `stream`: the events numbered after this one."),
+    ] = None,
 ) -> Response:
     """A stored response, as it was answered, or a background one as it stands (404 for an
     id Precis did not issue, another tenant's, one stored with `store: false`, or one
-    deleted)."""
+    deleted). With `stream`, a background response's events numbered after `starting_after`
+    (all without it), then those it gains until it has ended; another response is 400."""
     with database_faults_as_503():
-        return JSONResponse(await background.view(database, tenant, response_id))
+        body = await background.view(database, tenant, response_id)
+    if not stream:
+        return JSONResponse(body)
+    if not body.get("background"):
+        raise OpenAIError(400, "only a background response can be streamed again", param="stream")
+    return _followed(database, tenant, body, -1 if starting_after is None else starting_after)
 
 
 @router.delete("/responses/{response_id}", responses=RESPONSE_ERRORS)

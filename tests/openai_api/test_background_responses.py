@@ -1,6 +1,6 @@
 """Background responses through the official `openai` package: queued at once, run by the
-worker, polled to completion; a cancel stops the run and stores nothing of the turn
-(docs/design.md, "OpenAI Responses")."""
+worker, polled to completion, or followed as a stream and resumed after any event; a cancel
+stops the run and stores nothing of the turn (docs/design.md, "OpenAI Responses")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
 from openai.types.conversations import Conversation
-from openai.types.responses import Response
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseCreatedEvent,
+    ResponseErrorEvent,
+    ResponseFailedEvent,
+    ResponseTextDeltaEvent,
+)
 
 from api.compat.background import discard_branch
 from api.store.background import delete_background, queue_response
@@ -181,8 +188,8 @@ async def test_a_request_refused_at_once_queues_nothing(
 ) -> None:
     conversation = await client.conversations.create()
     refusals: list[tuple[dict[str, Any], int, str | None]] = [
-        ({"stream": True}, 400, "stream"),
         ({"store": False}, 400, "store"),
+        ({"store": False, "stream": True}, 400, "store"),
         ({"model": "openai/other"}, 400, "model"),
         ({"conversation": "conv_missing"}, 404, None),
         ({"previous_response_id": "resp_missing"}, 404, "previous_response_id"),
@@ -301,3 +308,86 @@ async def test_a_branch_is_discarded_only_when_no_run_can_store_in_it(
     # one whose response is stored nowhere and waits nowhere: deleted
     await discard_branch(database, "default", left_over)
     assert (await api.get(f"/v1/sessions/{left_over}")).status_code == 404
+
+
+# --- followed as a stream -------------------------------------------------------------------
+
+
+async def test_a_background_stream_follows_the_run_and_resumes_where_it_was_left(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
+) -> None:
+    conversation = await client.conversations.create()
+    upstream.slow_next(0.3)  # the follower reads the response queued and running first
+    stream = await client.responses.create(
+        model=MODEL,
+        input="MARKER-streamed in the background",
+        conversation=conversation.id,
+        background=True,
+        stream=True,
+    )
+    events = [event async for event in stream]
+
+    types = [event.type for event in events]
+    assert types[:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert types[-1] == "response.completed"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    assert isinstance(events[0], ResponseCreatedEvent)
+    assert events[0].response.status == "queued" and events[0].response.background
+    assert isinstance(events[-1], ResponseCompletedEvent)
+    final = events[-1].response
+    deltas = [event.delta for event in events if isinstance(event, ResponseTextDeltaEvent)]
+    assert "".join(deltas) == final.output_text == "MARKER-streamed"
+    assert final.id == events[0].response.id and final.background is True
+    assert (await client.responses.retrieve(final.id)).output_text == "MARKER-streamed"
+    items = await stored_items(api, conversation.id)
+    assert [item["role"] for item in items] == ["user", "assistant"]
+
+    resumed = await client.responses.retrieve(final.id, stream=True, starting_after=2)
+    again = [event async for event in resumed]
+    assert [(e.type, e.sequence_number) for e in again] == [
+        (e.type, e.sequence_number) for e in events[3:]
+    ]
+    assert await stored_items(api, conversation.id) == items  # followed twice, stored once
+
+
+async def test_a_followed_response_ends_with_its_failure_or_cancellation(
+    client: AsyncOpenAI, upstream: FakeLLM
+) -> None:
+    conversation, queued = await running_slowly(client, upstream, "MARKER-stopped", 1.0)
+
+    async def follow() -> list[Any]:
+        return [event async for event in await client.responses.retrieve(queued.id, stream=True)]
+
+    following = asyncio.create_task(follow())  # the test's client reads a stream once it ended
+    await asyncio.sleep(0.2)
+    await client.responses.cancel(queued.id)
+    events = await following
+    assert [event.type for event in events] == [
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "error",
+    ]
+    assert isinstance(events[-1], ResponseErrorEvent)
+    assert events[-1].code == "response_cancelled"
+
+    upstream.fail_next(400, message="the prompt is refused", param="input")
+    stream = await client.responses.create(
+        model=MODEL,
+        input="MARKER-refused",
+        conversation=conversation.id,
+        background=True,
+        stream=True,
+    )
+    [*_, last] = [event async for event in stream]
+    assert isinstance(last, ResponseFailedEvent)
+    assert last.response.error is not None and last.response.error.code == "invalid_prompt"
+
+
+async def test_only_a_background_response_streams_again(client: AsyncOpenAI) -> None:
+    foreground = await client.responses.create(model=MODEL, input="MARKER-fg")
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.retrieve(foreground.id, stream=True)
+    assert refused.value.param == "stream"
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve("resp_" + "0" * 48, stream=True)
