@@ -28,7 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from api import compact, forks, history_load, metrics, offline_model, store
 from api.append.use_case import new_message, store_batch
-from api.compaction_items import SUMMARY_HEADING
+from api.compat import prompt_cache
 from api.compat.model_limits import answer_room, check_model, model_window, too_long
 from api.compat.reconcile import Reconciled, links, reconcile
 from api.context import MISSING_TOOL_RESULT
@@ -66,12 +66,6 @@ BRANCHED_HEADER = "x-precis-branched-from"
 
 OVERFLOW_HEADER = "x-precis-overflow-retry"
 """Answer header of a turn retried after an `overflow_retry` summary: the summary's id."""
-
-ANTHROPIC_MODELS = ("anthropic/", "claude-")
-"""Model names litellm sends to Anthropic: their summaries carry a prompt-cache breakpoint."""
-
-EPHEMERAL = {"type": "ephemeral"}
-"""Anthropic's prompt-cache mark (`cache_control`)."""
 
 _MESSAGE = TypeAdapter(MessageIn)
 
@@ -281,16 +275,17 @@ class ChatTurns:
                     "openai",
                     edits=turn.edits,
                 )
-                context = _cache_breakpoint(
-                    _without_placeholders_answered_by(loaded.context.messages, turn.new_messages),
-                    turn.upstream_request["model"],
+                context = _without_placeholders_answered_by(
+                    loaded.context.messages, turn.new_messages
                 )
                 context_tokens = loaded.context.token_estimate
                 turn.cleared = loaded.cleared()
             except SessionNotFound:
                 context_tokens = 0  # the turn's answer creates the session
         turn.sent_tokens = context_tokens + _fixed_tokens(turn.stored_new, turn.upstream_request)
-        return turn.upstream_request | {"messages": [*context, *turn.new_messages]}
+        model = turn.upstream_request["model"]
+        messages = prompt_cache.breakpoints([*context, *turn.new_messages], model)
+        return turn.upstream_request | {"messages": messages}
 
     async def _summarize_for_overflow(self, turn: ChatTurn) -> int | None:
         assert turn.session_id is not None
@@ -405,26 +400,6 @@ def _without_placeholders_answered_by(
             and message.get("content") == MISSING_TOOL_RESULT
         )
     ]
-
-
-def _cache_breakpoint(context: Sequence[dict[str, Any]], model: str) -> list[dict[str, Any]]:
-    """The context, its newest summary marked as a prompt-cache breakpoint when the model is
-    Anthropic's: the cached prefix (pinned messages and summaries) then holds until the next
-    summary."""
-    messages = list(context)
-    if not model.startswith(ANTHROPIC_MODELS):
-        return messages
-    summaries = [
-        index
-        for index, message in enumerate(messages)
-        if isinstance(message.get("content"), str)
-        and message["content"].startswith(SUMMARY_HEADING)
-    ]
-    if summaries:
-        newest = messages[summaries[-1]]
-        part = {"type": "text", "text": newest["content"], "cache_control": EPHEMERAL}
-        messages[summaries[-1]] = {**newest, "content": [part]}
-    return messages
 
 
 def _fixed_tokens(new: Sequence[NewMessage], request: Mapping[str, Any]) -> int:

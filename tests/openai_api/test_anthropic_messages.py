@@ -6,6 +6,7 @@ Messages")."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -255,6 +256,71 @@ async def test_a_wrong_key_is_refused_in_anthropic_shape(app: FastAPI) -> None:
         app.state.tenant_keys = {}
 
 
+def cache_marks(request: Any) -> int:
+    """How many blocks of a request (tools, system, messages) carry `cache_control`."""
+    return json.dumps(request).count('"cache_control"')
+
+
+async def test_an_anthropic_request_caches_its_system_prompt_and_its_end(
+    client: anthropic.AsyncAnthropic, upstream: FakeLLM, sid: str
+) -> None:
+    """Claude Code's way: a long system prompt and tools, a tool used, its result sent back.
+    Each request marks the system prompt's end and its own last block; the client's own marks
+    are not sent on."""
+    upstream.call_tool_next("get_weather", json.dumps({"city": "Paris"}))
+    system: Any = [
+        {"type": "text", "text": "MARKER-rules You are terse."},
+        {"type": "text", "text": "Answer in English.", "cache_control": {"type": "ephemeral"}},
+    ]
+    turns: list[Any] = [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "MARKER-paris weather?",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        }
+    ]
+    first = await client.messages.create(
+        model=ANTHROPIC_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        system=system,
+        messages=turns,
+        tools=[WEATHER_TOOL],
+        extra_headers={SESSION_HEADER: sid},
+    )
+    sent = upstream.calls[-1].request
+    assert sent["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert sent["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert cache_marks(sent) == 2
+    [use] = [block for block in first.content if block.type == "tool_use"]
+    turns += [
+        {"role": "assistant", "content": first.content},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "MARKER-sun"}],
+        },
+    ]
+    await client.messages.create(
+        model=ANTHROPIC_MODEL,
+        max_tokens=OUTPUT_TOKENS,
+        system=system,
+        messages=turns,
+        tools=[WEATHER_TOOL],
+        extra_headers={SESSION_HEADER: sid},
+    )
+    sent = upstream.calls[-1].request
+    [last] = sent["messages"][-1]["content"]
+    assert last["type"] == "tool_result" and last["cache_control"] == {"type": "ephemeral"}
+    assert sent["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert cache_marks(sent) == 2
+    # the answer's own tool call, as stored and sent back, carries no mark
+    assert '"cache_control"' not in json.dumps(sent["messages"][:-1])
+
+
 async def test_the_newest_summary_is_a_prompt_cache_breakpoint_for_anthropic(
     client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
 ) -> None:
@@ -280,6 +346,8 @@ async def test_the_newest_summary_is_a_prompt_cache_breakpoint_for_anthropic(
         if isinstance(block, dict) and block.get("cache_control")
     ]
     assert len(marked) == 1 and "Summary of earlier conversation" in marked[0]["text"]
+    assert cache_marks(sent) == 2  # the summary, and the request's end
+    assert sent["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     # an OpenAI model gets the summary as plain text
     await client.messages.create(
         model=OPENAI_MODEL,
