@@ -88,6 +88,26 @@ class BackgroundResponses:
         self._storing: set[Claim] = set()
         """Runs that took the right to store their turn: never cancelled."""
         self._retries = RetryPolicy(responder.settings.database_retry_seconds)
+        self._version = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def version(self) -> int:
+        """Counts the responses a run on this replica claimed or ended."""
+        return self._version
+
+    async def changed_since(self, version: int, seconds: float) -> None:
+        """Once a run on this replica has claimed or ended a response since `version` was
+        read, or after `seconds`: a follower of a response then reads it again
+        (`api.compat.background.follow`)."""
+        if self._version == version:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), seconds)
+
+    def _announce(self) -> None:
+        self._version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def start(self) -> None:
         self._stopping = False
@@ -144,6 +164,7 @@ class BackgroundResponses:
                 await self._settle(release_background, claim)
                 self._slots.release()
                 return
+            self._announce()
             task = asyncio.create_task(self._run(claim))
             self._running[_key(claim)] = task
             self._claims[_key(claim)] = claim
@@ -156,6 +177,7 @@ class BackgroundResponses:
                 self._claims.pop(_key(claim), None)
         self._storing.discard(_key(claim))
         self._slots.release()
+        self._announce()
 
     async def _claim(self) -> BackgroundRow | None:
         async with self._database.transaction() as db:

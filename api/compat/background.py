@@ -13,11 +13,10 @@ stands (`api.compat.replayed_events`), read again until it has ended.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from api.compat import replayed_events
 from api.compat.response_checks import checked_model
@@ -25,7 +24,7 @@ from api.compat.response_events import new_id
 from api.compat.responses import Responder
 from api.compat.stored_responses import not_found
 from api.conversations import ConversationNotFound
-from api.db.transactions import CommitConnectionLost, Database
+from api.db.transactions import CommitConnectionLost, Database, current_budget, retry_budget
 from api.errors import SessionNotFound
 from api.openai_errors import OpenAIError
 from api.schemas.responses import ResponseRequest
@@ -45,9 +44,19 @@ SHOWN_STATUS = {"storing": "in_progress"}
 """A response whose turn is being stored is still in progress to the client."""
 
 FOLLOW_FIRST_WAIT_SECONDS = 0.05
+"""The first wait between two reads of a followed response, doubled after each read: a short
+run on another replica is followed closely."""
+
 FOLLOW_LONGEST_WAIT_SECONDS = 1.0
-"""Between two reads of a followed response: doubled from the first to the longest, so a short
-run is followed closely and a long one costs a read a second."""
+"""The longest wait between two reads of a followed response: a long run costs a read a
+second."""
+
+KEEP_ALIVE_SECONDS = 15.0
+"""A followed response that gains no event for this long gets a keep-alive (`KEEP_ALIVE`): a
+proxy cuts a connection idle for a minute, and a model may think for longer."""
+
+KEEP_ALIVE = None
+"""What `follow` yields for a keep-alive, which the stream sends as an SSE comment."""
 
 ECHOED = ("tool_choice", "parallel_tool_calls", "temperature", "top_p", "text", "reasoning")
 """Request fields a queued response shows as given (OpenAI's response object echoes them)."""
@@ -150,29 +159,66 @@ async def view(database: Database, tenant: str, response_id: str) -> dict[str, A
     return shown(row)
 
 
+class Changes(Protocol):
+    """The runs of this replica (`api.background_responses.BackgroundResponses`), as a follower
+    waits for them: a response one of them claimed or ended is read again at once."""
+
+    @property
+    def version(self) -> int: ...
+
+    async def changed_since(self, version: int, seconds: float) -> None: ...
+
+
 async def follow(
-    database: Database, tenant: str, body: dict[str, Any], starting_after: int
-) -> AsyncIterator[dict[str, Any]]:
+    database: Database,
+    changes: Changes,
+    tenant: str,
+    body: dict[str, Any],
+    starting_after: int,
+) -> AsyncIterator[dict[str, Any] | None]:
     """The events of the background response `body` (as `view` answered it) numbered after
-    `starting_after`, then those it gains, read again until it has ended; a response deleted
-    meanwhile ends the stream with an `error` event."""
+    `starting_after`, then those it gains, read again until it has ended: at once when a run
+    on this replica claims or ends a response, else after a wait that doubles up to a second
+    (a run on another replica); `KEEP_ALIVE` after KEEP_ALIVE_SECONDS without an event. A
+    response deleted meanwhile ends the stream with an `error` event (`stream_error`)."""
     sent = starting_after
     wait = FOLLOW_FIRST_WAIT_SECONDS
     response_id = body["id"]
+    seen = changes.version
+    quiet_since = time.monotonic()
     while True:
         events = replayed_events.followed(body)
         for event in events[sent + 1 :]:
             yield event
+            quiet_since = time.monotonic()
         sent = max(sent, len(events) - 1)
         if body.get("status") in replayed_events.ENDED:
             return
-        await asyncio.sleep(wait)
+        if time.monotonic() - quiet_since >= KEEP_ALIVE_SECONDS:
+            yield KEEP_ALIVE
+            quiet_since = time.monotonic()
+        await changes.changed_since(seen, wait)
         wait = min(wait * 2, FOLLOW_LONGEST_WAIT_SECONDS)
+        seen = changes.version
         try:
-            body = await view(database, tenant, response_id)
+            # each read waits out a lost connection as a request of its own would
+            with retry_budget(current_budget().policy):
+                body = await view(database, tenant, response_id)
         except OpenAIError as exc:
-            yield {"type": "error", "code": "not_found", "message": exc.message, "param": None}
+            yield stream_error(sent, exc.code or "response_not_found", exc.message)
             return
+
+
+def stream_error(sent: int, code: str, message: str) -> dict[str, Any]:
+    """The `error` event that ends a followed stream, numbered after the last event `sent`: a
+    client resumes after that one."""
+    return {
+        "type": "error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "sequence_number": sent + 1,
+    }
 
 
 async def cancel(database: Database, tenant: str, response_id: str) -> dict[str, Any]:

@@ -57,7 +57,7 @@ async def create_response(
             queued = await background.queue(responder, tenant, body)
             runs.wake()
             if body.stream:
-                return _followed(database, tenant, queued, -1)
+                return _followed(database, runs, tenant, queued, -1)
             return JSONResponse(queued)
         if not body.stream:
             answer, turn = await responder.respond(tenant, body)
@@ -68,29 +68,49 @@ async def create_response(
     return StreamingResponse(_server_sent(events), media_type="text/event-stream", headers=headers)
 
 
+KEEP_ALIVE_COMMENT = b": keep-alive\n\n"
+"""An SSE comment: clients skip it, proxies see the connection in use."""
+
+
 async def _server_sent(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """Each event as the Responses API sends it: `event: <type>` and its JSON."""
+    """Each event as the Responses API sends it."""
     async for event in events:
-        yield f"event: {event.get('type')}\ndata: {json.dumps(event)}\n\n".encode()
+        yield _event_bytes(event)
+
+
+def _event_bytes(event: dict[str, Any]) -> bytes:
+    """`event: <type>` and its JSON."""
+    return f"event: {event.get('type')}\ndata: {json.dumps(event)}\n\n".encode()
 
 
 def _followed(
-    database: AppDatabase, tenant: str, body: dict[str, Any], starting_after: int
+    database: AppDatabase,
+    runs: AppBackgroundResponses,
+    tenant: str,
+    body: dict[str, Any],
+    starting_after: int,
 ) -> StreamingResponse:
-    """A background response's events as server-sent events (`background.follow`); a database
-    that fails meanwhile ends the stream with an `error` event (resume with `starting_after`)."""
+    """A background response's events as server-sent events (`background.follow`), keep-alives
+    as comments; a database that fails meanwhile ends the stream with an `error` event (resume
+    with `starting_after` the last event before it)."""
 
-    async def events() -> AsyncIterator[dict[str, Any]]:
+    async def sent() -> AsyncIterator[bytes]:
+        last = starting_after
         try:
             with database_faults_as_503():
-                async for event in background.follow(database, tenant, body, starting_after):
-                    yield event
+                following = background.follow(database, runs, tenant, body, starting_after)
+                async for event in following:
+                    if event is background.KEEP_ALIVE:
+                        yield KEEP_ALIVE_COMMENT
+                        continue
+                    last = event["sequence_number"]
+                    yield _event_bytes(event)
         except ServiceUnavailable as exc:
-            message = f"{exc.detail}: resume with starting_after"
-            yield {"type": "error", "code": "server_error", "message": message, "param": None}
+            message = f"{exc.detail}: resume with starting_after {last}"
+            yield _event_bytes(background.stream_error(last, "server_error", message))
 
     return StreamingResponse(
-        _server_sent(events()),
+        sent(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache"},
     )
@@ -149,6 +169,7 @@ async def get_response(
     response_id: ResponsePath,
     database: AppDatabase,
     tenant: Tenant,
+    runs: AppBackgroundResponses,
     include: Include = None,
     include_brackets: IncludeBrackets = None,
     stream: Annotated[
@@ -169,7 +190,8 @@ async def get_response(
         return JSONResponse(body)
     if not body.get("background"):
         raise OpenAIError(400, "only a background response can be streamed again", param="stream")
-    return _followed(database, tenant, body, -1 if starting_after is None else starting_after)
+    after = -1 if starting_after is None else starting_after
+    return _followed(database, runs, tenant, body, after)
 
 
 @router.delete("/responses/{response_id}", responses=RESPONSE_ERRORS)

@@ -14,7 +14,8 @@ history load, the model call through litellm and the turn's append); in the
 "previous_response_id" rows, through Precis continuing a chain of stored responses (the ten
 turns and the model's answer, made untimed before each call by one response); in the
 "background" rows, the conversation's call made with `background=True` and polled until it
-has completed (a server running the worker, no summaries). Both send the
+has completed (a server running the worker, no summaries); in the "background, streamed" rows,
+made with `stream=True` too and read until its `response.completed` event. Both send the
 model the same items. Per row: p50 and p95 of both, and what the second adds at p50, against the
 target (TARGET_ADDED_MS).
 
@@ -42,7 +43,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from openai import AsyncOpenAI
@@ -163,12 +164,12 @@ async def measure(
     backend: str,
     calls: int,
     model: str = MODEL,
-    background: bool = False,
+    background: Literal["polled", "streamed"] | None = None,
 ) -> OverheadRow:
     """The chat app's call with the `openai` package: to the fake directly, and through
     Precis. `background`: made with `background=True` and polled with `responses.retrieve`
-    (every POLL_MS) until it has completed: what a client waits for a background turn, the
-    worker's claim and the polls included."""
+    (every POLL_MS) until it has completed, or followed with `stream=True` until its last
+    event: what a client waits for a background turn, the worker's claim included."""
     direct = AsyncOpenAI(base_url=fake.base_url, api_key="bench")
     proxied = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="bench")
     asked = _asked()
@@ -181,19 +182,36 @@ async def measure(
         return created.id
 
     async def call_proxied(conversation: str) -> None:
+        if background == "streamed":
+            events = await proxied.responses.create(
+                model=model,
+                input=QUESTION,
+                conversation=conversation,
+                max_output_tokens=OUTPUT_TOKENS,
+                background=True,
+                stream=True,
+            )
+            types = [event.type async for event in events]
+            assert types[-1] == "response.completed", types
+            return
         response = await proxied.responses.create(
             model=model,
             input=QUESTION,
             conversation=conversation,
             max_output_tokens=OUTPUT_TOKENS,
-            background=background,
+            background=background == "polled",
         )
         while response.status in ("queued", "in_progress"):
             await asyncio.sleep(POLL_MS / 1000)
             response = await proxied.responses.retrieve(response.id)
         assert response.status == "completed", (response.status, response.error)
 
-    label = f"{backend}, background" if background else backend
+    labels = {
+        None: backend,
+        "polled": f"{backend}, background",
+        "streamed": f"{backend}, background, streamed",
+    }
+    label = labels[background]
     row = await _alternated(label, calls, call_direct, new_conversation, call_proxied)
     await direct.close()
     await proxied.close()
@@ -367,9 +385,10 @@ async def run(
                     summary_workers="1",  # the worker's replica runs background responses
                     dynamic_summary_enabled="false",
                 ) as base_url:
-                    rows.append(
-                        await measure(base_url, fake, backend, calls, model, background=True)
-                    )
+                    for background in ("polled", "streamed"):
+                        rows.append(
+                            await measure(base_url, fake, backend, calls, model, background)
+                        )
     return rows
 
 

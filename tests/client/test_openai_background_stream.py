@@ -11,7 +11,7 @@ from openai.types.responses import ResponseCompletedEvent
 from tests.client.keyed_server import TENANT_KEY, KeyedService
 
 MODEL = "openai/fake"
-MODEL_SECONDS = 1.0
+MODEL_SECONDS = 2.0
 """How long the model takes: the first events are read, and the stream dropped, well before."""
 
 

@@ -23,6 +23,7 @@ from openai.types.responses import (
     ResponseTextDeltaEvent,
 )
 
+from api.compat import background
 from api.compat.background import discard_branch
 from api.store.background import delete_background, queue_response
 from tests.support.fake_llm import FakeLLM
@@ -391,3 +392,39 @@ async def test_only_a_background_response_streams_again(client: AsyncOpenAI) -> 
     assert refused.value.param == "stream"
     with pytest.raises(openai.NotFoundError):
         await client.responses.retrieve("resp_" + "0" * 48, stream=True)
+
+
+async def test_a_response_deleted_while_followed_ends_its_stream_numbered(
+    client: AsyncOpenAI, upstream: FakeLLM
+) -> None:
+    _, queued = await running_slowly(client, upstream, "MARKER-gone", 1.0)
+
+    async def follow() -> list[Any]:
+        return [event async for event in await client.responses.retrieve(queued.id, stream=True)]
+
+    following = asyncio.create_task(follow())
+    await asyncio.sleep(0.2)
+    await client.responses.delete(queued.id)
+    events = await following
+    assert [event.type for event in events] == [
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "error",
+    ]
+    assert [event.sequence_number for event in events] == [0, 1, 2, 3]
+    assert events[-1].code == "response_not_found"
+
+
+async def test_a_quiet_followed_response_gets_keep_alives(
+    api: httpx.AsyncClient, client: AsyncOpenAI, upstream: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that thinks for long sends nothing: the stream sends SSE comments meanwhile,
+    which the SDK skips."""
+    monkeypatch.setattr(background, "KEEP_ALIVE_SECONDS", 0.1)
+    _, queued = await running_slowly(client, upstream, "MARKER-quiet", 1.0)
+    followed = await api.get(f"/v1/responses/{queued.id}", params={"stream": "true"})
+    assert followed.status_code == 200
+    assert ": keep-alive\n\n" in followed.text
+    *_, last = followed.text.rstrip().split("\n\n")
+    assert last.startswith("event: response.completed")
