@@ -5,7 +5,8 @@ switch, and Precis keeps the conversation the SDK names.
 With `conversation_id` the SDK sends only what is new in each request (the user's input, then
 a tool's output); Precis puts the conversation's earlier turns before it, calls the model (a
 fake on loopback, through litellm), and stores each turn once it completes. A stream the
-client abandons stores nothing.
+client abandons stores nothing. The SDK's other way, a chain of `previous_response_id`s
+(`auto_previous_response_id`), reaches the model with the same context.
 
 The SDK refuses `session=` together with `conversation_id` ("Session persistence cannot be
 combined with conversation_id"), so `OpenAIConversationsSession` is not run with a
@@ -199,6 +200,58 @@ async def test_agent_turns_with_a_tool_are_kept_by_precis_in_order_each_once(
     ]
     assert items[3]["call_id"] == items[4]["call_id"] == tool_turn[3]["call_id"]
     assert len({item["id"] for item in items}) == len(items)
+
+
+async def test_agent_turns_chained_by_previous_response_id_reach_the_model_whole(
+    openai_client: AsyncOpenAI, fake: FakeLLM
+) -> None:
+    """The SDK's other way: each run names the last response (`auto_previous_response_id` on
+    the first, `previous_response_id` after it, one run streamed) and sends only what is new;
+    Precis puts the chain's earlier turns before it, a tool call and its output included."""
+    agent = Agent(
+        name="orders",
+        instructions=INSTRUCTIONS,
+        model=OpenAIResponsesModel(model=AGENT_MODEL, openai_client=openai_client),
+        tools=[order_status],
+    )
+    config = RunConfig(tracing_disabled=True)
+    first = await Runner.run(
+        agent, "Hello, I ordered a lamp.", run_config=config, auto_previous_response_id=True
+    )
+    fake.call_tool_next("order_status", '{"order": "1234"}')
+    second = await Runner.run(
+        agent,
+        "Where is order 1234?",
+        run_config=config,
+        previous_response_id=first.last_response_id,
+    )
+    third = Runner.run_streamed(
+        agent, "Thanks!", run_config=config, previous_response_id=second.last_response_id
+    )
+    async for _ in third.stream_events():
+        pass
+
+    assert first.final_output == "You said: Hello, I ordered a lamp."
+    assert second.final_output == f"The tool said: {ORDER_STATUS}"
+    assert third.final_output == "You said: Thanks!"
+    hello = ("message", "user", "Hello, I ordered a lamp.")
+    hello_answer = ("message", "assistant", "You said: Hello, I ordered a lamp.")
+    where = ("message", "user", "Where is order 1234?")
+    call = ("function_call", "order_status", '{"order": "1234"}')
+    output = ("function_call_output", ORDER_STATUS)
+    status_answer = ("message", "assistant", f"The tool said: {ORDER_STATUS}")
+    thanks = ("message", "user", "Thanks!")
+    calls = turn_calls(fake)
+    assert [[shape(item) for item in call.request["input"]] for call in calls] == [
+        [hello],
+        [hello, hello_answer, where],
+        [hello, hello_answer, where, call, output],
+        [hello, hello_answer, where, call, output, status_answer, thanks],
+    ]
+    assert all(call.request["instructions"] == INSTRUCTIONS for call in calls)
+    assert third.last_response_id is not None
+    stored = await openai_client.responses.retrieve(third.last_response_id)
+    assert stored.previous_response_id is not None and stored.output_text == "You said: Thanks!"
 
 
 async def stream_ended(fake: FakeLLM, seconds: float) -> bool:
