@@ -6,6 +6,13 @@ already has (`metadata.session_id` on OpenAI's, `metadata.user_id` on Anthropic'
 as it is when it is a valid session id, else as the hash of it; then, with
 `MEMORY_IDENTIFY=prefix`, a fingerprint of the tenant, the system prompt and the first user
 message. Without any of them the request is a plain proxy call: nothing is stored.
+
+A session named by a body field or a fingerprint is one a user (or an app) names: it holds one
+of their conversations, known by its start (system prompt and first user message), and a request
+that starts otherwise is another of them, kept in a session of its own (`another_conversation`),
+where a session the header names branches.
+Claude Code, which names its session in `metadata.user_id`, asks the model for a title of the
+conversation with the same `user_id` and a system prompt of its own.
 """
 
 from __future__ import annotations
@@ -55,12 +62,38 @@ def session_id(
     return None
 
 
+def another_conversation(
+    tenant: str, session_id: str, messages: Sequence[Mapping[str, Any]]
+) -> str:
+    """The session of a conversation that starts otherwise than the one the session
+    `session_id` names for a user holds: named by that name and the conversation's start (its
+    system prompt and first user message)."""
+    system, first_user = _start(messages)
+    return _hashed(HASHED_PREFIX, [tenant, session_id, system, first_user])
+
+
+def starts_otherwise(messages: Sequence[Mapping[str, Any]], matched: int) -> bool:
+    """Whether a request whose first `matched` messages a session holds starts otherwise than
+    the session's conversation: they end before its first user message."""
+    first_user = next(
+        (index for index, message in enumerate(messages) if message.get("role") == "user"),
+        len(messages),
+    )
+    return matched <= first_user
+
+
 def _fingerprint(tenant: str, messages: Sequence[Mapping[str, Any]]) -> str | None:
-    system = [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
-    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    system, first_user = _start(messages)
     if first_user is None:
         return None
     return _hashed(FINGERPRINT_PREFIX, [tenant, system, first_user])
+
+
+def _start(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Any], Any]:
+    """A conversation's system prompt and first user message (None: it has none)."""
+    system = [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
+    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    return system, first_user
 
 
 def _hashed(prefix: str, values: list[Any]) -> str:

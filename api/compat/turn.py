@@ -28,7 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from api import compact, forks, history_load, metrics, offline_model, store
 from api.append.use_case import new_message, store_batch
-from api.compat import prompt_cache
+from api.compat import identify, prompt_cache
 from api.compat.model_limits import answer_room, check_model, model_window, too_long
 from api.compat.reconcile import Reconciled, links, reconcile
 from api.context import MISSING_TOOL_RESULT
@@ -184,6 +184,15 @@ class ChatTurns:
         async with self.database.reading() as db:
             # only what the session does not hold yet is shaped, checked and counted
             reconciled = await reconcile(db, tenant, session_id, messages, stateful)
+            if (
+                reconciled.branch_at is not None
+                and not stateful
+                and identify.starts_otherwise(messages, reconciled.new_start)
+            ):
+                # a session named for a user holds one conversation: one starting otherwise is
+                # another of theirs, in a session of its own (`api.compat.identify`)
+                session_id = identify.another_conversation(tenant, session_id, messages)
+                reconciled = await reconcile(db, tenant, session_id, messages, stateful)
         if reconciled.format not in (None, "openai"):
             raise OpenAIError(
                 409,

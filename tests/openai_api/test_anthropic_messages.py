@@ -121,6 +121,59 @@ async def test_a_resending_client_is_remembered_once(
         assert upstream.calls[-1].path.endswith("/messages")
 
 
+async def test_another_conversation_of_a_user_is_kept_apart_not_branched(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, sid: str
+) -> None:
+    """Claude Code names its session in `metadata.user_id` and, between two turns, asks for a
+    title of the conversation with the same `user_id` and a system prompt of its own: the
+    title calls share no message with the conversation, so each goes to a session of its own,
+    and the conversation goes on in its session, whole and unbranched."""
+
+    async def said(system: str, turns: list[Any]) -> anthropic.types.Message:
+        raw = await client.messages.with_raw_response.create(
+            model=OPENAI_MODEL,
+            max_tokens=OUTPUT_TOKENS,
+            system=system,
+            messages=turns,
+            metadata={"user_id": sid},
+        )
+        sessions.append(raw.headers["x-precis-session"])
+        assert "x-precis-branched-from" not in raw.headers
+        return await raw.parse()
+
+    sessions: list[str] = []
+    turns: list[Any] = [{"role": "user", "content": "MARKER-one hello"}]
+    titled = "Write a title for this conversation."
+    await said(titled, [{"role": "user", "content": "MARKER-one hello"}])
+    first = await said("MARKER-rules be brief", turns)
+    turns += [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": "MARKER-two next"},
+    ]
+    await said(titled, [{"role": "user", "content": "MARKER-two next"}])
+    second = await said("MARKER-rules be brief", turns)
+
+    assert text(second) == "MARKER-rules\nMARKER-one\nMARKER-two"
+    title_one, conversation, title_two, again = sessions
+    assert title_one == sid and conversation == again
+    assert len({title_one, conversation, title_two}) == 3
+    kept = await stored(api, conversation)
+    assert [message["role"] for message in kept] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert [message["role"] for message in await stored(api, sid)] == [
+        "system",
+        "user",
+        "assistant",
+    ]
+    listed = await api.get("/v1/sessions", params={"limit": 1000})
+    assert not [s for s in listed.json()["sessions"] if s["id"].startswith(f"{sid}:branch")]
+
+
 async def test_a_streamed_answer_is_stored_when_it_ends(
     client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
 ) -> None:
