@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from api.compat.reconcile import canonical
 from api.schemas.common import SESSION_ID_PATTERN
 
 SESSION_HEADER = "x-precis-session"
@@ -66,10 +67,17 @@ def another_conversation(
     tenant: str, session_id: str, messages: Sequence[Mapping[str, Any]]
 ) -> str:
     """The session of a conversation that starts otherwise than the one the session
-    `session_id` names for a user holds: named by that name and the conversation's start (its
-    system prompt and first user message)."""
-    system, first_user = _start(messages)
-    return _hashed(HASHED_PREFIX, [tenant, session_id, system, first_user])
+    `session_id` names for a user holds: named by that name and the conversation's start, its
+    leading system messages and first user message as a resend is matched by
+    (`api.compat.reconcile.canonical`: cache marks and SDK-only fields left out)."""
+    leading = 0
+    while leading < len(messages) and messages[leading].get("role") in ("system", "developer"):
+        leading += 1
+    first_user = next((m for m in messages[leading:] if m.get("role") == "user"), None)
+    start = [canonical(message) for message in messages[:leading]]
+    if first_user is not None:
+        start.append(canonical(first_user))
+    return _hashed(HASHED_PREFIX, [tenant, session_id, [part.decode() for part in start]])
 
 
 def starts_otherwise(messages: Sequence[Mapping[str, Any]], matched: int) -> bool:
@@ -83,17 +91,12 @@ def starts_otherwise(messages: Sequence[Mapping[str, Any]], matched: int) -> boo
 
 
 def _fingerprint(tenant: str, messages: Sequence[Mapping[str, Any]]) -> str | None:
-    system, first_user = _start(messages)
+    # hashed as first defined (the raw contents): its ids name the sessions stored with it
+    system = [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
+    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
     if first_user is None:
         return None
     return _hashed(FINGERPRINT_PREFIX, [tenant, system, first_user])
-
-
-def _start(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Any], Any]:
-    """A conversation's system prompt and first user message (None: it has none)."""
-    system = [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
-    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
-    return system, first_user
 
 
 def _hashed(prefix: str, values: list[Any]) -> str:

@@ -19,27 +19,40 @@ ANTHROPIC_MODELS = ("anthropic/", "claude-")
 EPHEMERAL = {"type": "ephemeral"}
 """Anthropic's prompt-cache mark (`cache_control`)."""
 
+SYSTEM_ROLES = ("system", "developer")
+"""The roles of a system prompt: litellm sends both as Anthropic's `system`."""
 
-def breakpoints(messages: Sequence[dict[str, Any]], model: str) -> list[dict[str, Any]]:
-    """The messages a model is sent, marked as prompt-cache breakpoints when it is Anthropic's:
-    the end of the pinned system prompt (the tools and the system prompt are cached), the newest
-    summary (the pinned prefix and the summaries, until the next summary) and the last message
-    (the whole request, which the next turn sends again, with its own messages after it, until
-    the next summary). Three marks at most, within Anthropic's four."""
-    marked = list(messages)
-    if not model.startswith(ANTHROPIC_MODELS) or not marked:
-        return marked
+
+def marked(request: Mapping[str, Any], messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """`request` with `messages`, marked as prompt-cache breakpoints when its model is
+    Anthropic's: the end of the pinned system prompt (the tools and the system prompt are
+    cached), the newest summary (the pinned prefix and the summaries, until the next summary)
+    and the last message (the whole request, which the next turn sends again, with its own
+    messages after it, until the next summary); the client's marks on its tools left out. Three
+    marks at most, within Anthropic's four."""
+    if not str(request.get("model", "")).startswith(ANTHROPIC_MODELS) or not messages:
+        return {**request, "messages": list(messages)}
+    marks = list(messages)
     pinned = 0
     while (
-        pinned < len(marked)
-        and marked[pinned].get("role") == "system"
-        and not _is_summary(marked[pinned])
+        pinned < len(marks)
+        and marks[pinned].get("role") in SYSTEM_ROLES
+        and not _is_summary(marks[pinned])
     ):
         pinned += 1
-    summaries = [index for index, message in enumerate(marked) if _is_summary(message)]
-    for index in {pinned - 1, *summaries[-1:], len(marked) - 1} - {-1}:
-        marked[index] = _cache_marked(marked[index])
-    return marked
+    summaries = [index for index, message in enumerate(marks) if _is_summary(message)]
+    for index in {pinned - 1, *summaries[-1:], len(marks) - 1} - {-1}:
+        marks[index] = _cache_marked(marks[index])
+    tools = request.get("tools")
+    if isinstance(tools, list):
+        tools = [
+            {key: value for key, value in tool.items() if key != "cache_control"}
+            if isinstance(tool, Mapping)
+            else tool
+            for tool in tools
+        ]
+        return {**request, "messages": marks, "tools": tools}
+    return {**request, "messages": marks}
 
 
 def _is_summary(message: Mapping[str, Any]) -> bool:

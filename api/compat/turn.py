@@ -292,9 +292,7 @@ class ChatTurns:
             except SessionNotFound:
                 context_tokens = 0  # the turn's answer creates the session
         turn.sent_tokens = context_tokens + _fixed_tokens(turn.stored_new, turn.upstream_request)
-        model = turn.upstream_request["model"]
-        messages = prompt_cache.breakpoints([*context, *turn.new_messages], model)
-        return turn.upstream_request | {"messages": messages}
+        return prompt_cache.marked(turn.upstream_request, [*context, *turn.new_messages])
 
     async def _summarize_for_overflow(self, turn: ChatTurn) -> int | None:
         assert turn.session_id is not None

@@ -205,9 +205,10 @@ async def test_agent_turns_with_a_tool_are_kept_by_precis_in_order_each_once(
 async def test_agent_turns_chained_by_previous_response_id_reach_the_model_whole(
     openai_client: AsyncOpenAI, fake: FakeLLM
 ) -> None:
-    """The SDK's other way: each run names the last response (`auto_previous_response_id` on
-    the first, `previous_response_id` after it, one run streamed) and sends only what is new;
-    Precis puts the chain's earlier turns before it, a tool call and its output included."""
+    """The SDK's other way: each run names the last response and sends only what is new
+    (`auto_previous_response_id` within a run, a tool's output after its call;
+    `previous_response_id` across runs, one run streamed); Precis puts the chain's earlier
+    turns before it."""
     agent = Agent(
         name="orders",
         instructions=INSTRUCTIONS,
@@ -215,43 +216,44 @@ async def test_agent_turns_chained_by_previous_response_id_reach_the_model_whole
         tools=[order_status],
     )
     config = RunConfig(tracing_disabled=True)
-    first = await Runner.run(
-        agent, "Hello, I ordered a lamp.", run_config=config, auto_previous_response_id=True
-    )
     fake.call_tool_next("order_status", '{"order": "1234"}')
+    first = await Runner.run(
+        agent, "Where is order 1234?", run_config=config, auto_previous_response_id=True
+    )
     second = await Runner.run(
-        agent,
-        "Where is order 1234?",
-        run_config=config,
-        previous_response_id=first.last_response_id,
+        agent, "Thanks!", run_config=config, previous_response_id=first.last_response_id
     )
     third = Runner.run_streamed(
-        agent, "Thanks!", run_config=config, previous_response_id=second.last_response_id
+        agent, "Bye.", run_config=config, previous_response_id=second.last_response_id
     )
     async for _ in third.stream_events():
         pass
 
-    assert first.final_output == "You said: Hello, I ordered a lamp."
-    assert second.final_output == f"The tool said: {ORDER_STATUS}"
-    assert third.final_output == "You said: Thanks!"
-    hello = ("message", "user", "Hello, I ordered a lamp.")
-    hello_answer = ("message", "assistant", "You said: Hello, I ordered a lamp.")
+    assert first.final_output == f"The tool said: {ORDER_STATUS}"
+    assert second.final_output == "You said: Thanks!"
+    assert third.final_output == "You said: Bye."
     where = ("message", "user", "Where is order 1234?")
     call = ("function_call", "order_status", '{"order": "1234"}')
     output = ("function_call_output", ORDER_STATUS)
     status_answer = ("message", "assistant", f"The tool said: {ORDER_STATUS}")
     thanks = ("message", "user", "Thanks!")
+    thanks_answer = ("message", "assistant", "You said: Thanks!")
+    bye = ("message", "user", "Bye.")
     calls = turn_calls(fake)
     assert [[shape(item) for item in call.request["input"]] for call in calls] == [
-        [hello],
-        [hello, hello_answer, where],
-        [hello, hello_answer, where, call, output],
-        [hello, hello_answer, where, call, output, status_answer, thanks],
+        [where],
+        [where, call, output],
+        [where, call, output, status_answer, thanks],
+        [where, call, output, status_answer, thanks, thanks_answer, bye],
     ]
     assert all(call.request["instructions"] == INSTRUCTIONS for call in calls)
     assert third.last_response_id is not None
     stored = await openai_client.responses.retrieve(third.last_response_id)
-    assert stored.previous_response_id is not None and stored.output_text == "You said: Thanks!"
+    assert stored.previous_response_id == second.last_response_id
+    assert stored.output_text == "You said: Bye."
+    # the SDK sent the last run's input alone: the rest came from Precis
+    given = await openai_client.responses.input_items.list(third.last_response_id)
+    assert [shape(item.model_dump(mode="json")) for item in given.data] == [bye]
 
 
 async def stream_ended(fake: FakeLLM, seconds: float) -> bool:

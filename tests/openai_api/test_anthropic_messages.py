@@ -174,6 +174,51 @@ async def test_another_conversation_of_a_user_is_kept_apart_not_branched(
     assert not [s for s in listed.json()["sessions"] if s["id"].startswith(f"{sid}:branch")]
 
 
+async def test_another_conversation_is_known_by_its_start_whatever_the_marks_on_it(
+    api: httpx.AsyncClient, sid: str
+) -> None:
+    """On the Chat Completions wire a client may move its cache mark from turn to turn: the
+    conversation's start, as a resend is matched, still names the same session."""
+
+    async def said(messages: list[Any]) -> str:
+        answer = await api.post(
+            "/v1/chat/completions",
+            json={
+                "model": OPENAI_MODEL,
+                "max_tokens": OUTPUT_TOKENS,
+                "messages": messages,
+                "metadata": {"session_id": sid},
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        assert "x-precis-branched-from" not in answer.headers
+        return answer.headers["x-precis-session"]
+
+    mark = {"type": "ephemeral"}
+    assert await said([{"role": "user", "content": "MARKER-other conversation"}]) == sid
+    system = {"role": "system", "content": [{"type": "text", "text": "MARKER-rules"}]}
+    first = {
+        "role": "user",
+        "content": [{"type": "text", "text": "MARKER-one", "cache_control": mark}],
+    }
+    moved = await said([system, first])
+    first_unmarked = {"role": "user", "content": "MARKER-one"}
+    answered = {"role": "assistant", "content": "MARKER-rules\nMARKER-one"}
+    next_turn = {
+        "role": "user",
+        "content": [{"type": "text", "text": "MARKER-two", "cache_control": mark}],
+    }
+    again = await said([{**system, "content": "MARKER-rules"}, first_unmarked, answered, next_turn])
+    assert moved == again != sid
+    assert [m["role"] for m in await stored(api, moved)] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+
 async def test_a_streamed_answer_is_stored_when_it_ends(
     client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
 ) -> None:
@@ -372,6 +417,46 @@ async def test_an_anthropic_request_caches_its_system_prompt_and_its_end(
     assert cache_marks(sent) == 2
     # the answer's own tool call, as stored and sent back, carries no mark
     assert '"cache_control"' not in json.dumps(sent["messages"][:-1])
+
+
+async def test_a_chat_completion_for_anthropic_caches_a_developer_prompt_not_the_tools_marks(
+    api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    """On the Chat Completions wire the tools come as the client sent them: their own marks
+    are left out, so Precis's three stay within Anthropic's four; a `developer` prompt is the
+    system prompt its mark ends."""
+    mark = {"type": "ephemeral"}
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": WEATHER_TOOL["input_schema"]},
+            "cache_control": mark,
+        },
+        {
+            "type": "function",
+            "function": {"name": "get_time", "parameters": {"type": "object"}},
+            "cache_control": mark,
+        },
+    ]
+    answer = await api.post(
+        "/v1/chat/completions",
+        headers={SESSION_HEADER: sid},
+        json={
+            "model": ANTHROPIC_MODEL,
+            "max_tokens": OUTPUT_TOKENS,
+            "messages": [
+                {"role": "developer", "content": "MARKER-rules be brief"},
+                {"role": "user", "content": "MARKER-ask what time is it"},
+            ],
+            "tools": tools,
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    sent = upstream.calls[-1].request
+    assert sent["system"][-1]["cache_control"] == mark
+    assert sent["messages"][-1]["content"][-1]["cache_control"] == mark
+    assert cache_marks(sent) == 2
+    assert '"cache_control"' not in json.dumps(sent["tools"])
 
 
 async def test_the_newest_summary_is_a_prompt_cache_breakpoint_for_anthropic(
