@@ -140,6 +140,9 @@ class ChatTurn:
     cleared: list[Cleared] = field(default_factory=list)
     """What the context sent upstream cleared (context editing)."""
     headers: dict[str, str] = field(default_factory=dict)
+    named_for_user: bool = False
+    """The session was named by a body field or a fingerprint: it holds one of a user's
+    conversations, and another of theirs goes to a session of its own (`api.compat.identify`)."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,7 @@ class ChatTurns:
         new = [stored_shape(message) for message in messages[reconciled.new_start :]]
         counted = checked(new, self.settings.max_message_bytes, reconciled.new_start)
         turn = ChatTurn(wire, tenant, session_id, upstream_request, new, [], reconciled)
+        turn.named_for_user = not stateful
         turn.stored_new = [
             message._replace(client_id=link)
             for message, link in zip(counted, reconciled.new_links, strict=True)
@@ -336,6 +340,8 @@ class ChatTurns:
         async with _store_lock(turn.tenant, turn.session_id):
             own = [message.client_id for message in batch]
             moved_at = await self._moved_since_read(turn, own)
+            if moved_at == 0 and turn.named_for_user and await self._moved_apart(turn):
+                moved_at = None
             if moved_at is not None:
                 kept_as = await forks.branch_session(
                     self.database, self.settings, turn.tenant, turn.session_id, moved_at
@@ -343,6 +349,20 @@ class ChatTurns:
                 turn.headers[BRANCHED_HEADER] = kept_as
             await store_batch(self.database, self.settings, turn.tenant, turn.session_id, batch)
         self.count(turn, "stored")
+
+    async def _moved_apart(self, turn: ChatTurn) -> bool:
+        """Whether the turn, the first of its conversation in a session named for a user that
+        another conversation of theirs took meanwhile (their first turns raced), goes on in a
+        session of its own: when that session is new, the turn is stored there."""
+        assert turn.session_id is not None
+        other = identify.another_conversation(turn.tenant, turn.session_id, turn.new_messages)
+        async with self.database.reading() as db:
+            try:
+                await store.get_session(db, turn.tenant, other)
+            except SessionNotFound:
+                turn.session_id = turn.headers[SESSION_HEADER_OUT] = other
+                return True
+        return False
 
     async def _moved_since_read(self, turn: ChatTurn, own: list[str | None]) -> int | None:
         """Where to branch when another turn stored in the session since this one read it

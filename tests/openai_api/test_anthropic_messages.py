@@ -6,6 +6,7 @@ Messages")."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -170,6 +171,36 @@ async def test_another_conversation_of_a_user_is_kept_apart_not_branched(
         "user",
         "assistant",
     ]
+    listed = await api.get("/v1/sessions", params={"limit": 1000})
+    assert not [s for s in listed.json()["sessions"] if s["id"].startswith(f"{sid}:branch")]
+
+
+async def test_two_first_turns_racing_for_a_new_name_are_kept_apart(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, sid: str
+) -> None:
+    """Claude Code's first prompt and its title call arrive together, both before the name
+    holds anything: the one stored second goes to a session of its own, nothing branches."""
+
+    async def said(system: str, text_said: str) -> Any:
+        raw = await client.messages.with_raw_response.create(
+            model=OPENAI_MODEL,
+            max_tokens=OUTPUT_TOKENS,
+            system=system,
+            messages=[{"role": "user", "content": text_said}],
+            metadata={"user_id": sid},
+        )
+        return raw.headers
+
+    answers = await asyncio.gather(
+        said("Write a title for this conversation.", "MARKER-one hello"),
+        said("MARKER-rules be brief", "MARKER-one hello"),
+    )
+    assert all("x-precis-branched-from" not in headers for headers in answers)
+    named = {headers["x-precis-session"] for headers in answers}
+    assert sid in named and len(named) == 2
+    for session in named:
+        kept = await stored(api, session)
+        assert [message["role"] for message in kept] == ["system", "user", "assistant"]
     listed = await api.get("/v1/sessions", params={"limit": 1000})
     assert not [s for s in listed.json()["sessions"] if s["id"].startswith(f"{sid}:branch")]
 
