@@ -24,11 +24,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
 from api import compact, forks, history_load, metrics, offline_model, store
-from api.append.use_case import new_message, store_batch
+from api.append.use_case import store_batch
 from api.compat import identify, prompt_cache
+from api.compat.chat_messages import checked, stored_shape
 from api.compat.model_limits import answer_room, check_model, model_window, too_long
 from api.compat.reconcile import Reconciled, links, reconcile
 from api.context import MISSING_TOOL_RESULT
@@ -38,7 +37,6 @@ from api.errors import SessionNotFound
 from api.model_tokens import TokenRatios, fitted_window
 from api.openai_errors import OpenAIError
 from api.schemas import Cleared, CompactRequest, SummaryOut
-from api.schemas.messages import MessageIn
 from api.settings import Settings
 from api.store import NewMessage
 from api.store import forks as fork_store
@@ -55,8 +53,6 @@ from summarizer.tokens import count_messages, count_text
 REPLY_PRIMING_TOKENS = 3
 """Tokens a chat model adds to every prompt to prime its reply (as OpenAI counts them)."""
 
-STORED_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
-"""What a stored chat message keeps of a wire's message: what a model reads of it."""
 
 SESSION_HEADER_OUT = "x-precis-session"
 """Answer header naming the session a turn was stored in."""
@@ -67,54 +63,8 @@ BRANCHED_HEADER = "x-precis-branched-from"
 OVERFLOW_HEADER = "x-precis-overflow-retry"
 """Answer header of a turn retried after an `overflow_retry` summary: the summary's id."""
 
-_MESSAGE = TypeAdapter(MessageIn)
-
 ModelCall = Callable[[Upstream, Mapping[str, Any]], Awaitable[Any]]
 """One call of the model (`create_completion` or `open_completion_stream`)."""
-
-
-def stored_shape(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A wire's chat message as Precis stores it: what a model reads, without the optional
-    fields SDKs add (`refusal`, `annotations`, nulls) or cache marks."""
-    shape = {key: message[key] for key in STORED_KEYS if message.get(key) is not None}
-    if isinstance(shape.get("content"), list):
-        shape["content"] = [
-            {key: value for key, value in part.items() if key != "cache_control"}
-            if isinstance(part, Mapping)
-            else part
-            for part in shape["content"]
-        ]
-    if "tool_calls" in shape:
-        calls = [
-            {"id": call.get("id"), "type": "function", "function": call.get("function")}
-            for call in shape["tool_calls"]
-            if isinstance(call, Mapping)
-        ]
-        if calls:
-            shape["tool_calls"] = calls
-        else:
-            del shape["tool_calls"]
-    if shape.get("role") == "assistant" and "content" not in shape and "tool_calls" not in shape:
-        shape["content"] = ""
-    return shape
-
-
-def checked(
-    messages: Sequence[Mapping[str, Any]], max_bytes: int, offset: int = 0
-) -> list[NewMessage]:
-    """The messages checked as an append checks them (shape, size) and counted: a 400 naming
-    the first one at fault (`messages[offset + i]`)."""
-    counted: list[NewMessage] = []
-    for index, message in enumerate(messages, start=offset):
-        try:
-            given = _MESSAGE.validate_python(message)
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(part) for part in error["loc"][1:])
-            param = f"messages[{index}]" + (f".{where}" if where else "")
-            raise OpenAIError(400, f"{param}: {error['msg']}", param=param) from None
-        counted.append(new_message(given, max_bytes, index))
-    return counted
 
 
 @dataclass
@@ -340,8 +290,9 @@ class ChatTurns:
         async with _store_lock(turn.tenant, turn.session_id):
             own = [message.client_id for message in batch]
             moved_at = await self._moved_since_read(turn, own)
-            if moved_at == 0 and turn.named_for_user and await self._moved_apart(turn):
-                moved_at = None
+            if moved_at == 0 and turn.named_for_user and await self._moved_apart(turn, batch):
+                self.count(turn, "stored")
+                return
             if moved_at is not None:
                 kept_as = await forks.branch_session(
                     self.database, self.settings, turn.tenant, turn.session_id, moved_at
@@ -350,19 +301,33 @@ class ChatTurns:
             await store_batch(self.database, self.settings, turn.tenant, turn.session_id, batch)
         self.count(turn, "stored")
 
-    async def _moved_apart(self, turn: ChatTurn) -> bool:
-        """Whether the turn, the first of its conversation in a session named for a user that
-        another conversation of theirs took meanwhile (their first turns raced), goes on in a
-        session of its own: when that session is new, the turn is stored there."""
-        assert turn.session_id is not None
-        other = identify.another_conversation(turn.tenant, turn.session_id, turn.new_messages)
+    async def _moved_apart(self, turn: ChatTurn, batch: list[NewMessage]) -> bool:
+        """Store `batch` in a session of its own when the turn began its conversation in a
+        session named for a user, which another of their conversations took meanwhile (two
+        first turns raced): not when the session holds the turn's own first user message (a
+        retry of the same turn), nor when that session of its own exists already."""
+        assert turn.session_id is not None and turn.reconciled is not None
+        first_user = next((message for message in batch if message.role == "user"), None)
+        if turn.reconciled.previous_link or first_user is None or first_user.client_id is None:
+            return False
         async with self.database.reading() as db:
             try:
-                await store.get_session(db, turn.tenant, other)
+                session = await store.get_session(db, turn.tenant, turn.session_id)
             except SessionNotFound:
-                turn.session_id = turn.headers[SESSION_HEADER_OUT] = other
-                return True
-        return False
+                return False
+            if await store.message_by_client_id(db, session.id, first_user.client_id):
+                return False
+        other = identify.another_conversation(turn.tenant, turn.session_id, turn.new_messages)
+        async with _store_lock(turn.tenant, other):
+            async with self.database.reading() as db:
+                try:
+                    await store.get_session(db, turn.tenant, other)
+                    return False
+                except SessionNotFound:
+                    pass
+            turn.session_id = turn.headers[SESSION_HEADER_OUT] = other
+            await store_batch(self.database, self.settings, turn.tenant, other, batch)
+        return True
 
     async def _moved_since_read(self, turn: ChatTurn, own: list[str | None]) -> int | None:
         """Where to branch when another turn stored in the session since this one read it

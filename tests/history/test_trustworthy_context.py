@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api import store
 from api.context import TRUNCATION_MARKER
 from api.db.models import Summary, SummaryJob, SummaryMessage
+from summarizer.llm import load_litellm
 from tests.helpers import Gate, append, assistant, gated, run_verify, user
 from tests.invariants import invariant_violations
 from tests.support.fake_llm import FakeLLM
@@ -84,9 +85,14 @@ def hung_llm(fake_llm: FakeLLM, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dict[str, Any]:
+async def settings_overrides(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> dict[str, Any]:
     param = dict(getattr(request, "param", {}))
-    return hung_llm(fake_llm) if param.pop("hung", False) else param
+    if not param.pop("hung", False):
+        return param
+    # imported before the second the deadlines give: its import alone may take longer than
+    # that on a busy machine, and the model would not even have been called
+    await load_litellm()
+    return hung_llm(fake_llm)
 
 
 @pytest.mark.parametrize("settings_overrides", [{"hung": True}], indirect=True)

@@ -205,6 +205,37 @@ async def test_two_first_turns_racing_for_a_new_name_are_kept_apart(
     assert not [s for s in listed.json()["sessions"] if s["id"].startswith(f"{sid}:branch")]
 
 
+async def test_a_first_turn_racing_its_own_retry_is_not_moved_apart(
+    client: anthropic.AsyncAnthropic, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    """The same first turn twice at once (a retry), a model answering each differently: the
+    later one branches the session as any racing retry does, and no session of its own is
+    made for it."""
+    answered = iter(range(100))
+    upstream.responder = lambda messages: f"answer {next(answered)}"
+
+    async def said() -> Any:
+        raw = await client.messages.with_raw_response.create(
+            model=OPENAI_MODEL,
+            max_tokens=OUTPUT_TOKENS,
+            system="MARKER-rules be brief",
+            messages=[{"role": "user", "content": "MARKER-one hello"}],
+            metadata={"user_id": sid},
+        )
+        return raw.headers
+
+    async def session_ids() -> set[str]:
+        listed = await api.get("/v1/sessions", params={"limit": 1000})
+        return {session["id"] for session in listed.json()["sessions"]}
+
+    before = await session_ids()
+    answers = await asyncio.gather(said(), said())
+    assert {headers["x-precis-session"] for headers in answers} == {sid}
+    assert [("x-precis-branched-from" in headers) for headers in answers].count(True) == 1
+    [branch] = await session_ids() - before - {sid}
+    assert branch.startswith(f"{sid}:branch-")
+
+
 async def test_another_conversation_is_known_by_its_start_whatever_the_marks_on_it(
     api: httpx.AsyncClient, sid: str
 ) -> None:
