@@ -128,6 +128,10 @@ IncludeBrackets = Annotated[
     Query(alias="include[]", description="`include` as the `openai` packages write it."),
 ]
 RESPONSE_ERRORS = openai_responses(400, 401, 403, 404, 503)
+FOLLOWED: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}
+}
+"""`GET /v1/responses/{id}?stream=true` answers server-sent events."""
 
 
 @router.post("/responses/input_tokens", responses=RESPONSE_ERRORS)
@@ -164,7 +168,7 @@ async def compact_response(
     return JSONResponse(compacted)
 
 
-@router.get("/responses/{response_id}", responses=RESPONSE_ERRORS)
+@router.get("/responses/{response_id}", responses={**RESPONSE_ERRORS, **FOLLOWED})
 async def get_response(
     response_id: ResponsePath,
     database: AppDatabase,

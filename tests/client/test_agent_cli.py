@@ -42,6 +42,9 @@ CLI_OUTPUT_TOKENS = "2000"
 CLI_TIMEOUT_SECONDS = 120.0
 """One `claude -p` run: a few model calls to loopback; generous for a loaded CI machine."""
 
+ANTHROPIC_BREAKPOINTS = 4
+"""The most `cache_control` marks Anthropic takes in one request."""
+
 FILE_TEXT = "MARKER-filed The launch code is 4711."
 FIRST_PROMPT = "MARKER-alpha Read notes.txt and tell me what it says."
 SECOND_PROMPT = "MARKER-beta And what did I ask first?"
@@ -171,6 +174,9 @@ def test_a_claude_code_session_is_kept_once_and_resumed_from_precis(
     assert second["result"].split() == ["MARKER-alpha", "MARKER-filed", "MARKER-beta"]
     [call] = fake.calls[calls_before:]
     assert [m["role"] for m in call.messages][-3:] == ["tool", "assistant", "user"]
+    # its system prompt and tools are cached, with no more breakpoints than Anthropic takes
+    assert call.request["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert json.dumps(call.request).count('"cache_control"') <= ANTHROPIC_BREAKPOINTS
     assert session_ids(cli.precis_url) - before == {session}, "the resend forked the session"
     resumed = stored(cli.precis_url, session)
     assert resumed[: len(messages)] == messages
