@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.support.fake_llm import FakeLLM, running_fake_llm
 from tests.support.live_server import LiveServer
 
@@ -40,6 +42,24 @@ AGENT_MODEL = "anthropic/claude-opus-4-5"
 AGENT_MODEL_WINDOW = 200_000
 """A model with the window of Anthropic's: an agent CLI's own system prompt and tools take more
 than `FAKE_MODEL_WINDOW` before the first turn."""
+
+
+def read_all(precis_url: str, path: str) -> Any:
+    """The JSON of `GET {precis_url}{path}` as tenant `a`, every item on one page."""
+    answer = httpx.get(
+        f"{precis_url}{path}",
+        params={"limit": 1000},
+        headers={"Authorization": f"Bearer {TENANT_KEY}"},
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def stored(precis_url: str, session: str) -> list[dict[str, Any]]:
+    """The session's messages as Precis keeps them: role, content, tool calls and results."""
+    messages = read_all(precis_url, f"/v1/sessions/{session}/messages")["messages"]
+    keys = ("role", "content", "tool_calls", "tool_call_id")
+    return [{key: m[key] for key in keys if m.get(key) is not None} for m in messages]
 
 
 def model_settings(api_base: str, models: Sequence[str]) -> dict[str, Any]:

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.client.keyed_server import AGENT_MODEL, TENANT_KEY, KeyedService
+from tests.client.keyed_server import AGENT_MODEL, TENANT_KEY, KeyedService, read_all
 from tests.support.fake_llm import FakeLLM
 from tests.support.node_openai import NodeUnavailable, node_binary, npm_package_dir, skip_or_fail
 
@@ -124,23 +123,12 @@ def cli(claude: Path, keyed_service: KeyedService, tmp_path: Path) -> Cli:
 
 
 def session_ids(precis_url: str) -> set[str]:
-    answer = httpx.get(
-        f"{precis_url}/v1/sessions",
-        params={"limit": 1000},
-        headers={"Authorization": f"Bearer {TENANT_KEY}"},
-    )
-    assert answer.status_code == 200, answer.text
-    return {session["id"] for session in answer.json()["sessions"]}
+    return {session["id"] for session in read_all(precis_url, "/v1/sessions")["sessions"]}
 
 
 def stored(precis_url: str, session: str) -> list[dict[str, Any]]:
     """The session's messages: role, text, the tools called, the tool result answered."""
-    answer = httpx.get(
-        f"{precis_url}/v1/sessions/{session}/messages",
-        params={"limit": 1000},
-        headers={"Authorization": f"Bearer {TENANT_KEY}"},
-    )
-    assert answer.status_code == 200, answer.text
+    messages = read_all(precis_url, f"/v1/sessions/{session}/messages")["messages"]
     return [
         {
             "role": message["role"],
@@ -148,7 +136,7 @@ def stored(precis_url: str, session: str) -> list[dict[str, Any]]:
             "tools": [call["function"]["name"] for call in message.get("tool_calls") or []],
             "answers": message.get("tool_call_id"),
         }
-        for message in answer.json()["messages"]
+        for message in messages
     ]
 
 

@@ -97,6 +97,27 @@ def shape(item: dict[str, Any]) -> tuple[str, ...]:
     return (kind,)
 
 
+HELLO = ("message", "user", "Hello, I ordered a lamp.")
+HELLO_ANSWER = ("message", "assistant", "You said: Hello, I ordered a lamp.")
+WHERE = ("message", "user", "Where is order 1234?")
+CALL = ("function_call", "order_status", '{"order": "1234"}')
+OUTPUT = ("function_call_output", ORDER_STATUS)
+STATUS_ANSWER = ("message", "assistant", f"The tool said: {ORDER_STATUS}")
+THANKS = ("message", "user", "Thanks!")
+THANKS_ANSWER = ("message", "assistant", "You said: Thanks!")
+"""The agent's turns as `shape` reads them."""
+
+
+def orders_agent(client: AsyncOpenAI) -> Agent[Any]:
+    """The agent of these tests: its instructions, the fake's model through Precis, its tool."""
+    return Agent(
+        name="orders",
+        instructions=INSTRUCTIONS,
+        model=OpenAIResponsesModel(model=AGENT_MODEL, openai_client=client),
+        tools=[order_status],
+    )
+
+
 async def logged(server_log: Path) -> str:
     """The server's log, for the message of a failed assertion."""
     return await asyncio.to_thread(server_log.read_text, errors="replace")
@@ -144,12 +165,7 @@ async def conversation_items(client: AsyncOpenAI, conversation_id: str) -> list[
 async def test_agent_turns_with_a_tool_are_kept_by_precis_in_order_each_once(
     openai_client: AsyncOpenAI, fake: FakeLLM, server_log: Path
 ) -> None:
-    agent = Agent(
-        name="orders",
-        instructions=INSTRUCTIONS,
-        model=OpenAIResponsesModel(model=AGENT_MODEL, openai_client=openai_client),
-        tools=[order_status],
-    )
+    agent = orders_agent(openai_client)
     config = RunConfig(tracing_disabled=True)
     conversation = await openai_client.conversations.create()
 
@@ -164,21 +180,12 @@ async def test_agent_turns_with_a_tool_are_kept_by_precis_in_order_each_once(
     assert await turn("Where is order 1234?") == f"The tool said: {ORDER_STATUS}"
     assert await turn("Thanks!") == "You said: Thanks!"
 
-    hello = ("message", "user", "Hello, I ordered a lamp.")
-    hello_answer = ("message", "assistant", "You said: Hello, I ordered a lamp.")
-    where = ("message", "user", "Where is order 1234?")
-    call = ("function_call", "order_status", '{"order": "1234"}')
-    output = ("function_call_output", ORDER_STATUS)
-    status_answer = ("message", "assistant", f"The tool said: {ORDER_STATUS}")
-    thanks = ("message", "user", "Thanks!")
-    thanks_answer = ("message", "assistant", "You said: Thanks!")
-
     calls = turn_calls(fake)
     assert [[shape(item) for item in call.request["input"]] for call in calls] == [
-        [hello],
-        [hello, hello_answer, where],
-        [hello, hello_answer, where, call, output],
-        [hello, hello_answer, where, call, output, status_answer, thanks],
+        [HELLO],
+        [HELLO, HELLO_ANSWER, WHERE],
+        [HELLO, HELLO_ANSWER, WHERE, CALL, OUTPUT],
+        [HELLO, HELLO_ANSWER, WHERE, CALL, OUTPUT, STATUS_ANSWER, THANKS],
     ]
     assert all(call.request["instructions"] == INSTRUCTIONS for call in calls)
     assert all(
@@ -189,14 +196,14 @@ async def test_agent_turns_with_a_tool_are_kept_by_precis_in_order_each_once(
 
     items = await conversation_items(openai_client, conversation.id)
     assert [shape(item) for item in items] == [
-        hello,
-        hello_answer,
-        where,
-        call,
-        output,
-        status_answer,
-        thanks,
-        thanks_answer,
+        HELLO,
+        HELLO_ANSWER,
+        WHERE,
+        CALL,
+        OUTPUT,
+        STATUS_ANSWER,
+        THANKS,
+        THANKS_ANSWER,
     ]
     assert items[3]["call_id"] == items[4]["call_id"] == tool_turn[3]["call_id"]
     assert len({item["id"] for item in items}) == len(items)
@@ -209,12 +216,7 @@ async def test_agent_turns_chained_by_previous_response_id_reach_the_model_whole
     (`auto_previous_response_id` within a run, a tool's output after its call;
     `previous_response_id` across runs, one run streamed); Precis puts the chain's earlier
     turns before it."""
-    agent = Agent(
-        name="orders",
-        instructions=INSTRUCTIONS,
-        model=OpenAIResponsesModel(model=AGENT_MODEL, openai_client=openai_client),
-        tools=[order_status],
-    )
+    agent = orders_agent(openai_client)
     config = RunConfig(tracing_disabled=True)
     fake.call_tool_next("order_status", '{"order": "1234"}')
     first = await Runner.run(
@@ -232,19 +234,13 @@ async def test_agent_turns_chained_by_previous_response_id_reach_the_model_whole
     assert first.final_output == f"The tool said: {ORDER_STATUS}"
     assert second.final_output == "You said: Thanks!"
     assert third.final_output == "You said: Bye."
-    where = ("message", "user", "Where is order 1234?")
-    call = ("function_call", "order_status", '{"order": "1234"}')
-    output = ("function_call_output", ORDER_STATUS)
-    status_answer = ("message", "assistant", f"The tool said: {ORDER_STATUS}")
-    thanks = ("message", "user", "Thanks!")
-    thanks_answer = ("message", "assistant", "You said: Thanks!")
     bye = ("message", "user", "Bye.")
     calls = turn_calls(fake)
     assert [[shape(item) for item in call.request["input"]] for call in calls] == [
-        [where],
-        [where, call, output],
-        [where, call, output, status_answer, thanks],
-        [where, call, output, status_answer, thanks, thanks_answer, bye],
+        [WHERE],
+        [WHERE, CALL, OUTPUT],
+        [WHERE, CALL, OUTPUT, STATUS_ANSWER, THANKS],
+        [WHERE, CALL, OUTPUT, STATUS_ANSWER, THANKS, THANKS_ANSWER, bye],
     ]
     assert all(call.request["instructions"] == INSTRUCTIONS for call in calls)
     assert third.last_response_id is not None

@@ -17,7 +17,6 @@ from functools import reduce
 from operator import add
 from typing import Any
 
-import httpx
 import pytest
 from langchain_anthropic import ChatAnthropic
 from langchain_core.language_models import BaseChatModel
@@ -32,7 +31,7 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from tests.client.keyed_server import TENANT_KEY, KeyedService
+from tests.client.keyed_server import TENANT_KEY, KeyedService, stored
 from tests.support.fake_llm import Call, FakeLLM
 
 OPENAI_MODEL = "openai/fake"
@@ -138,20 +137,6 @@ def converse(kind: str, precis_url: str, fake: FakeLLM) -> Conversation:
         fake.calls[before:],
         stored(precis_url, session),
     )
-
-
-def stored(precis_url: str, session: str) -> list[dict[str, Any]]:
-    """The session's messages as Precis keeps them: role, content, tool calls and results."""
-    answer = httpx.get(
-        f"{precis_url}/v1/sessions/{session}/messages",
-        params={"limit": 1000},
-        headers={"Authorization": f"Bearer {TENANT_KEY}"},
-    )
-    assert answer.status_code == 200, answer.text
-    keys = ("role", "content", "tool_calls", "tool_call_id")
-    return [
-        {key: m[key] for key in keys if m.get(key) is not None} for m in answer.json()["messages"]
-    ]
 
 
 @pytest.fixture(scope="module", params=["openai", "anthropic"])

@@ -23,10 +23,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.client.keyed_server import TENANT_KEY, KeyedService
+from tests.client.keyed_server import TENANT_KEY, KeyedService, stored
 from tests.support.fake_anthropic import MESSAGES_PATH
 from tests.support.fake_llm import CHAT_PATH, Call, FakeLLM
 from tests.support.node_anthropic import ANTHROPIC_SDK
@@ -94,20 +93,6 @@ def fake(keyed_service: KeyedService) -> FakeLLM:
 @pytest.fixture(scope="module")
 def precis_url(node_ready: None, fake: FakeLLM, keyed_service: KeyedService) -> str:
     return keyed_service.url_allowing(OPENAI_MODEL, ANTHROPIC_MODEL)
-
-
-def stored(precis_url: str, session: str) -> list[dict[str, Any]]:
-    """The session's messages as Precis keeps them: role, content, tool calls and results."""
-    answer = httpx.get(
-        f"{precis_url}/v1/sessions/{session}/messages",
-        params={"limit": 1000},
-        headers={"Authorization": f"Bearer {TENANT_KEY}"},
-    )
-    assert answer.status_code == 200, answer.text
-    keys = ("role", "content", "tool_calls", "tool_call_id")
-    return [
-        {key: m[key] for key in keys if m.get(key) is not None} for m in answer.json()["messages"]
-    ]
 
 
 def tool_call_of(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import httpx
@@ -314,6 +315,21 @@ async def test_a_branch_is_discarded_only_when_no_run_can_store_in_it(
 # --- followed as a stream -------------------------------------------------------------------
 
 
+async def followed_while(
+    client: AsyncOpenAI, response_id: str, meanwhile: Awaitable[object]
+) -> list[Any]:
+    """The events of the response followed as a stream, `meanwhile` done while it is followed
+    (the test's client reads a stream only once it has ended: the follow runs as a task)."""
+
+    async def follow() -> list[Any]:
+        return [event async for event in await client.responses.retrieve(response_id, stream=True)]
+
+    following = asyncio.create_task(follow())
+    await asyncio.sleep(0.2)
+    await meanwhile
+    return await following
+
+
 async def test_a_background_stream_follows_the_run_and_resumes_where_it_was_left(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
@@ -355,14 +371,7 @@ async def test_a_followed_response_ends_with_its_failure_or_cancellation(
     client: AsyncOpenAI, upstream: FakeLLM
 ) -> None:
     conversation, queued = await running_slowly(client, upstream, "MARKER-stopped", 1.0)
-
-    async def follow() -> list[Any]:
-        return [event async for event in await client.responses.retrieve(queued.id, stream=True)]
-
-    following = asyncio.create_task(follow())  # the test's client reads a stream once it ended
-    await asyncio.sleep(0.2)
-    await client.responses.cancel(queued.id)
-    events = await following
+    events = await followed_while(client, queued.id, client.responses.cancel(queued.id))
     assert [event.type for event in events] == [
         "response.created",
         "response.queued",
@@ -398,14 +407,7 @@ async def test_a_response_deleted_while_followed_ends_its_stream_numbered(
     client: AsyncOpenAI, upstream: FakeLLM
 ) -> None:
     _, queued = await running_slowly(client, upstream, "MARKER-gone", 1.0)
-
-    async def follow() -> list[Any]:
-        return [event async for event in await client.responses.retrieve(queued.id, stream=True)]
-
-    following = asyncio.create_task(follow())
-    await asyncio.sleep(0.2)
-    await client.responses.delete(queued.id)
-    events = await following
+    events = await followed_while(client, queued.id, client.responses.delete(queued.id))
     assert [event.type for event in events] == [
         "response.created",
         "response.queued",
