@@ -9,7 +9,8 @@ cancelled or deleted stops its run at once; a cancel on the replica running it s
 sooner. Rows live in the database, so a restart or a killed worker loses none: a run whose
 lease ran out is run again from the start (nothing of it was stored), at most MAX_ATTEMPTS
 times. Runs on the replicas that run the summarization worker (`SUMMARY_WORKERS` > 0),
-BACKGROUND_RESPONSE_WORKERS at once.
+BACKGROUND_RESPONSE_WORKERS at once; a response queued on such a replica with a run free is
+queued claimed and run there at once (`take_slot`, `run_claimed`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class BackgroundResponses:
         self._retries = RetryPolicy(responder.settings.database_retry_seconds)
         self._version = 0
         self._changed = asyncio.Event()
+        self.lease = LEASE
 
     @property
     def version(self) -> int:
@@ -164,11 +166,27 @@ class BackgroundResponses:
                 await self._settle(release_background, claim)
                 self._slots.release()
                 return
-            self._announce()
-            task = asyncio.create_task(self._run(claim))
-            self._running[_key(claim)] = task
-            self._claims[_key(claim)] = claim
-            task.add_done_callback(partial(self._done, claim))
+            self.run_claimed(claim)
+
+    async def take_slot(self) -> bool:
+        """Take a free run slot at once, if this replica runs background responses and one is
+        free: the caller queues its response claimed for `lease` and runs it here
+        (`run_claimed`), or gives the slot back (`give_back_slot`). Saves the worker's claim
+        and the wait for it."""
+        if self._loop_task is None or self._stopping or self._slots.locked():
+            return False
+        return await self._slots.acquire()  # free: taken without waiting
+
+    def give_back_slot(self) -> None:
+        self._slots.release()
+
+    def run_claimed(self, claim: BackgroundRow) -> None:
+        """Run `claim` in a slot already taken (by the worker's loop, or `take_slot`)."""
+        self._announce()
+        task = asyncio.create_task(self._run(claim))
+        self._running[_key(claim)] = task
+        self._claims[_key(claim)] = claim
+        task.add_done_callback(partial(self._done, claim))
 
     def _done(self, claim: BackgroundRow, task: asyncio.Task[None]) -> None:
         if self._running.get(_key(claim)) is task:

@@ -3,8 +3,9 @@
 `POST /v1/responses` with `background: true` is checked as a foreground request is (the
 model, the input's shape and size, the model's window, the conversation or previous response
 it names), queued (`api.store.background`) and answered at once, `queued`; the worker runs it
-(`api.background_responses`). Until its turn is stored, `GET /v1/responses/{id}` answers it
-as queued, in progress, failed or cancelled; once stored, it is a stored response like any
+(`api.background_responses`), on this replica at once when it has a run free. Until its turn
+is stored, `GET /v1/responses/{id}` answers it as queued, in progress, failed or cancelled;
+once stored, it is a stored response like any
 other (`api.compat.stored_responses`). Reading, cancelling and deleting a response by its id
 look at both. A background response can be followed as a stream (`follow`: with `stream: true`,
 or `GET /v1/responses/{id}?stream=true&starting_after=N`): the events of the response as it
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, Protocol
 
 from api.compat import replayed_events
@@ -62,8 +64,27 @@ ECHOED = ("tool_choice", "parallel_tool_calls", "temperature", "top_p", "text", 
 """Request fields a queued response shows as given (OpenAI's response object echoes them)."""
 
 
-async def queue(responder: Responder, tenant: str, request: ResponseRequest) -> dict[str, Any]:
-    """Check the request as a foreground turn would be checked, queue it, answer `queued`."""
+class Runs(Protocol):
+    """The runs of this replica (`api.background_responses.BackgroundResponses`), as a queued
+    response is handed to them."""
+
+    lease: timedelta
+
+    async def take_slot(self) -> bool: ...
+
+    def give_back_slot(self) -> None: ...
+
+    def run_claimed(self, claim: BackgroundRow) -> None: ...
+
+    def wake(self) -> None: ...
+
+
+async def queue(
+    responder: Responder, runs: Runs, tenant: str, request: ResponseRequest
+) -> dict[str, Any]:
+    """Check the request as a foreground turn would be checked, queue it, answer `queued`.
+    When this replica has a run free, the response is queued claimed and run here at once;
+    otherwise a worker (here or on another replica) claims it."""
     request.model = checked_model(responder.settings, request)
     await responder.fitted(request)
     await _check_context(responder.database, tenant, request)
@@ -72,19 +93,28 @@ async def queue(responder: Responder, tenant: str, request: ResponseRequest) -> 
         body = json.dumps(_queued_body(request, response_id), allow_nan=False)
     except ValueError:
         raise OpenAIError(400, "numbers must be finite (no NaN or Infinity)") from None
+    claimed_for = runs.lease if await runs.take_slot() else None
 
-    async def store(db: Any) -> None:
-        await queue_response(
-            db, tenant, response_id, request.model_dump_json(exclude_unset=True), body
-        )
+    async def store(db: Any) -> BackgroundRow:
+        given = request.model_dump_json(exclude_unset=True)
+        return await queue_response(db, tenant, response_id, given, body, claimed_for)
 
+    row: BackgroundRow | None = None
     try:
-        await responder.database.write(store)
+        row = await responder.database.write(store)
     except CommitConnectionLost:
         # the client never got the id to read it back: ask whether the row landed
         async with responder.database.reading() as db:
-            if await get_background(db, tenant, response_id) is None:
-                raise
+            row = await get_background(db, tenant, response_id)
+        if row is None:
+            raise
+    finally:
+        if claimed_for is not None and row is None:
+            runs.give_back_slot()
+    if claimed_for is not None:
+        runs.run_claimed(row)
+    else:
+        runs.wake()
     queued: dict[str, Any] = json.loads(body)
     return queued
 

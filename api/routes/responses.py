@@ -54,8 +54,7 @@ async def create_response(
     responder = Responder(database, summarization, settings, ratios)
     with database_faults_as_503():
         if body.background:
-            queued = await background.queue(responder, tenant, body)
-            runs.wake()
+            queued = await background.queue(responder, runs, tenant, body)
             if body.stream:
                 return _followed(database, runs, tenant, queued, -1)
             return JSONResponse(queued)

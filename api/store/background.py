@@ -78,22 +78,33 @@ def _claimed(claim: BackgroundRow, *statuses: str) -> list[ColumnElement[bool]]:
 
 
 async def queue_response(
-    db: AsyncSession, tenant: str, response_id: str, request: str, body: str
-) -> None:
+    db: AsyncSession,
+    tenant: str,
+    response_id: str,
+    request: str,
+    body: str,
+    claimed_for: timedelta | None = None,
+) -> BackgroundRow:
+    """Queue a response; with `claimed_for`, already claimed by the caller for that lease (its
+    first attempt, `in_progress`): the replica that queues it runs it at once."""
     now = utcnow()
-    await db.execute(
-        insert(BACKGROUND_RESPONSES).values(
+    inserted = await db.execute(
+        insert(BACKGROUND_RESPONSES)
+        .values(
             key=session_key(tenant, response_id),
             id=response_id,
             tenant=tenant,
-            status="queued",
+            status="queued" if claimed_for is None else "in_progress",
             request=request,
             body=body,
-            attempts=0,
+            attempts=0 if claimed_for is None else 1,
+            claimed_until=None if claimed_for is None else now + claimed_for,
             created_at=now,
             updated_at=now,
         )
+        .returning(*BACKGROUND_COLUMNS)
     )
+    return BackgroundRow._make(inserted.one())
 
 
 async def get_background(db: AsyncSession, tenant: str, response_id: str) -> BackgroundRow | None:

@@ -118,6 +118,27 @@ async def test_a_background_turn_is_queued_then_completed_and_stored_once(
     assert after.status == "completed" and await stored_items(api, conversation.id) == items
 
 
+async def test_a_replica_with_a_run_free_starts_a_response_at_once_the_rest_wait(
+    client: AsyncOpenAI, app: FastAPI, upstream: FakeLLM
+) -> None:
+    runs = app.state.settings.background_response_workers
+    upstream.slow_next(0.5, times=runs + 1)
+    started = []
+    for number in range(runs + 1):
+        queued = await client.responses.create(
+            model=MODEL, input=f"MARKER-at-once-{number}", background=True
+        )
+        assert queued.status == "queued", "the answer to a create is the queued response"
+        started.append((queued.id, (await client.responses.retrieve(queued.id)).status))
+    # the first `runs` were queued claimed and run by the replica that queued them, without
+    # waiting for the worker's claim; the one past them waits in the queue for a free run
+    assert [status for _, status in started] == ["in_progress"] * runs + ["queued"]
+    finished = [await ended(client, response_id) for response_id, _ in started]
+    assert [response.output_text for response in finished] == [
+        f"MARKER-at-once-{number}" for number in range(runs + 1)
+    ]
+
+
 async def test_a_background_chain_continues_with_previous_response_id(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
