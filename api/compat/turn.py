@@ -90,6 +90,9 @@ class ChatTurn:
     cleared: list[Cleared] = field(default_factory=list)
     """What the context sent upstream cleared (context editing)."""
     headers: dict[str, str] = field(default_factory=dict)
+    stored_early: list[NewMessage] = field(default_factory=list)
+    """A history the session never held, too long to send as it came: stored before the
+    model call (`prepare`), so it is fitted like any stored history."""
     named_for_user: bool = False
     """The session was named by a body field or a fingerprint: it holds one of a user's
     conversations, and another of theirs goes to a session of its own (`api.compat.identify`)."""
@@ -184,9 +187,8 @@ class ChatTurns:
         if room - _fixed_tokens(turn.stored_new, upstream_request) < 1 and pending:
             # a history the session never held, too long to send as it is: stored first, so
             # it is summarized and fitted like any stored history
-            await store_batch(
-                self.database, self.settings, tenant, session_id, turn.stored_new[:pending]
-            )
+            await self._append(turn, turn.stored_new[:pending])
+            turn.stored_early = turn.stored_new[:pending]
             turn.new_messages = turn.new_messages[pending:]
             turn.stored_new = turn.stored_new[pending:]
             turn.reconciled = replace(
@@ -286,20 +288,28 @@ class ChatTurns:
         shaped = stored_shape(answer)
         [counted] = checked([shaped], self.settings.max_message_bytes)
         [link] = links([shaped], after=turn.reconciled.last_link)
-        batch = [*turn.stored_new, counted._replace(client_id=link)]
+        await self._append(turn, [*turn.stored_new, counted._replace(client_id=link)])
+        self.count(turn, "stored")
+
+    async def _append(self, turn: ChatTurn, batch: list[NewMessage]) -> None:
+        """Append `batch` to the turn's session, in a branch when another turn stored in it
+        since this one read it (or in a session of its own, `_moved_apart`)."""
+        assert turn.session_id is not None
         async with _store_lock(turn.tenant, turn.session_id):
             own = [message.client_id for message in batch]
             moved_at = await self._moved_since_read(turn, own)
             if moved_at == 0 and turn.named_for_user and await self._moved_apart(turn, batch):
-                self.count(turn, "stored")
                 return
             if moved_at is not None:
                 kept_as = await forks.branch_session(
                     self.database, self.settings, turn.tenant, turn.session_id, moved_at
                 )
                 turn.headers[BRANCHED_HEADER] = kept_as
+            if moved_at == 0 and turn.stored_early:
+                # the history this turn stored first went with the earlier branch: the branch
+                # this turn goes on in holds it again
+                batch = [*turn.stored_early, *batch]
             await store_batch(self.database, self.settings, turn.tenant, turn.session_id, batch)
-        self.count(turn, "stored")
 
     async def _moved_apart(self, turn: ChatTurn, batch: list[NewMessage]) -> bool:
         """Store `batch` in a session of its own when the turn began its conversation in a

@@ -450,6 +450,48 @@ async def test_a_first_resend_longer_than_the_window_is_stored_and_fitted(
     assert len(await stored(api, sid)) == len(history) + 1
 
 
+async def test_two_first_resends_longer_than_the_window_at_once_each_keep_their_history(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    filler = " ".join(["earlier words of a long conversation"] * 40)
+
+    def long_history(name: str) -> list[dict[str, Any]]:
+        history: list[dict[str, Any]] = []
+        for number in range(20):
+            history.append({"role": "user", "content": f"MARKER-{name}{number} {filler}"})
+            history.append({"role": "assistant", "content": f"noted {name} {number}"})
+        return [*history, {"role": "user", "content": f"MARKER-{name}-now the question"}]
+
+    histories = [long_history("left"), long_history("right")]
+    assert count_messages(histories[0]) > WINDOW, "each is stored before the model is called"
+    upstream.context_window = WINDOW
+    upstream.latency_seconds = 0.3
+    raws = await asyncio.gather(
+        *(
+            client.chat.completions.with_raw_response.create(
+                model=MODEL,
+                messages=history,  # type: ignore[arg-type]
+                max_tokens=OUTPUT_TOKENS,
+                extra_headers={SESSION_HEADER: sid},
+            )
+            for history in histories
+        )
+    )
+    kept = {raw.headers.get("x-precis-branched-from") for raw in raws} - {None}
+    contents = [
+        [message["content"] for message in await stored(api, session)]
+        for session in [sid, *kept]
+    ]
+    for history, raw in zip(histories, raws, strict=True):
+        answer = raw.parse().choices[0].message.content
+        whole = [message["content"] for message in history] + [answer]
+        assert whole in contents, "the turn's whole history and answer are in one session"
+    assert contents[0] in [
+        [message["content"] for message in history] + [raw.parse().choices[0].message.content]
+        for history, raw in zip(histories, raws, strict=True)
+    ], "the session goes on with one of the two conversations, whole"
+
+
 async def test_a_stream_carries_no_usage_chunk_unless_asked(client: AsyncOpenAI, sid: str) -> None:
     for asked in (False, True):
         stream = await client.chat.completions.create(
