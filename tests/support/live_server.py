@@ -33,12 +33,27 @@ SERVER_PIDS: dict[str, int] = {}
 """The process of each server `served_app` is running, by its base URL."""
 
 
+PORTS = range(20_000, 32_000)
+"""Where `free_port` looks: below the kernel's ephemeral ports (32768 up), which `bind(0)` and
+every outgoing connection draw from, so no connection takes a port between the probe and the
+server's own bind."""
+
+_next_port = PORTS.start + (os.getpid() * 97) % len(PORTS)
+"""Where this process looks next: processes (test workers, runs side by side) start apart."""
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A loopback port nothing listens on right now, that no other process is handed."""
+    global _next_port
+    while True:
+        port = _next_port
+        _next_port = PORTS.start + (port + 1 - PORTS.start) % len(PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @contextmanager
