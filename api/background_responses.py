@@ -162,11 +162,8 @@ class BackgroundResponses:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
                 continue
-            if self._stopping:  # claimed while the stop began: not run here
-                await self._settle(release_background, claim)
-                self._slots.release()
+            if not await self.run_claimed(claim):
                 return
-            self.run_claimed(claim)
 
     async def take_slot(self) -> bool:
         """Take a free run slot at once, if this replica runs background responses and one is
@@ -180,13 +177,20 @@ class BackgroundResponses:
     def give_back_slot(self) -> None:
         self._slots.release()
 
-    def run_claimed(self, claim: BackgroundRow) -> None:
-        """Run `claim` in a slot already taken (by the worker's loop, or `take_slot`)."""
+    async def run_claimed(self, claim: BackgroundRow) -> bool:
+        """Run `claim` in a slot already taken (by the worker's loop, or `take_slot`); False
+        when the replica began to stop meanwhile: the response goes back to the queue and the
+        slot is given back."""
+        if self._stopping:
+            await self._settle(release_background, claim)
+            self._slots.release()
+            return False
         self._announce()
         task = asyncio.create_task(self._run(claim))
         self._running[_key(claim)] = task
         self._claims[_key(claim)] = claim
         task.add_done_callback(partial(self._done, claim))
+        return True
 
     def _done(self, claim: BackgroundRow, task: asyncio.Task[None]) -> None:
         if self._running.get(_key(claim)) is task:

@@ -74,7 +74,7 @@ class Runs(Protocol):
 
     def give_back_slot(self) -> None: ...
 
-    def run_claimed(self, claim: BackgroundRow) -> None: ...
+    async def run_claimed(self, claim: BackgroundRow) -> bool: ...
 
     def wake(self) -> None: ...
 
@@ -109,10 +109,14 @@ async def queue(
         if row is None:
             raise
     finally:
-        if claimed_for is not None and row is None:
+        still_ours = row is not None and row.status == "in_progress" and row.attempts == 1
+        if claimed_for is not None and not still_ours:
+            # not landed, or claimed by another replica since (read back after a lost
+            # COMMIT, its lease run out): run wherever it is claimed, never twice
+            claimed_for = None
             runs.give_back_slot()
-    if claimed_for is not None:
-        runs.run_claimed(row)
+    if row is not None and claimed_for is not None:
+        await runs.run_claimed(row)
     else:
         runs.wake()
     queued: dict[str, Any] = json.loads(body)

@@ -93,6 +93,8 @@ class ChatTurn:
     stored_early: list[NewMessage] = field(default_factory=list)
     """A history the session never held, too long to send as it came: stored before the
     model call (`prepare`), so it is fitted like any stored history."""
+    early_after: str = ""
+    """The link of the message `stored_early` follows ("": the session's start)."""
     named_for_user: bool = False
     """The session was named by a body field or a fingerprint: it holds one of a user's
     conversations, and another of theirs goes to a session of its own (`api.compat.identify`)."""
@@ -189,6 +191,7 @@ class ChatTurns:
             # it is summarized and fitted like any stored history
             await self._append(turn, turn.stored_new[:pending])
             turn.stored_early = turn.stored_new[:pending]
+            turn.early_after = turn.reconciled.previous_link if turn.reconciled else ""
             turn.new_messages = turn.new_messages[pending:]
             turn.stored_new = turn.stored_new[pending:]
             turn.reconciled = replace(
@@ -295,20 +298,22 @@ class ChatTurns:
         """Append `batch` to the turn's session, in a branch when another turn stored in it
         since this one read it (or in a session of its own, `_moved_apart`)."""
         assert turn.session_id is not None
+        assert turn.reconciled is not None
         async with _store_lock(turn.tenant, turn.session_id):
-            own = [message.client_id for message in batch]
-            moved_at = await self._moved_since_read(turn, own)
+            previous = turn.reconciled.previous_link
+            moved_at = await self._moved_since_read(turn, previous, batch)
             if moved_at == 0 and turn.named_for_user and await self._moved_apart(turn, batch):
                 return
+            if moved_at == 0 and turn.stored_early:
+                # the history this turn stored first went with another turn's branch: the turn
+                # goes on after the message that history followed, and stores it again
+                batch = [*turn.stored_early, *batch]
+                moved_at = await self._moved_since_read(turn, turn.early_after, batch)
             if moved_at is not None:
                 kept_as = await forks.branch_session(
                     self.database, self.settings, turn.tenant, turn.session_id, moved_at
                 )
                 turn.headers[BRANCHED_HEADER] = kept_as
-            if moved_at == 0 and turn.stored_early:
-                # the history this turn stored first went with the earlier branch: the branch
-                # this turn goes on in holds it again
-                batch = [*turn.stored_early, *batch]
             await store_batch(self.database, self.settings, turn.tenant, turn.session_id, batch)
 
     async def _moved_apart(self, turn: ChatTurn, batch: list[NewMessage]) -> bool:
@@ -339,13 +344,15 @@ class ChatTurns:
             await store_batch(self.database, self.settings, turn.tenant, other, batch)
         return True
 
-    async def _moved_since_read(self, turn: ChatTurn, own: list[str | None]) -> int | None:
+    async def _moved_since_read(
+        self, turn: ChatTurn, previous: str, batch: list[NewMessage]
+    ) -> int | None:
         """Where to branch when another turn stored in the session since this one read it
         (two turns at once: a client's retry, an agent's side calls): the seq of the message
-        this turn follows (0: none); None when the session's newest message is still that one,
-        or one of this turn's own (a retry that landed)."""
-        assert turn.session_id is not None and turn.reconciled is not None
-        previous = turn.reconciled.previous_link
+        `previous` (the link this turn follows; 0: none, or gone); None when the session's
+        newest message is still that one, or one of the `batch` (a retry that landed)."""
+        assert turn.session_id is not None
+        own = [message.client_id for message in batch]
         async with self.database.reading() as db:
             try:
                 session = await store.get_session(db, turn.tenant, turn.session_id)

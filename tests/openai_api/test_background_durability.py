@@ -17,9 +17,23 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import update
 
+from api.auth import DEVELOPMENT_TENANT
+from api.background_responses import LEASE, BackgroundResponses
+from api.compat import background
+from api.compat.responses import Responder
+from api.db.models import BACKGROUND_RESPONSES, utcnow
+from api.db.transactions import CommitConnectionLost, Database
 from api.main import create_app
-from api.store.background import claim_background, get_background, start_storing
+from api.schemas.responses import ResponseRequest
+from api.store.background import (
+    BackgroundRow,
+    claim_background,
+    get_background,
+    queue_response,
+    start_storing,
+)
 from tests.conftest import make_settings
 from tests.helpers import WAIT_SECONDS
 from tests.support.fake_llm import FakeLLM
@@ -172,3 +186,84 @@ async def test_a_run_cut_short_by_a_stop_goes_back_to_the_queue_and_runs_again(
         done = await ended(replica, response_id)
     assert done["status"] == "completed", done
     assert [item["role"] for item in await items(api, conversation)] == ["user", "assistant"]
+
+
+class RunsHere:
+    """A replica's runs with a slot free, as `background.queue` hands a response to them;
+    records what it was handed."""
+
+    lease = LEASE
+
+    def __init__(self) -> None:
+        self.run: list[BackgroundRow] = []
+        self.slots_given_back = 0
+        self.woken = False
+
+    async def take_slot(self) -> bool:
+        return True
+
+    def give_back_slot(self) -> None:
+        self.slots_given_back += 1
+
+    async def run_claimed(self, claim: BackgroundRow) -> bool:
+        self.run.append(claim)
+        return True
+
+    def wake(self) -> None:
+        self.woken = True
+
+
+async def test_a_queued_response_whose_commit_answer_was_lost_runs_only_as_still_claimed(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database: Database = app.state.database
+    committed = Database.write
+    claimed_elsewhere: list[BackgroundRow] = []
+
+    async def write_then_lose_the_answer(self: Database, work: Any, **options: Any) -> Any:
+        await committed(self, work, **options)
+        # the answer is read back after the lease ran out and another replica claimed the row
+        async with self.transaction() as db:
+            await db.execute(
+                update(BACKGROUND_RESPONSES)
+                .where(BACKGROUND_RESPONSES.c.status == "in_progress")
+                .values(claimed_until=utcnow() - timedelta(seconds=1))
+            )
+            claimed_elsewhere.append(await claim_background(db, LEASE))  # type: ignore[arg-type]
+        raise CommitConnectionLost("the connection was lost during COMMIT")
+
+    monkeypatch.setattr(Database, "write", write_then_lose_the_answer)
+    responder = Responder(
+        database, app.state.summarization, app.state.settings, app.state.token_ratios
+    )
+    runs = RunsHere()
+    request = ResponseRequest.model_validate({"model": MODEL, "input": "MARKER-lost-answer"})
+    queued = await background.queue(responder, runs, DEVELOPMENT_TENANT, request)
+    monkeypatch.undo()
+    [other] = claimed_elsewhere
+    assert other.id == queued["id"] and other.attempts == 2
+    assert runs.run == [], "the replica that claimed it meanwhile runs it, not this one too"
+    assert runs.slots_given_back == 1 and runs.woken
+
+
+async def test_a_response_queued_claimed_while_its_replica_stops_goes_back_to_the_queue(
+    app: FastAPI,
+) -> None:
+    database: Database = app.state.database
+    responder = Responder(
+        database, app.state.summarization, app.state.settings, app.state.token_ratios
+    )
+    runs = BackgroundResponses(responder, concurrency=1)
+    runs.start()
+    assert await runs.take_slot()
+    async with database.transaction() as db:
+        claim = await queue_response(
+            db, DEVELOPMENT_TENANT, "resp_stopping", '{"model": "m"}', "{}", LEASE
+        )
+    stopping = asyncio.create_task(runs.stop())  # waits for the slot the queue holds
+    await asyncio.sleep(0.05)
+    assert not await runs.run_claimed(claim), "a stopping replica runs nothing new"
+    await asyncio.wait_for(stopping, WAIT_SECONDS)
+    async with database.reading() as db:
+        row = await get_background(db, DEVELOPMENT_TENANT, "resp_stopping")
+    assert row is not None and row.status == "queued", "another replica runs it at once"

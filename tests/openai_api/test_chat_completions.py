@@ -6,6 +6,7 @@ OpenAI's shape (docs/design.md, "Chat Completions and Anthropic Messages")."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -17,7 +18,13 @@ from fastapi import FastAPI
 from openai import AsyncOpenAI
 
 from summarizer.tokens import count_messages
-from tests.support.fake_llm import CHAT_PATH, Call, FakeLLM, running_fake_llm
+from tests.support.fake_llm import (
+    CHAT_PATH,
+    MARKER_PATTERN,
+    Call,
+    FakeLLM,
+    running_fake_llm,
+)
 
 MODEL = "openai/fake"
 WINDOW = 3_000
@@ -493,6 +500,52 @@ async def test_two_first_resends_longer_than_the_window_at_once_each_keep_their_
         [message["content"] for message in history] + [raw.parse().choices[0].message.content]
         for history, raw in zip(histories, raws, strict=True)
     ], "the session goes on with one of the two conversations, whole"
+
+
+async def test_a_long_history_stored_early_keeps_what_the_session_held_before_it(
+    client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
+) -> None:
+    upstream.context_window = WINDOW
+    first = {"role": "user", "content": "MARKER-p0 the password is swordfish"}
+    answer = await chat(client, sid, [first])
+    held = [first, {"role": "assistant", "content": answer.choices[0].message.content}]
+    filler = " ".join(["earlier words of a long conversation"] * 40)
+    history: list[dict[str, Any]] = []
+    for number in range(20):
+        history.append({"role": "user", "content": f"MARKER-h{number} {filler}"})
+        history.append({"role": "assistant", "content": f"noted {number}"})
+    long_turn = [*held, *history, {"role": "user", "content": "MARKER-long question"}]
+    other_turn = [*held, {"role": "user", "content": "MARKER-other question"}]
+    release, long_turn_called = threading.Event(), threading.Event()
+
+    def responder(messages: list[dict[str, Any]]) -> str:
+        text = str(messages)
+        if "<transcript" in text:  # the summarizer: perfect recall
+            return "\n".join(dict.fromkeys(MARKER_PATTERN.findall(text)))
+        if "MARKER-long question" in text:
+            long_turn_called.set()
+            release.wait(20)
+            return "the long answer"
+        return "the other answer"
+
+    upstream.responder = responder
+
+    async def turn(messages: list[dict[str, Any]]) -> Any:
+        return await client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=OUTPUT_TOKENS,
+            extra_headers={SESSION_HEADER: sid},
+        )
+
+    long_task = asyncio.create_task(turn(long_turn))
+    # its history stored early, it waits for the model
+    assert await asyncio.to_thread(long_turn_called.wait, 20)
+    await turn(other_turn)  # branches the session after what it held, taking that history away
+    release.set()
+    await long_task
+    whole = [message["content"] for message in long_turn] + ["the long answer"]
+    assert [message["content"] for message in await stored(api, sid)] == whole
 
 
 async def test_a_stream_carries_no_usage_chunk_unless_asked(client: AsyncOpenAI, sid: str) -> None:
