@@ -130,7 +130,9 @@ def assemble(
     The pinned prefix always stays, verbatim. Over budget, the oldest message units (a
     tool call with its results counts as one; a hole's before the tail's) are dropped behind
     one marker message; the newest unit always stays. If that is not enough, the oldest
-    summaries go too. `not_loaded` counts older messages the loader left unread because the
+    summaries go too, and the newest of the dropped units that then fit come back (the
+    marker then stands where something is missing: before the summaries when only they
+    went). `not_loaded` counts older messages the loader left unread because the
     budget was already spent: they are dropped as well. With `responses`, the marker and the
     placeholder results the context adds are Responses items.
 
@@ -165,6 +167,10 @@ def assemble(
         dropped_units = message_units[: len(message_units) - len(kept)]
         while kept_summaries and budget < 0:
             budget += sum(entry.tokens for entry in kept_summaries.pop(0))
+        while dropped_units and _tokens([dropped_units[-1]]) <= budget:
+            # what the summaries' room leaves holds the newest dropped messages again
+            budget -= _tokens([dropped_units[-1]])
+            kept.insert(0, dropped_units.pop())
         if not (not_loaded or dropped_units or len(kept_summaries) < len(summary_units)):
             marker = []
     shown_units = {id(unit) for unit in [*kept, *kept_summaries]}
@@ -172,6 +178,9 @@ def assemble(
     dropped = [entry for unit in dropped_units for entry in unit if not entry.added]
     kept_head = [unit for unit in head if id(unit) in shown_units]
     kept_tail = [unit for unit in units if id(unit) in shown_units]
+    if not (not_loaded or dropped_units):
+        # only the oldest summaries went: what is missing comes before the rest
+        kept_head, marker = [*marker, *kept_head], []
     entries = [*pinned] + [entry for unit in [*kept_head, *marker, *kept_tail] for entry in unit]
     return AssembledContext(
         messages=[shown for entry in entries for shown in entry.shown or (entry.message,)],

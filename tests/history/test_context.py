@@ -206,6 +206,31 @@ def test_summaries_are_dropped_oldest_first_when_the_newest_message_needs_room()
     assert assembled.token_estimate <= 80
 
 
+def test_messages_the_dropped_summaries_made_room_for_stay() -> None:
+    summaries = [entry("system", "s1", 100), entry("system", "s2", 40)]
+    messages = [entry("user", str(n), 7) for n in range(10)]
+    assembled = assemble(summaries, messages, 130)
+    texts = contents(assembled.messages)
+    assert texts == [TRUNCATION_MARKER, "s2", *(str(n) for n in range(10))], (
+        "only the oldest summary goes, and the marker stands where it was"
+    )
+    assert assembled.token_estimate <= 130
+    assert assembled.omitted.messages == [] and assembled.truncated_messages == 0
+
+
+def test_the_newest_messages_that_fit_stay_once_the_summaries_went() -> None:
+    summaries = [entry("system", "s1", 100), entry("system", "s2", 40)]
+    messages = [Entry({"role": "user", "content": str(n)}, 10, source_id=n) for n in range(10)]
+    assembled = assemble(summaries, messages, 100)
+    texts = contents(assembled.messages)
+    kept = [text for text in texts if text not in ("s1", "s2", TRUNCATION_MARKER)]
+    assert "s1" not in texts and texts[-1] == "9"
+    assert kept == [str(n) for n in range(10 - len(kept), 10)], "the newest, without a gap"
+    assert assembled.token_estimate <= 100
+    assert assembled.token_estimate + 10 > 100, "no room left for the next older message"
+    assert assembled.omitted.messages == list(range(10 - len(kept)))
+
+
 def test_summaries_are_kept_when_dropping_messages_is_enough() -> None:
     summaries = [entry("system", "s1", 10), entry("system", "s2", 10)]
     messages = [entry("user", str(n), 10) for n in range(10)]
