@@ -54,6 +54,10 @@ UNPROCESSABLE = 422
 
 BAD_REQUEST = 400
 UNAUTHORIZED = 401
+CONFLICT = 409
+
+SHOULD_RETRY = "x-should-retry"
+"""The header the official OpenAI and Anthropic SDKs read before their own retry rules."""
 
 INVALID_API_KEY = "invalid_api_key"
 """OpenAI's `code` of a 401: the SDKs and their users know it."""
@@ -201,6 +205,10 @@ def reshaped(
         for key, value in headers.items()
         if key.lower() in ("retry-after", "www-authenticate", "allow")
     }
+    if status == CONFLICT and not any(key.lower() == "retry-after" for key in kept):
+        # a conflict no wait resolves (an id given to other content): the SDKs, which retry
+        # every 409 otherwise, answer it at once
+        kept[SHOULD_RETRY] = "false"
     error = OpenAIError(
         status,
         detail,

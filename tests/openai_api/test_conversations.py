@@ -375,6 +375,28 @@ async def test_an_item_id_given_again_with_other_content_is_a_conflict(
     assert len(await every_item(client, conversation.id)) == 1
 
 
+async def test_the_sdk_does_not_retry_a_conflict_no_wait_resolves(
+    client: AsyncOpenAI, app: FastAPI
+) -> None:
+    conversation = await created(client, items=[{**said("first"), "id": "msg_held"}])
+    sent: list[str] = []
+
+    async def count(request: httpx2.Request) -> None:
+        sent.append(request.url.path)
+
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(
+        transport=transport, base_url="http://localhost", event_hooks={"request": [count]}
+    ) as http:
+        retrying = AsyncOpenAI(base_url="http://localhost/v1", api_key="key_a", http_client=http)
+        assert retrying.max_retries > 0, "the SDK's default: it retries a 409"
+        other_content: Any = {**said("second"), "id": "msg_held"}
+        with pytest.raises(ConflictError) as raised:
+            await retrying.conversations.items.create(conversation.id, items=[other_content])
+    assert raised.value.response.headers["x-should-retry"] == "false"
+    assert len(sent) == 1, "answered at once, not after the SDK's retries"
+
+
 async def test_items_without_ids_are_stored_by_every_call_that_gives_them(
     client: AsyncOpenAI,
 ) -> None:
