@@ -32,9 +32,14 @@ def check_model(settings: Settings, model: str) -> str:
     with_provider = [name for name in allowed if name.endswith(f"/{model}")]
     if len(with_provider) == 1:
         return with_provider[0]
+    offline = (
+        ""
+        if settings.tenant_keys()
+        else f"; in development mode {offline_model.OFFLINE_MODEL!r} answers without a provider"
+    )
     raise OpenAIError(
         400,
-        f"model {model!r} is not allowed on this server (MODEL_ALLOWED)",
+        f"model {model!r} is not allowed on this server (MODEL_ALLOWED){offline}",
         param="model",
         code="model_not_allowed",
     )

@@ -360,7 +360,8 @@ async def test_errors_answer_in_anthropic_shape_and_store_nothing(
         "type": "error",
         "error": {
             "type": "invalid_request_error",
-            "message": "model 'openai/not-allowed' is not allowed on this server (MODEL_ALLOWED)",
+            "message": "model 'openai/not-allowed' is not allowed on this server "
+            "(MODEL_ALLOWED); in development mode 'precis/offline' answers without a provider",
         },
     }
     document: Any = {"role": "user", "content": [{"type": "document", "source": {}}]}

@@ -160,10 +160,13 @@ async def test_with_api_keys_it_is_refused_as_a_model_not_allowed(database_url: 
             await client.responses.create(
                 model=OFFLINE_MODEL, input="hi", conversation="conv_never_created"
             )
+        with pytest.raises(openai.BadRequestError) as another:
+            await client.responses.create(model="openai/gpt-4o-mini", input="hi")
     assert refused.value.status_code == 400
     body: Any = refused.value.body
     assert body["param"] == "model" and body["code"] == "model_not_allowed"
     assert "development mode only" in body["message"]
+    assert OFFLINE_MODEL not in str(another.value), "offered in development mode only"
 
 
 async def test_the_chat_wire_answers_offline_from_the_stored_session(
