@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.compat import anthropic_shapes, identify
 from api.compat.anthropic_stream import AnthropicStream
@@ -61,7 +61,7 @@ class MessagesRequest(BaseModel):
     """The turns: the whole history (resent) or only the new ones."""
     system: str | list[dict[str, Any]] | None = None
     """The system prompt: text, or text blocks."""
-    stream: bool = False
+    stream: StrictBool = False
     """Answer as server-sent events."""
     metadata: dict[str, Any] | None = None
     """`metadata.user_id` names the session (unless the header does)."""

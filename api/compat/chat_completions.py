@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.compat import identify
 from api.compat.turn import ChatTurn, ChatTurns, model_call
@@ -38,7 +38,7 @@ class ChatCompletionRequest(BaseModel):
     """A litellm model string the server allows (MODEL_ALLOWED)."""
     messages: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=100_000)]
     """The chat messages: the whole history (resent) or only the new ones."""
-    stream: bool = False
+    stream: StrictBool = False
     """Relay the model's chunks as server-sent events."""
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     """Longest answer (older name)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.schemas.common import SESSION_ID_PATTERN
 
@@ -50,7 +50,7 @@ class ResponseRequest(BaseModel):
         ConversationRef | None
     ) = None
     """The conversation this turn belongs to (an id, or `{"id": ...}`)."""
-    stream: bool = False
+    stream: StrictBool = False
     """Relay the model's server-sent events as they come."""
     instructions: str | None = None
     """A system message for this call only; not stored in the conversation."""
@@ -63,9 +63,9 @@ class ResponseRequest(BaseModel):
     summary threshold."""
     previous_response_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     """The response this turn continues (its chain's session; not with `conversation`)."""
-    store: bool | None = None
+    store: StrictBool | None = None
     """Passed through without a conversation; a conversation always stores its turns."""
-    background: bool | None = None
+    background: StrictBool | None = None
     """Run the turn on the worker: answered `queued` at once; poll `GET /v1/responses/{id}`."""
     prompt: dict[str, Any] | None = None
     """Not supported (a prompt template stored at the provider)."""

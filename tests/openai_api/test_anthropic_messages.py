@@ -373,6 +373,15 @@ async def test_errors_answer_in_anthropic_shape_and_store_nothing(
             extra_headers={SESSION_HEADER: sid},
         )
     assert "document" in str(unknown_block.value)
+    with pytest.raises(anthropic.BadRequestError) as not_a_flag:
+        await client.messages.create(
+            model=OPENAI_MODEL,
+            max_tokens=OUTPUT_TOKENS,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={SESSION_HEADER: sid},
+            extra_body={"stream": "yes"},
+        )
+    assert "stream" in str(not_a_flag.value)
     upstream.fail_next(503)
     with pytest.raises(anthropic.APIStatusError) as failed:
         await client.messages.create(

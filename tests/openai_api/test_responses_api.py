@@ -219,6 +219,21 @@ async def test_a_model_not_allowed_is_refused_before_anything_is_stored(
     assert await stored_items(api_client, conversation.id) == []
 
 
+@pytest.mark.parametrize("flag", ["stream", "background", "store"])
+async def test_a_flag_that_is_not_a_boolean_is_refused_naming_it(
+    client: AsyncOpenAI, api_client: httpx.AsyncClient, upstream: FakeLLM, flag: str
+) -> None:
+    conversation = await client.conversations.create()
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(
+            model="openai/fake", input="hi", conversation=conversation.id, extra_body={flag: "yes"}
+        )
+    assert refused.value.body["param"] == flag  # type: ignore[index]
+    assert "boolean" in str(refused.value)
+    assert upstream.calls == []
+    assert await stored_items(api_client, conversation.id) == []
+
+
 @pytest.mark.parametrize(
     ("parameter", "value"),
     [("previous_response_id", "resp_123"), ("store", False)],
