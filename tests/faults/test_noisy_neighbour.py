@@ -25,6 +25,15 @@ holding the event loop over a megabyte takes seconds to minutes (a quadratic pat
 13 s), while a machine as busy as CI, its two cores shared with Bob's summaries and the
 database, may delay an answer by some hundreds of milliseconds without the loop being held."""
 
+STALLS_ALLOWED = 1
+"""Answers slower than MAX_DELAY_SECONDS allowed: a shared machine that stops the whole
+process once for seconds (seen once on a CI machine, 4.5 s among 529 answers) is not the loop
+held, which happens at every megabyte message Bob sends (seven) and every summary of them."""
+
+LONGEST_STALL_SECONDS = 10.0
+"""Even that one stall stays under this: a loop held by a pattern over a megabyte is held for
+minutes to hours."""
+
 MESSAGE_BYTES = 990_000
 """Just under MAX_MESSAGE_BYTES (1,000,000) once encoded as JSON."""
 
@@ -92,7 +101,7 @@ async def test_a_tenants_megabyte_messages_do_not_delay_another_tenant(
     await asyncio.gather(alice(), bob())
     assert await bob_summarized_to(client) == BOB_MESSAGES, "the offline summarizer ran"
     assert len(delays) > 20
-    slowest = max(delays)
-    assert slowest <= MAX_DELAY_SECONDS, (
-        f"Alice waited {slowest:.3f} s (of {len(delays)} requests) while Bob's work ran"
+    stalls = sorted(delay for delay in delays if delay > MAX_DELAY_SECONDS)
+    assert len(stalls) <= STALLS_ALLOWED and max(delays) <= LONGEST_STALL_SECONDS, (
+        f"Alice waited {stalls} s (of {len(delays)} requests) while Bob's work ran"
     )
