@@ -59,6 +59,9 @@ CONFLICT = 409
 SHOULD_RETRY = "x-should-retry"
 """The header the official OpenAI and Anthropic SDKs read before their own retry rules."""
 
+VALIDATION_FAILED = "validation_failed"
+"""The `code` of a request that does not validate (Precis's `ValidationFailed`, in snake case)."""
+
 INVALID_API_KEY = "invalid_api_key"
 """OpenAI's `code` of a 401: the SDKs and their users know it."""
 

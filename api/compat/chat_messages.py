@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from api.append.use_case import new_message
-from api.openai_errors import OpenAIError
+from api.openai_errors import VALIDATION_FAILED, OpenAIError
 from api.schemas.messages import MessageIn
 from api.store import NewMessage
 
@@ -58,6 +58,7 @@ def checked(
             error = exc.errors()[0]
             where = ".".join(str(part) for part in error["loc"][1:])
             param = f"messages[{index}]" + (f".{where}" if where else "")
-            raise OpenAIError(400, f"{param}: {error['msg']}", param=param) from None
+            said = f"{param}: {error['msg']}"
+            raise OpenAIError(400, said, param=param, code=VALIDATION_FAILED) from None
         counted.append(new_message(given, max_bytes, index))
     return counted

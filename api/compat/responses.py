@@ -37,7 +37,7 @@ from api.conversations import ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.model_tokens import TokenRatios, fitted_window
-from api.openai_errors import OpenAIError
+from api.openai_errors import VALIDATION_FAILED, OpenAIError
 from api.schemas import CompactRequest, ItemIn, SessionUpdate, SummaryOut
 from api.schemas.responses import ResponseRequest
 from api.settings import Settings
@@ -193,7 +193,8 @@ class Responder:
             except ValidationError as exc:
                 [(_, message), *_] = located_errors(exc.errors(), item)
                 param = f"input[{index}]"
-                raise OpenAIError(400, f"{param}: {message}", param=param) from None
+                said = f"{param}: {message}"
+                raise OpenAIError(400, said, param=param, code=VALIDATION_FAILED) from None
         return await prepared(given, self.settings.max_message_bytes)
 
     async def fitted(self, request: ResponseRequest) -> FittedInput:

@@ -292,6 +292,7 @@ async def test_errors_answer_in_openai_shape_and_store_nothing(
     with pytest.raises(openai.BadRequestError) as malformed:
         await chat(client, sid, [{"role": "tool", "content": "no call id"}])
     assert "messages[0]" in str(malformed.value.param)
+    assert malformed.value.code == "validation_failed"
     with pytest.raises(openai.BadRequestError) as not_a_flag:
         await chat(client, sid, [{"role": "user", "content": "hi"}], extra_body={"stream": "yes"})
     assert not_a_flag.value.param == "stream"

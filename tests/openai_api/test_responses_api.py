@@ -219,6 +219,16 @@ async def test_a_model_not_allowed_is_refused_before_anything_is_stored(
     assert await stored_items(api_client, conversation.id) == []
 
 
+async def test_an_input_item_that_does_not_validate_is_named_with_its_code(
+    client: AsyncOpenAI, upstream: FakeLLM
+) -> None:
+    wrong: Any = [{"role": "user", "content": 5}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(model="openai/fake", input=wrong)
+    assert refused.value.param == "input[0]" and refused.value.code == "validation_failed"
+    assert upstream.calls == []
+
+
 @pytest.mark.parametrize("flag", ["stream", "background", "store"])
 async def test_a_flag_that_is_not_a_boolean_is_refused_naming_it(
     client: AsyncOpenAI, api_client: httpx.AsyncClient, upstream: FakeLLM, flag: str
