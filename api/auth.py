@@ -112,7 +112,10 @@ def authenticate(
     scheme, _, presented = authorization.partition(" ")
     candidate = presented.strip().encode()
     if scheme.lower() != "bearer" or not candidate:
-        raise Unauthorized("missing bearer API key")
+        raise Unauthorized(
+            "missing bearer API key: send `Authorization: Bearer <key>` (`x-api-key` is read on "
+            "/v1/messages only, as Anthropic's clients send it)"
+        )
     tenant: str | None = None
     for key, key_tenant in keys.items():  # no early exit: the time does not tell which key
         if hmac.compare_digest(key.encode(), candidate):

@@ -90,6 +90,14 @@ async def test_a_key_in_another_scheme_gets_401(api: httpx.AsyncClient) -> None:
     assert answer.status_code == 401
 
 
+async def test_an_anthropic_style_key_outside_the_messages_api_is_told_where_it_counts(
+    api: httpx.AsyncClient,
+) -> None:
+    answer = await api.get("/v1/sessions", headers={"x-api-key": "key_a"})
+    assert answer.status_code == 401
+    assert "/v1/messages only" in answer.json()["detail"]
+
+
 async def test_a_tenant_name_is_not_a_key(api: httpx.AsyncClient) -> None:
     answer = await api.get("/v1/sessions", headers={"Authorization": "Bearer tenant_a"})
     assert answer.status_code == 401
