@@ -90,6 +90,8 @@ class AssembledContext:
     omitted: Omitted = field(default_factory=Omitted)
     cleared: list[ClearedPart] = field(default_factory=list)
     """Parts shown as placeholders (context editing), in stored order."""
+    over_budget: bool = False
+    """Whether anything was left out to fit the budget (messages, summaries or the unread)."""
 
 
 SUMMARY_TOKEN_CACHE_SIZE = 1024
@@ -127,14 +129,11 @@ def assemble(
 
     `summaries` are summary entries, oldest first, with the units of the messages of a hole
     between them (a list of entries each, shown in place until the hole's leaf is made again).
-    The pinned prefix always stays, verbatim. Over budget, the oldest message units (a
-    tool call with its results counts as one; a hole's before the tail's) are dropped behind
-    one marker message; the newest unit always stays. If that is not enough, the oldest
-    summaries go too, and the newest of the dropped units that then fit come back (the
-    marker then stands where something is missing: before the summaries when only they
-    went). `not_loaded` counts older messages the loader left unread because the
-    budget was already spent: they are dropped as well. With `responses`, the marker and the
-    placeholder results the context adds are Responses items.
+    The pinned prefix always stays, verbatim. Over budget, units are left out as `_fitted`
+    says (a tool call with its results is one unit), and one marker message stands right after
+    the newest unit left out. `not_loaded` counts older messages the loader left unread because
+    the budget was already spent: they are dropped as well. With `responses`, the marker and
+    the placeholder results the context adds are Responses items.
 
     Nothing is left out without a word: `omitted` names the messages and summaries dropped to
     fit, and the messages no unit could hold (`_unsendable`), by their `source_id`.
@@ -146,42 +145,27 @@ def assemble(
     unsendable = _unsendable(messages, units)
     head = [[item] if isinstance(item, Entry) else list(item) for item in summaries]
     summary_units = [head[i] for i, item in enumerate(summaries) if isinstance(item, Entry)]
-    # a hole's message units, then the tail's: oldest first
-    message_units = [head[i] for i, item in enumerate(summaries) if not isinstance(item, Entry)]
-    message_units += units
-    kept = list(message_units)
-    kept_summaries = list(summary_units)
-    dropped_units: list[list[Entry]] = []
-    marker: list[list[Entry]] = []
-    if max_tokens is not None and (not_loaded or _tokens(head, units) > max_tokens):
-        marker = [[_marker(responses)]]
-        budget = max_tokens - _tokens(marker, summary_units)
-        kept = []
-        for unit in reversed(message_units):
-            unit_tokens = sum(entry.tokens for entry in unit)
-            if kept and unit_tokens > budget:
-                break
-            kept.append(unit)
-            budget -= unit_tokens
-        kept.reverse()
-        dropped_units = message_units[: len(message_units) - len(kept)]
-        while kept_summaries and budget < 0:
-            budget += sum(entry.tokens for entry in kept_summaries.pop(0))
-        while dropped_units and _tokens([dropped_units[-1]]) <= budget:
-            # what the summaries' room leaves holds the newest dropped messages again
-            budget -= _tokens([dropped_units[-1]])
-            kept.insert(0, dropped_units.pop())
-        if not (not_loaded or dropped_units or len(kept_summaries) < len(summary_units)):
-            marker = []
-    shown_units = {id(unit) for unit in [*kept, *kept_summaries]}
-    left_out = [entry for unit in summary_units if id(unit) not in shown_units for entry in unit]
-    dropped = [entry for unit in dropped_units for entry in unit if not entry.added]
-    kept_head = [unit for unit in head if id(unit) in shown_units]
-    kept_tail = [unit for unit in units if id(unit) in shown_units]
-    if not (not_loaded or dropped_units):
-        # only the oldest summaries went: what is missing comes before the rest
-        kept_head, marker = [*marker, *kept_head], []
-    entries = [*pinned] + [entry for unit in [*kept_head, *marker, *kept_tail] for entry in unit]
+    order = [*head, *units]  # every summary and message unit, oldest first, holes in place
+    shown_ids = {id(unit) for unit in order}
+    marker: list[Entry] = []
+    if max_tokens is not None and (not_loaded or _tokens(order) > max_tokens):
+        marker = [_marker(responses)]
+        shown_ids = _fitted(order, summary_units, max_tokens - marker[0].tokens)
+    summary_ids = {id(unit) for unit in summary_units}
+    left_out = [entry for unit in summary_units if id(unit) not in shown_ids for entry in unit]
+    missing = [i for i, unit in enumerate(order) if id(unit) not in shown_ids]
+    dropped = [
+        entry
+        for index in missing
+        if id(order[index]) not in summary_ids
+        for entry in order[index]
+        if not entry.added
+    ]
+    kept = [unit if id(unit) in shown_ids else [] for unit in order]
+    if missing or not_loaded:
+        # right after the newest unit left out; the unread alone lie before the tail
+        kept.insert(missing[-1] + 1 if missing else len(head), marker)
+    entries = [*pinned, *(entry for unit in kept for entry in unit)]
     return AssembledContext(
         messages=[shown for entry in entries for shown in entry.shown or (entry.message,)],
         token_estimate=sum(entry.tokens for entry in entries),
@@ -191,7 +175,40 @@ def assemble(
             summaries=_ids(left_out),
             unsendable=unsendable,
         ),
+        over_budget=bool(not_loaded or missing),
     )
+
+
+def _fitted(
+    order: Sequence[list[Entry]], summary_units: Sequence[list[Entry]], budget: int
+) -> set[int]:
+    """The ids of the units of `order` shown within `budget`: the message units (a hole's
+    before the tail's) from the newest back while they fit (the newest always), then the
+    oldest summaries dropped while still over, then the newest of the dropped message units
+    that fit again, back to the first that does not or to the newest summary dropped (what
+    shows around a gap is marked once)."""
+    summary_ids = {id(unit) for unit in summary_units}
+    message_units = [unit for unit in order if id(unit) not in summary_ids]
+    budget -= _tokens(summary_units)
+    kept: list[list[Entry]] = []
+    for unit in reversed(message_units):
+        if kept and _tokens([unit]) > budget:
+            break
+        kept.append(unit)
+        budget -= _tokens([unit])
+    dropped = message_units[: len(message_units) - len(kept)]
+    kept_summaries = list(summary_units)
+    while kept_summaries and budget < 0:
+        budget += _tokens([kept_summaries.pop(0)])
+    gone = len(summary_units) - len(kept_summaries)
+    newest_gone = (
+        next(i for i, unit in enumerate(order) if unit is summary_units[gone - 1]) if gone else -1
+    )
+    before_gap = {id(unit) for unit in order[: newest_gone + 1]}
+    while dropped and id(dropped[-1]) not in before_gap and _tokens([dropped[-1]]) <= budget:
+        budget -= _tokens([dropped[-1]])
+        kept.append(dropped.pop())
+    return {id(unit) for unit in [*kept, *kept_summaries]}
 
 
 def _ids(entries: Sequence[Entry]) -> list[int]:

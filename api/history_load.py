@@ -86,7 +86,7 @@ async def fitted_context(
     )
     if (
         max_tokens is not None
-        and loaded.context.truncated_messages > 0
+        and loaded.context.over_budget
         and policy.dynamic_summary_enabled
         and policy.retry_on_context_overflow
     ):

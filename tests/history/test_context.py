@@ -231,6 +231,35 @@ def test_the_newest_messages_that_fit_stay_once_the_summaries_went() -> None:
     assert assembled.omitted.messages == list(range(10 - len(kept)))
 
 
+def test_a_hole_older_than_a_dropped_summary_stays_out_and_the_marker_stands_at_the_gap() -> None:
+    summaries: list[Entry | list[Entry]] = [
+        [entry("user", "hole 51", 13)],
+        entry("system", "s 56-100", 80),
+    ]
+    assembled = assemble(summaries, [entry("user", "tail 101", 8)], 53)
+    assert contents(assembled.messages) == [TRUNCATION_MARKER, "tail 101"], (
+        "the hole would show before a summary that is not there, with no marker between"
+    )
+
+
+def test_a_hole_newer_than_every_dropped_summary_comes_back_in_place() -> None:
+    summaries: list[Entry | list[Entry]] = [
+        entry("system", "s 1-40", 100),
+        [entry("user", "hole 41", 5)],
+        entry("system", "s 46-90", 30),
+    ]
+    messages = [entry("user", "tail 91", 10), entry("user", "tail 92", 10)]
+    assembled = assemble(summaries, messages, 80)
+    assert contents(assembled.messages) == [
+        TRUNCATION_MARKER,
+        "hole 41",
+        "s 46-90",
+        "tail 91",
+        "tail 92",
+    ]
+    assert assembled.token_estimate <= 80 and assembled.omitted.messages == []
+
+
 def test_summaries_are_kept_when_dropping_messages_is_enough() -> None:
     summaries = [entry("system", "s1", 10), entry("system", "s2", 10)]
     messages = [entry("user", str(n), 10) for n in range(10)]
