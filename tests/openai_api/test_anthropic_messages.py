@@ -364,32 +364,25 @@ async def test_errors_answer_in_anthropic_shape_and_store_nothing(
             "(MODEL_ALLOWED); in development mode 'precis/offline' answers without a provider",
         },
     }
-    document: Any = {"role": "user", "content": [{"type": "document", "source": {}}]}
-    with pytest.raises(anthropic.BadRequestError) as unknown_block:
+
+    async def ask(message: Any, **extra: Any) -> None:
         await client.messages.create(
             model=OPENAI_MODEL,
             max_tokens=OUTPUT_TOKENS,
-            messages=[document],
+            messages=[message],
             extra_headers={SESSION_HEADER: sid},
+            **extra,
         )
+
+    with pytest.raises(anthropic.BadRequestError) as unknown_block:
+        await ask({"role": "user", "content": [{"type": "document", "source": {}}]})
     assert "document" in str(unknown_block.value)
     with pytest.raises(anthropic.BadRequestError) as not_a_flag:
-        await client.messages.create(
-            model=OPENAI_MODEL,
-            max_tokens=OUTPUT_TOKENS,
-            messages=[{"role": "user", "content": "hi"}],
-            extra_headers={SESSION_HEADER: sid},
-            extra_body={"stream": "yes"},
-        )
+        await ask({"role": "user", "content": "hi"}, extra_body={"stream": "yes"})
     assert "stream" in str(not_a_flag.value)
     upstream.fail_next(503)
     with pytest.raises(anthropic.APIStatusError) as failed:
-        await client.messages.create(
-            model=OPENAI_MODEL,
-            max_tokens=OUTPUT_TOKENS,
-            messages=[{"role": "user", "content": "MARKER-lost"}],
-            extra_headers={SESSION_HEADER: sid},
-        )
+        await ask({"role": "user", "content": "MARKER-lost"})
     assert failed.value.status_code == 502
     assert (await api.get(f"/v1/sessions/{sid}")).status_code == 404
 

@@ -112,6 +112,17 @@ async def chat(
     )
 
 
+async def raw_chat(client: AsyncOpenAI, session: str | None, messages: list[dict[str, Any]]) -> Any:
+    """`chat`, answered with its headers (`x-precis-session`, `x-precis-branched-from`)."""
+    headers = {SESSION_HEADER: session} if session else {}
+    return await client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=OUTPUT_TOKENS,
+        extra_headers=headers,
+    )
+
+
 async def test_a_resending_client_stores_each_message_once(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM, sid: str
 ) -> None:
@@ -164,12 +175,7 @@ async def test_a_regenerated_answer_branches_the_session(
     history.append({"role": "user", "content": "MARKER-q2 follow-up"})
     await chat(client, sid, history)
     # the client regenerates the last answer: the same history, resent
-    raw = await client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=history,  # type: ignore[arg-type]
-        max_tokens=OUTPUT_TOKENS,
-        extra_headers={SESSION_HEADER: sid},
-    )
+    raw = await raw_chat(client, sid, history)
     earlier = raw.headers["x-precis-branched-from"]
     assert earlier.startswith(f"{sid}:branch-")
     assert [m["role"] for m in await stored(api, sid)] == ["user", "assistant", "user", "assistant"]
@@ -183,12 +189,7 @@ async def test_a_regenerated_answer_branches_the_session(
     assert session["forked_from"] == earlier and session["fork_seq"] == 3
     # an edited first question branches from the start
     edited = [{"role": "user", "content": "MARKER-q1 question, edited"}, *history[1:]]
-    raw = await client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=edited,  # type: ignore[arg-type]
-        max_tokens=OUTPUT_TOKENS,
-        extra_headers={SESSION_HEADER: sid},
-    )
+    raw = await raw_chat(client, sid, edited)
     assert raw.headers["x-precis-branched-from"] != earlier
     assert len(await stored(api, sid)) == len(edited) + 1
 
@@ -248,20 +249,12 @@ async def test_the_prefix_fingerprint_finds_the_session(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
     history: list[dict[str, Any]] = [{"role": "user", "content": "MARKER-fp-start unique"}]
-    raw = await client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=history,  # type: ignore[arg-type]
-        max_tokens=OUTPUT_TOKENS,
-    )
+    raw = await raw_chat(client, None, history)
     session = raw.headers["x-precis-session"]
     assert session.startswith("prefix-")
     history.append(raw.parse().choices[0].message.model_dump())
     history.append({"role": "user", "content": "MARKER-fp-next"})
-    again = await client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=history,  # type: ignore[arg-type]
-        max_tokens=OUTPUT_TOKENS,
-    )
+    again = await raw_chat(client, None, history)
     assert again.headers["x-precis-session"] == session
     assert len(await stored(api, session)) == 4
 
@@ -357,17 +350,7 @@ async def test_two_turns_at_once_never_interleave_in_one_session(
         {"role": "system", "content": "MARKER-real"},
         {"role": "user", "content": "MARKER-b"},
     ]
-    raws = await asyncio.gather(
-        *(
-            client.chat.completions.with_raw_response.create(
-                model=MODEL,
-                messages=messages,  # type: ignore[arg-type]
-                max_tokens=OUTPUT_TOKENS,
-                extra_headers={SESSION_HEADER: sid},
-            )
-            for messages in (first, second)
-        )
-    )
+    raws = await asyncio.gather(*(raw_chat(client, sid, messages) for messages in (first, second)))
     sessions = [
         sid,
         *(
@@ -392,22 +375,12 @@ async def test_a_stateful_retry_is_answered_again_in_a_branch_not_stored_twice(
 ) -> None:
     await chat(client, sid, [{"role": "user", "content": "MARKER-s1 first"}])
     await chat(client, sid, [{"role": "user", "content": "MARKER-s2 second"}])
-    raw = await client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "MARKER-s2 second"}],
-        max_tokens=OUTPUT_TOKENS,
-        extra_headers={SESSION_HEADER: sid},
-    )
+    raw = await raw_chat(client, sid, [{"role": "user", "content": "MARKER-s2 second"}])
     assert "x-precis-branched-from" in raw.headers
     contents = [message["content"] for message in await stored(api, sid)]
     assert contents.count("MARKER-s2 second") == 1 and len(contents) == 4
     # a stateful client repeating its first words ("yes") is a new message, not a branch
-    again = await client.chat.completions.with_raw_response.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "MARKER-s1 first"}],
-        max_tokens=OUTPUT_TOKENS,
-        extra_headers={SESSION_HEADER: sid},
-    )
+    again = await raw_chat(client, sid, [{"role": "user", "content": "MARKER-s1 first"}])
     assert "x-precis-branched-from" not in again.headers
     assert len(await stored(api, sid)) == 6
 
@@ -430,12 +403,7 @@ async def test_a_branch_keeps_the_sessions_expiry_metadata_and_settings(
     history += [answer.choices[0].message.model_dump(), {"role": "user", "content": "MARKER-e2"}]
     await chat(client, sid, history)
     for resent in (history, [{"role": "system", "content": "MARKER-new start"}, *history]):
-        raw = await client.chat.completions.with_raw_response.create(
-            model=MODEL,
-            messages=resent,  # type: ignore[arg-type]
-            max_tokens=OUTPUT_TOKENS,
-            extra_headers={SESSION_HEADER: sid},
-        )
+        raw = await raw_chat(client, sid, resent)
         assert "x-precis-branched-from" in raw.headers
         session = (await api.get(f"/v1/sessions/{sid}")).json()
         assert session["expires_at"].startswith("2030-01-01")
@@ -477,17 +445,7 @@ async def test_two_first_resends_longer_than_the_window_at_once_each_keep_their_
     assert count_messages(histories[0]) > WINDOW, "each is stored before the model is called"
     upstream.context_window = WINDOW
     upstream.latency_seconds = 0.3
-    raws = await asyncio.gather(
-        *(
-            client.chat.completions.with_raw_response.create(
-                model=MODEL,
-                messages=history,  # type: ignore[arg-type]
-                max_tokens=OUTPUT_TOKENS,
-                extra_headers={SESSION_HEADER: sid},
-            )
-            for history in histories
-        )
-    )
+    raws = await asyncio.gather(*(raw_chat(client, sid, history) for history in histories))
     kept = [
         raw.headers["x-precis-branched-from"]
         for raw in raws
@@ -534,18 +492,11 @@ async def test_a_long_history_stored_early_keeps_what_the_session_held_before_it
 
     upstream.responder = responder
 
-    async def turn(messages: list[dict[str, Any]]) -> Any:
-        return await client.chat.completions.with_raw_response.create(
-            model=MODEL,
-            messages=messages,  # type: ignore[arg-type]
-            max_tokens=OUTPUT_TOKENS,
-            extra_headers={SESSION_HEADER: sid},
-        )
-
-    long_task = asyncio.create_task(turn(long_turn))
+    long_task = asyncio.create_task(raw_chat(client, sid, long_turn))
     # its history stored early, it waits for the model
     assert await asyncio.to_thread(long_turn_called.wait, 20)
-    await turn(other_turn)  # branches the session after what it held, taking that history away
+    # branches the session after what it held, taking that history away
+    await raw_chat(client, sid, other_turn)
     release.set()
     await long_task
     whole = [message["content"] for message in long_turn] + ["the long answer"]
