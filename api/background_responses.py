@@ -91,20 +91,32 @@ class BackgroundResponses:
         self._retries = RetryPolicy(responder.settings.database_retry_seconds)
         self._version = 0
         self._changed = asyncio.Event()
+        self._stored_bodies: dict[str, str] = {}
+        """The responses runs here stored, as stored, until their runs end."""
         self.lease = LEASE
 
     @property
     def version(self) -> int:
-        """Counts the responses a run on this replica claimed or ended."""
+        """Counts the responses a run on this replica claimed, stored or ended."""
         return self._version
 
     async def changed_since(self, version: int, seconds: float) -> None:
-        """Once a run on this replica has claimed or ended a response since `version` was
+        """Once a run on this replica has claimed, stored or ended a response since `version` was
         read, or after `seconds`: a follower of a response then reads it again
         (`api.compat.background.follow`)."""
         if self._version == version:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), seconds)
+
+    def stored_body(self, response_id: str) -> dict[str, Any] | None:
+        """The response a run here stored, as `GET /v1/responses/{id}` answers it, while its
+        run ends; None otherwise (read it from the database)."""
+        stored = self._stored_bodies.get(response_id)
+        return None if stored is None else json.loads(stored)
+
+    def _told_stored(self, response_id: str, response: dict[str, Any]) -> None:
+        self._stored_bodies[response_id] = json.dumps(response)
+        self._announce()
 
     def _announce(self) -> None:
         self._version += 1
@@ -198,6 +210,7 @@ class BackgroundResponses:
             if not self._stopping:
                 self._claims.pop(_key(claim), None)
         self._storing.discard(_key(claim))
+        self._stored_bodies.pop(claim.id, None)
         self._slots.release()
         self._announce()
 
@@ -246,7 +259,8 @@ class BackgroundResponses:
             taken = True
 
         queued_at = int(json.loads(claim.body).get("created_at") or time.time())
-        run = BackgroundRun(claim.id, queued_at, take_the_right_to_store)
+        told = partial(self._told_stored, claim.id)
+        run = BackgroundRun(claim.id, queued_at, take_the_right_to_store, told)
         heartbeat = asyncio.create_task(self._heartbeat(claim, asyncio.current_task()))
         failure: Exception | None = None
         try:

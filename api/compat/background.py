@@ -87,7 +87,6 @@ async def queue(
     otherwise a worker (here or on another replica) claims it."""
     request.model = checked_model(responder.settings, request)
     await responder.fitted(request)
-    await _check_context(responder.database, tenant, request)
     response_id = new_id("resp")
     try:
         body = json.dumps(_queued_body(request, response_id), allow_nan=False)
@@ -96,6 +95,7 @@ async def queue(
     claimed_for = runs.lease if await runs.take_slot() else None
 
     async def store(db: Any) -> BackgroundRow:
+        await _check_context(db, tenant, request)
         given = request.model_dump_json(exclude_unset=True)
         return await queue_response(db, tenant, response_id, given, body, claimed_for)
 
@@ -123,21 +123,21 @@ async def queue(
     return queued
 
 
-async def _check_context(database: Database, tenant: str, request: ResponseRequest) -> None:
-    """The conversation or previous response the request names exists (404 otherwise)."""
+async def _check_context(db: Any, tenant: str, request: ResponseRequest) -> None:
+    """The conversation or previous response the request names exists (404 otherwise), read
+    in the transaction that queues it."""
     conversation_id = request.conversation_id()
-    async with database.reading() as db:
-        if conversation_id is not None:
-            try:
-                session = await get_session(db, tenant, conversation_id)
-            except SessionNotFound:
-                raise ConversationNotFound(conversation_id) from None
-            if session.format not in (None, "responses"):
-                raise ConversationNotFound(conversation_id)
-        if request.previous_response_id is not None:
-            previous = request.previous_response_id
-            if await get_response(db, tenant, previous) is None:
-                raise not_found(previous, "previous_response_id")
+    if conversation_id is not None:
+        try:
+            session = await get_session(db, tenant, conversation_id)
+        except SessionNotFound:
+            raise ConversationNotFound(conversation_id) from None
+        if session.format not in (None, "responses"):
+            raise ConversationNotFound(conversation_id)
+    if request.previous_response_id is not None:
+        previous = request.previous_response_id
+        if await get_response(db, tenant, previous) is None:
+            raise not_found(previous, "previous_response_id")
 
 
 def _queued_body(request: ResponseRequest, response_id: str) -> dict[str, Any]:
@@ -195,12 +195,15 @@ async def view(database: Database, tenant: str, response_id: str) -> dict[str, A
 
 class Changes(Protocol):
     """The runs of this replica (`api.background_responses.BackgroundResponses`), as a follower
-    waits for them: a response one of them claimed or ended is read again at once."""
+    waits for them: a response one of them claimed, stored or ended is read again at once,
+    one stored here shown as stored without reading it back."""
 
     @property
     def version(self) -> int: ...
 
     async def changed_since(self, version: int, seconds: float) -> None: ...
+
+    def stored_body(self, response_id: str) -> dict[str, Any] | None: ...
 
 
 async def follow(
@@ -212,7 +215,8 @@ async def follow(
 ) -> AsyncIterator[dict[str, Any] | None]:
     """The events of the background response `body` (as `view` answered it) numbered after
     `starting_after`, then those it gains, read again until it has ended: at once when a run
-    on this replica claims or ends a response, else after a wait that doubles up to a second
+    on this replica claims, stores or ends a response (one it stored shown as stored without
+    reading it back), else after a wait that doubles up to a second
     (a run on another replica); `KEEP_ALIVE` after KEEP_ALIVE_SECONDS without an event. A
     response deleted meanwhile ends the stream with an `error` event (`stream_error`)."""
     sent = starting_after
@@ -234,6 +238,10 @@ async def follow(
         await changes.changed_since(seen, wait)
         wait = min(wait * 2, FOLLOW_LONGEST_WAIT_SECONDS)
         seen = changes.version
+        stored = changes.stored_body(response_id)
+        if stored is not None:  # stored by a run here a moment ago: no need to read it back
+            body = stored
+            continue
         try:
             # each read waits out a lost connection as a request of its own would
             with retry_budget(current_budget().policy):

@@ -67,6 +67,9 @@ class BackgroundRun:
     """When it was queued: the response keeps it."""
     before_store: Callable[[], Awaitable[None]]
     """Run before the turn is stored; raises `StoringRefused` when it must store nothing."""
+    stored: Callable[[dict[str, Any]], None]
+    """Given the response once it and its turn are stored: a follower on this replica shows
+    it without reading it back."""
 
 
 @dataclass(frozen=True)
@@ -389,6 +392,8 @@ class Responder:
             turn.request.previous_response_id,
             response,
         )
+        if turn.background is not None:
+            turn.background.stored(response)
         _count("stored", turn)
 
 

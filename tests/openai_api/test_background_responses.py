@@ -238,6 +238,30 @@ async def test_a_request_refused_at_once_queues_nothing(
     assert await stored_items(api, conversation.id) == []
 
 
+async def test_a_response_refused_after_taking_a_run_gives_it_back(
+    client: AsyncOpenAI, app: FastAPI, upstream: FakeLLM
+) -> None:
+    """A conversation or previous response found missing when the response is queued (the run
+    it would take already taken): refused 404, and the run free again for the next one."""
+    runs = app.state.settings.background_response_workers
+    for number in range(runs + 1):
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.create(
+                model=MODEL,
+                input="MARKER-never",
+                conversation=f"conv_gone{number}",
+                background=True,
+            )
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.create(
+                model=MODEL, input="MARKER-never", previous_response_id="resp_gone", background=True
+            )
+    upstream.slow_next(0.5)
+    queued = await client.responses.create(model=MODEL, input="MARKER-after", background=True)
+    assert (await client.responses.retrieve(queued.id)).status == "in_progress"
+    assert (await ended(client, queued.id)).output_text == "MARKER-after"
+
+
 async def test_cancel_is_for_background_responses_only(client: AsyncOpenAI) -> None:
     foreground = await client.responses.create(model=MODEL, input="MARKER-fg")
     with pytest.raises(openai.BadRequestError) as refused:
@@ -386,6 +410,58 @@ async def test_a_background_stream_follows_the_run_and_resumes_where_it_was_left
         (e.type, e.sequence_number) for e in events[3:]
     ]
     assert await stored_items(api, conversation.id) == items  # followed twice, stored once
+
+
+async def test_a_followed_stream_ends_with_the_response_as_stored(
+    client: AsyncOpenAI, upstream: FakeLLM
+) -> None:
+    """The run on the follower's replica hands it the response it stored: the stream's last
+    event carries exactly what a read of the response answers."""
+    conversation = await client.conversations.create()
+    upstream.slow_next(0.2)
+    stream = await client.responses.create(
+        model=MODEL,
+        input="MARKER-handed over",
+        conversation=conversation.id,
+        background=True,
+        stream=True,
+    )
+    events = [event async for event in stream]
+    assert isinstance(events[-1], ResponseCompletedEvent)
+    read = await client.responses.retrieve(events[-1].response.id)
+    assert events[-1].response.model_dump() == read.model_dump()
+
+
+class StoredHere:
+    """Runs of a replica that has just stored `body` (`background.Changes`)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.version = 0
+
+    async def changed_since(self, version: int, seconds: float) -> None:
+        self.version += 1
+
+    def stored_body(self, response_id: str) -> dict[str, Any] | None:
+        return self.body if response_id == self.body["id"] else None
+
+
+async def test_a_response_stored_on_the_followers_replica_is_not_read_back(app: FastAPI) -> None:
+    """The database holds no response of this id: the follower shows the one the run handed it
+    (a read would have ended the stream with `response_not_found`)."""
+    response_id = "resp_" + "7" * 48
+    queued = {"id": response_id, "object": "response", "status": "queued", "output": []}
+    completed = {**queued, "status": "completed", "created_at": 0, "model": MODEL}
+    runs = StoredHere(completed)
+    followed = background.follow(app.state.database, runs, "default", queued, -1)
+    events = [event async for event in followed if event is not None]
+    assert [event["type"] for event in events] == [
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.completed",
+    ]
+    assert events[-1]["response"]["status"] == "completed"
 
 
 async def test_a_followed_response_ends_with_its_failure_or_cancellation(
