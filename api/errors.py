@@ -66,6 +66,13 @@ class Conflict(PrecisError):
     status_code = 409
 
 
+class ConcurrentChange(Conflict):
+    """A concurrent request changed what this one relied on, and nothing of this one was
+    stored: a retry sees the other's outcome."""
+
+    retry_after_seconds = 1
+
+
 class SessionExists(Conflict):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} already exists")

@@ -132,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(console.router)  # HTML pages, left out of the OpenAPI document
     app.openapi = partial(document_with_server_rules, app, app.openapi, settings)  # type: ignore[method-assign]
     # On the OpenAI-compatible routes each handler's answer is re-rendered in OpenAI's shape.
-    app.add_exception_handler(PrecisError, openai_shaped(_precis_error))
+    app.add_exception_handler(PrecisError, openai_shaped(precis_error))
     app.add_exception_handler(RequestValidationError, openai_shaped(_validation_error))
     app.add_exception_handler(StarletteHTTPException, openai_shaped(_http_error))
     app.add_exception_handler(OpenAIError, openai_error)
@@ -168,7 +168,7 @@ def _error(
     return JSONResponse(status_code=status, content=content, headers=headers)
 
 
-async def _precis_error(_request: Request, exc: Exception) -> JSONResponse:
+async def precis_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PrecisError)
     retry_after = exc.retry_after_seconds
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None

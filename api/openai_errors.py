@@ -148,7 +148,13 @@ def _route_path(scope: Scope) -> str:
 
 def error_response(error: OpenAIError, path: str = "") -> JSONResponse:
     """`error` as an answer in OpenAI's shape (Anthropic's on its routes)."""
-    headers = error.headers or None
+    headers = dict(error.headers or {})
+    if error.status_code == CONFLICT and not {"retry-after", SHOULD_RETRY} & {
+        key.lower() for key in headers
+    }:
+        # a conflict no wait resolves (an id given to other content): the SDKs, which retry
+        # every 409 otherwise, answer it at once
+        headers[SHOULD_RETRY] = "false"
     if is_anthropic_path(path):
         body = anthropic_shapes.error_body(error.status_code, error.message)
         return JSONResponse(body, status_code=error.status_code, headers=headers)
@@ -208,10 +214,6 @@ def reshaped(
         for key, value in headers.items()
         if key.lower() in ("retry-after", "www-authenticate", "allow")
     }
-    if status == CONFLICT and not any(key.lower() == "retry-after" for key in kept):
-        # a conflict no wait resolves (an id given to other content): the SDKs, which retry
-        # every 409 otherwise, answer it at once
-        kept[SHOULD_RETRY] = "false"
     error = OpenAIError(
         status,
         detail,

@@ -37,7 +37,7 @@ from api.db.faults import connection_lost, refused_as_read_only
 from api.db.models import utcnow
 from api.db.pooler import transaction_pooled
 from api.db.transactions import driver_connection
-from api.errors import Conflict, SessionNotFound
+from api.errors import ConcurrentChange, SessionNotFound
 from api.store.keys import session_key
 from api.store.retention import NEVER_IDLE, unexpired_sql
 from api.store.rows import MESSAGE_COLUMNS, SESSION_COLUMNS, MessageRow, NewMessage, SessionRow
@@ -394,6 +394,6 @@ async def landed(
         session_row = await connection.fetchrow(_SESSION, fresh[0].session_id)
         stored = await _stored(connection, fresh[0].session_id, batch, fresh)
     if session_row is None:
-        raise Conflict("the session was deleted while this append ran; retry")
+        raise ConcurrentChange("the session was deleted while this append ran; retry")
     session = SessionRow._make(session_row)
     return AppendOutcome(session, in_batch_order(batch, fresh, stored), len(fresh))

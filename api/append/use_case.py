@@ -29,7 +29,7 @@ from api.db.transactions import (
     current_budget,
     retrying,
 )
-from api.errors import Conflict, PayloadTooLarge
+from api.errors import ConcurrentChange, PayloadTooLarge
 from api.schemas import (
     AppendResponse,
     ChatMessageIn,
@@ -241,7 +241,9 @@ async def _store_in_one_statement(
                 races += 1
                 if races < RACE_ATTEMPTS:
                     continue  # nothing landed; the next run sees the other request's message
-                raise Conflict("concurrent appends stored this batch's client ids; retry") from exc
+                raise ConcurrentChange(
+                    "concurrent appends stored this batch's client ids; retry"
+                ) from exc
             if not connection_lost(exc) or not await budget.wait_to_retry(
                 exc, "an append", "append"
             ):
@@ -254,7 +256,7 @@ async def _store_in_one_statement(
                 )
             races += 1  # a concurrent request created the session just now
             if races >= RACE_ATTEMPTS:
-                raise Conflict(
+                raise ConcurrentChange(
                     "the session was created and deleted under this append repeatedly; retry"
                 )
             await asyncio.sleep(RETRY_PAUSE_SECONDS * races)

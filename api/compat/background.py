@@ -310,6 +310,7 @@ async def delete(database: Database, tenant: str, response_id: str) -> dict[str,
             f"response {response_id!r} is storing its turn: delete it once it has completed",
             param="response_id",
             code="response_being_stored",
+            headers={"retry-after": "1"},
         )
     return {"id": response_id, "object": "response", "deleted": True}
 

@@ -108,13 +108,15 @@ async def input_items(
         if row is None:
             if pending is None:
                 raise not_found(response_id)
+            ended = pending.status in ENDED
             raise OpenAIError(
                 409,
                 f"response {response_id!r} is {pending.status.replace('_', ' ')}: its input "
                 "items are stored with its turn, "
-                + ("never were" if pending.status in ENDED else "once it has completed"),
+                + ("never were" if ended else "once it has completed"),
                 param="response_id",
                 code="response_not_stored",
+                headers={} if ended else {"retry-after": "1"},
             )
         last_input = row.first_seq + row.input_count - 1
         rows = await store.messages_in_range(db, row.session_key, row.first_seq - 1, last_input)

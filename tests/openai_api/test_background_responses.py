@@ -163,14 +163,18 @@ async def test_a_cancelled_run_stores_nothing_and_answers_cancelled_again(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
     conversation, queued = await running_slowly(client, upstream, "MARKER-cancelled", 1.0)
+    with pytest.raises(openai.ConflictError) as running:
+        await client.responses.input_items.list(queued.id)
+    assert running.value.response.headers["retry-after"] == "1"  # stored once it completes
     cancelled = await client.responses.cancel(queued.id)
     assert cancelled.status == "cancelled" and cancelled.id == queued.id
     await asyncio.sleep(1.3)  # past the moment the model would have answered
     assert (await client.responses.retrieve(queued.id)).status == "cancelled"
     assert (await client.responses.cancel(queued.id)).status == "cancelled"
     assert await stored_items(api, conversation.id) == []
-    with pytest.raises(openai.ConflictError):
+    with pytest.raises(openai.ConflictError) as never:
         await client.responses.input_items.list(queued.id)
+    assert never.value.response.headers["x-should-retry"] == "false"  # never will be
     # the conversation goes on as if the cancelled turn never was
     after = await client.responses.create(
         model=MODEL, input="MARKER-next", conversation=conversation.id

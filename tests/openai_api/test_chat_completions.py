@@ -516,3 +516,15 @@ async def test_a_stream_carries_no_usage_chunk_unless_asked(client: AsyncOpenAI,
         chunks = [chunk async for chunk in stream]
         assert all(chunk.choices for chunk in chunks) is not asked
         assert (chunks[-1].usage is not None) is asked
+
+
+async def test_a_session_of_the_other_format_is_a_conflict_no_retry_resolves(
+    client: AsyncOpenAI, api: httpx.AsyncClient, sid: str
+) -> None:
+    item = {"type": "message", "role": "user", "content": "MARKER-items"}
+    held = await api.post(f"/v1/sessions/{sid}/messages", json={"items": [{"item": item}]})
+    assert held.status_code == 201, held.text
+    with pytest.raises(openai.ConflictError) as refused:
+        await chat(client, sid, [{"role": "user", "content": "MARKER-chat"}])
+    assert refused.value.code == "session_format"
+    assert refused.value.response.headers["x-should-retry"] == "false"

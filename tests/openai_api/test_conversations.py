@@ -7,6 +7,7 @@ conversation is a Precis session: the session routes see it too (history, compac
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from openai import (
     APIStatusError,
     AsyncOpenAI,
@@ -32,6 +33,9 @@ from openai.types.conversations import (
 )
 from pydantic import TypeAdapter
 
+from api.errors import ConcurrentChange, Conflict, IdempotencyConflict
+from api.main import precis_error
+from api.openai_errors import reshaped
 from tests.conftest import QUIET
 from tests.helpers import said
 
@@ -395,6 +399,27 @@ async def test_the_sdk_does_not_retry_a_conflict_no_wait_resolves(
             await retrying.conversations.items.create(conversation.id, items=[other_content])
     assert raised.value.response.headers["x-should-retry"] == "false"
     assert len(sent) == 1, "answered at once, not after the SDK's retries"
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (IdempotencyConflict("msg_held holds other content"), False),
+        (ConcurrentChange("the session was deleted while this append ran; retry"), True),
+    ],
+)
+def test_a_conflict_a_retry_resolves_is_retried_after_a_second_the_others_not(
+    error: Conflict, retried: bool
+) -> None:
+    answer = asyncio.run(precis_error(Request({"type": "http"}), error))
+    shaped = reshaped(answer.status_code, answer.body, answer.headers, None, "/v1/conversations")
+    assert shaped.status_code == 409
+    if retried:
+        assert shaped.headers["retry-after"] == "1"
+        assert "x-should-retry" not in shaped.headers
+    else:
+        assert shaped.headers["x-should-retry"] == "false"
+        assert "retry-after" not in shaped.headers
 
 
 async def test_items_without_ids_are_stored_by_every_call_that_gives_them(
