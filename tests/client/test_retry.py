@@ -76,9 +76,10 @@ def async_client(script: Script, policy: RetryPolicy = FAST) -> AsyncPrecisClien
     [
         error(503, "ServiceUnavailable"),
         error(409, "Conflict"),
+        error(409, "ConcurrentChange"),
         error(409, "SummarizationInProgress"),
     ],
-    ids=["503", "Conflict", "SummarizationInProgress"],
+    ids=["503", "Conflict", "ConcurrentChange", "SummarizationInProgress"],
 )
 def test_transient_answers_are_retried_until_one_succeeds(transient: httpx.Response) -> None:
     script = Script(transient, transient, httpx.Response(200, json=SESSION))

@@ -9,6 +9,7 @@ from precis_client._core import DEFAULT_BASE_URL, RetryPolicy
 from precis_client.client import AsyncPrecisClient, PrecisClient
 from precis_client.errors import (
     BadRequest,
+    ConcurrentChange,
     Conflict,
     Forbidden,
     FormatConflict,
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "AsyncPrecisClient",
     "BadRequest",
+    "ConcurrentChange",
     "Conflict",
     "Forbidden",
     "FormatConflict",

@@ -45,7 +45,7 @@ timeout while the server goes on."""
 MAX_BATCH = 500
 """Most messages or items one append request may carry."""
 
-RETRIED_CONFLICTS = frozenset({"Conflict", "SummarizationInProgress"})
+RETRIED_CONFLICTS = frozenset({"Conflict", "ConcurrentChange", "SummarizationInProgress"})
 """409s that pass by themselves; the others (`FormatConflict`, `SessionExists`,
 `IdempotencyConflict`) would answer the same again."""
 

@@ -61,6 +61,11 @@ class Conflict(PrecisError):
     """409 `Conflict`: a transient race inside the service; the client retries it."""
 
 
+class ConcurrentChange(Conflict):
+    """409: a concurrent request changed what this one relied on, nothing of it stored; the
+    client retries it."""
+
+
 class SessionExists(Conflict):
     """409: a session with this id exists already."""
 
