@@ -43,3 +43,17 @@ def check_text(text: str, where: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"{where}: lone surrogate characters are not accepted") from exc
+
+
+def check_finite(value: Any, where: str) -> None:
+    """Reject NaN and Infinity anywhere in `value`: JSON has neither, so a body holding one
+    could not be answered or read back."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: numbers must be finite (no NaN or Infinity)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_finite(item, f"{where}[{index}]")

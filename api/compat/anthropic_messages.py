@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, Field, StrictBool
 
 from api.compat import anthropic_shapes, identify
 from api.compat.anthropic_stream import AnthropicStream
@@ -22,6 +22,7 @@ from api.compat.turn import ChatTurn, ChatTurns, model_call, prompt_tokens
 from api.context_edits import EditOverrides
 from api.model_tokens import TokenRatios, count_for_model, model_encoding
 from api.openai_errors import OpenAIError
+from api.schemas.common import WireRequest
 from api.upstream import UpstreamFailed
 from summarizer.tokens import count_text
 from summarizer.transcript import content_text
@@ -47,11 +48,9 @@ STORED_STOP_REASONS = frozenset({"end_turn", "max_tokens", "tool_use", "stop_seq
 """Answers that are a turn of the session; a refusal, or a failed answer, stores nothing."""
 
 
-class MessagesRequest(BaseModel):
+class MessagesRequest(WireRequest):
     """A Messages API request, as far as Precis reads it; the rest is translated by
     `anthropic_shapes` (unknown fields are kept, and not sent to the model)."""
-
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """A litellm model string the server allows (MODEL_ALLOWED)."""
@@ -69,10 +68,8 @@ class MessagesRequest(BaseModel):
     """Tool definitions (`name`, `description`, `input_schema`)."""
 
 
-class CountTokensRequest(BaseModel):
+class CountTokensRequest(WireRequest):
     """`POST /v1/messages/count_tokens`: a Messages request without `max_tokens`."""
-
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """The model the count is for."""

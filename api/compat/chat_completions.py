@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 
 from api.compat import identify
 from api.compat.turn import ChatTurn, ChatTurns, model_call
 from api.openai_errors import error_type
+from api.schemas.common import WireRequest
 from api.upstream import UpstreamFailed
 
 WIRE = "chat_completions"
@@ -28,11 +29,9 @@ SESSION_METADATA_KEY = "session_id"
 """The key of `metadata` that names the session (taken out before the model is called)."""
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(WireRequest):
     """A Chat Completions request, as far as Precis reads it; every other field is kept as
     sent and passed to the model."""
-
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """A litellm model string the server allows (MODEL_ALLOWED)."""

@@ -3,10 +3,12 @@ an error uses for a pattern."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.errors import ValidationFailed
+from api.json_values import check_finite
 from api.schemas.stored import NO_NUL_PATTERN
 
 SESSION_ID_PATTERN = r"^([A-Za-z0-9._:-]{3,128}|[A-Za-z0-9_:-][A-Za-z0-9._:-]?|\.[A-Za-z0-9_:-])$"
@@ -51,6 +53,29 @@ class Schema(BaseModel):
     """Every REST schema: a field's docstring is its description in the OpenAPI document."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class WireRequest(BaseModel):
+    """A request of another API's wire (OpenAI's, Anthropic's): fields Precis does not read
+    are kept as sent. No number of it may be NaN or Infinity (JSON has neither: a response
+    echoing one could not be answered or read back); the messages and input items, checked
+    as they are stored, are not walked here. Refused as `ValidationFailed` naming the field
+    (an error pydantic does not wrap, so the field keeps its place in `param`)."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finite_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if key in ("messages", "input"):
+                    continue
+                try:
+                    check_finite(value, str(key))
+                except ValueError as exc:
+                    raise ValidationFailed(f"body.{exc}") from None
+        return data
 
 
 MessageFormat = Literal["openai", "responses"]

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from api.schemas.common import SESSION_ID_PATTERN
+from api.schemas.common import SESSION_ID_PATTERN, WireRequest
 
 
 class ConversationRef(BaseModel):
@@ -32,11 +32,9 @@ class Compaction(BaseModel):
     `max_context_tokens`)."""
 
 
-class ResponseRequest(BaseModel):
+class ResponseRequest(WireRequest):
     """A Responses API request. With `conversation`, Precis supplies the conversation's context
     before `input` and stores the turn; without it, the request is passed through."""
-
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """A litellm model string the server allows (MODEL_ALLOWED)."""
@@ -89,10 +87,8 @@ class ResponseRequest(BaseModel):
         )
 
 
-class InputTokensRequest(BaseModel):
+class InputTokensRequest(WireRequest):
     """`POST /v1/responses/input_tokens`: a Responses request, as far as its count reads it."""
-
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     """The model the count is for (its own encoding, or its learned ratio); cl100k without."""
@@ -114,11 +110,9 @@ class InputTokensRequest(BaseModel):
         return conversation.id if isinstance(conversation, ConversationRef) else conversation
 
 
-class CompactionRequest(BaseModel):
+class CompactionRequest(WireRequest):
     """`POST /v1/responses/compact`: what to compact. OpenAI's other fields (prompt caching,
     images, service tier) are accepted and have no effect here."""
-
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
 
     model: Annotated[str, Field(min_length=1, max_length=256)]
     """The model the compacted context is for (checked as `/v1/responses` checks it)."""

@@ -5,6 +5,7 @@ like any model not allowed (docs/design.md, "OpenAI Responses")."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -192,3 +193,51 @@ async def test_the_chat_wire_answers_offline_from_the_stored_session(
     assert streamed.startswith(f"{REPLY_TAG} You said: My name?")
     assert f"user: {FIRST}" in streamed, "the memory holds the stored first turn"
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/responses", {"input": "hi", "temperature": "NaN"}, "temperature"),
+        ("/v1/responses", {"input": "hi", "stream": True, "top_p": "Infinity"}, "top_p"),
+        ("/v1/responses", {"input": "hi", "metadata": {"x": "-Infinity"}}, "metadata.x"),
+        (
+            "/v1/responses",
+            {"input": [{"role": "user", "content": "hi", "score": "NaN"}]},
+            None,
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "temperature": "NaN"},
+            "temperature",
+        ),
+        (
+            "/v1/messages",
+            {
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": "hi"}],
+                "temperature": "NaN",
+            },
+            None,
+        ),
+    ],
+)
+async def test_a_number_json_does_not_have_is_refused_and_nothing_stored(
+    app: FastAPI, path: str, body: dict[str, Any], param: str | None
+) -> None:
+    """NaN and Infinity (Python's JSON reads them; JSON has neither): 400, nothing stored, and
+    no stored response a later read could not answer."""
+    text = json.dumps({"model": OFFLINE_MODEL, **body}).replace('"NaN"', "NaN")
+    text = text.replace('"Infinity"', "Infinity").replace('"-Infinity"', "-Infinity")
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        before = (await http.get("/v1/sessions", params={"limit": 100})).json()
+        answer = await http.post(
+            path, content=text, headers={"content-type": "application/json", "x-api-key": "dev"}
+        )
+        after = (await http.get("/v1/sessions", params={"limit": 100})).json()
+    assert answer.status_code == 400, answer.text
+    assert "finite" in answer.text, answer.text
+    if param is not None:
+        assert answer.json()["error"]["param"] == param
+    assert after == before
