@@ -88,10 +88,7 @@ async def queue(
     request.model = checked_model(responder.settings, request)
     await responder.fitted(request)
     response_id = new_id("resp")
-    try:
-        body = json.dumps(_queued_body(request, response_id), allow_nan=False)
-    except ValueError:
-        raise OpenAIError(400, "numbers must be finite (no NaN or Infinity)") from None
+    body = json.dumps(_queued_body(request, response_id), allow_nan=False)  # WireRequest checked
     claimed_for = runs.lease if await runs.take_slot() else None
 
     async def store(db: Any) -> BackgroundRow:
