@@ -45,6 +45,17 @@ BRANCH_WORDS = {
 """What a value of a union branch is, in words, by pydantic's label of the branch."""
 
 
+TYPE_WORDS = {
+    "list_type": "a list",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+}
+"""What a value of the wrong type must be instead, in words, by pydantic's error type."""
+
+
 def located_errors(errors: Sequence[Any], body: Any) -> list[tuple[Location, str]]:
     """Each field at fault (its location in the request, branch labels and tags dropped) with
     what is wrong with it, in the order pydantic found them."""
@@ -150,6 +161,8 @@ def _describe(error: Any) -> str:
         return f"{ctx.get('discriminator')} must be one of {expected}, not {ctx.get('tag')!r}"
     if kind in ("model_attributes_type", "model_type", "dict_type"):
         return "must be an object"
+    if kind in TYPE_WORDS:
+        return f"must be {TYPE_WORDS[kind]}"
     if kind == "value_error" and "error" in ctx:
         return str(ctx["error"])
     return str(error.get("msg", "invalid"))

@@ -43,6 +43,8 @@ class ChatCompletionRequest(WireRequest):
     """Longest answer (older name)."""
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     """Longest answer; kept free of the window when the context is fitted."""
+    stream_options: dict[str, Any] | None = None
+    """`{"include_usage": true}`: a last chunk with the usage (Precis asks for it anyway)."""
     metadata: dict[str, Any] | None = None
     """`metadata.session_id` names the session (unless the header does)."""
 

@@ -12,6 +12,7 @@ from api.append.use_case import new_message
 from api.openai_errors import VALIDATION_FAILED, OpenAIError
 from api.schemas.messages import MessageIn
 from api.store import NewMessage
+from api.validation_words import located_errors
 
 STORED_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
 """What a stored chat message keeps of a wire's message: what a model reads of it."""
@@ -30,16 +31,16 @@ def stored_shape(message: Mapping[str, Any]) -> dict[str, Any]:
             else part
             for part in shape["content"]
         ]
-    if "tool_calls" in shape:
-        calls = [
+    if shape.get("tool_calls") == []:
+        del shape["tool_calls"]
+    elif isinstance(shape.get("tool_calls"), list):
+        # anything but a call object is left as sent, for the check to refuse
+        shape["tool_calls"] = [
             {"id": call.get("id"), "type": "function", "function": call.get("function")}
-            for call in shape["tool_calls"]
             if isinstance(call, Mapping)
+            else call
+            for call in shape["tool_calls"]
         ]
-        if calls:
-            shape["tool_calls"] = calls
-        else:
-            del shape["tool_calls"]
     if shape.get("role") == "assistant" and "content" not in shape and "tool_calls" not in shape:
         shape["content"] = ""
     return shape
@@ -55,10 +56,18 @@ def checked(
         try:
             given = _MESSAGE.validate_python(message)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(part) for part in error["loc"][1:])
-            param = f"messages[{index}]" + (f".{where}" if where else "")
-            said = f"{param}: {error['msg']}"
+            errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+            location, words = located_errors(errors, message)[0]
+            param = _param(index, location[1:])
+            said = f"{param}: {words}"
             raise OpenAIError(400, said, param=param, code=VALIDATION_FAILED) from None
         counted.append(new_message(given, max_bytes, index))
     return counted
+
+
+def _param(index: int, location: Sequence[str | int]) -> str:
+    """`messages[3].content[0].text`: the field at fault, as OpenAI writes a `param`."""
+    param = f"messages[{index}]"
+    for part in location:
+        param += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return param

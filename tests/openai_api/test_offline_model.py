@@ -241,3 +241,43 @@ async def test_a_number_json_does_not_have_is_refused_and_nothing_stored(
     if param is not None:
         assert answer.json()["error"]["param"] == param
     assert after == before
+
+
+USER = {"role": "user", "content": "hi"}
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["proxied", "in a session"])
+@pytest.mark.parametrize(
+    ("messages", "extra", "param", "words"),
+    [
+        ([{"role": "user", "content": 5}], {}, "messages[0].content", "must be a string or"),
+        ([{"role": "user", "content": [5]}], {}, "messages[0].content[0]", "must be an object"),
+        ([USER, {"role": "assistant", "tool_calls": "x"}], {}, "messages[1].tool_calls", "a list"),
+        ([USER, {"role": "assistant", "tool_calls": [5]}], {}, "messages[1].tool_calls[0]", ""),
+        ([{"role": "wizard", "content": "hi"}], {}, "messages[0]", "'role' must be one of"),
+        ([USER], {"stream": True, "stream_options": "x"}, "stream_options", ""),
+    ],
+)
+async def test_a_chat_request_out_of_shape_is_refused_naming_the_field(
+    app: FastAPI,
+    sid: str,
+    named: bool,
+    messages: list[Any],
+    extra: dict[str, Any],
+    param: str,
+    words: str,
+) -> None:
+    """With a session or without one (a plain proxy call, nothing to store), a message or
+    option out of shape is a 400 naming it in words, never a server error or a message kept
+    in another shape."""
+    headers = {"x-api-key": "dev"} | ({"X-Precis-Session": sid} if named else {})
+    body = {"model": OFFLINE_MODEL, "messages": messages, **extra}
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        answer = await http.post("/v1/chat/completions", json=body, headers=headers)
+        kept = await http.get(f"/v1/sessions/{sid}")
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == param, error
+    assert words in error["message"] and "Input should" not in error["message"], error
+    assert kept.status_code == 404
