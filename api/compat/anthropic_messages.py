@@ -99,7 +99,7 @@ async def prepare(
     session_id = identify.session_id(
         tenant,
         header,
-        [(body.metadata or {}).get("user_id")],
+        [("metadata.user_id", (body.metadata or {}).get("user_id"))],
         messages,
         turns.settings.memory_identify == "prefix",
     )

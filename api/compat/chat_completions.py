@@ -48,8 +48,10 @@ class ChatCompletionRequest(WireRequest):
     metadata: dict[str, Any] | None = None
     """`metadata.session_id` names the session (unless the header does)."""
 
-    def session_fields(self) -> list[object]:
-        return [(self.metadata or {}).get(SESSION_METADATA_KEY)]
+    def session_fields(self) -> list[tuple[str, object]]:
+        return [
+            (f"metadata.{SESSION_METADATA_KEY}", (self.metadata or {}).get(SESSION_METADATA_KEY))
+        ]
 
     def upstream_request(self) -> dict[str, Any]:
         """The request's parameters for the model: without the messages, `stream` and the

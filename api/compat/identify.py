@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from api.compat.reconcile import canonical
+from api.openai_errors import OpenAIError
 from api.schemas.common import SESSION_ID_PATTERN
 
 SESSION_HEADER = "x-precis-session"
@@ -45,18 +46,24 @@ HASHED_DIGITS = 40
 def session_id(
     tenant: str,
     header: str | None,
-    fields: Sequence[object],
+    fields: Sequence[tuple[str, object]],
     messages: Sequence[Mapping[str, Any]],
     by_prefix: bool,
 ) -> str | None:
     """The session of the request, or None for a plain proxy call.
 
     `header`: the `X-Precis-Session` value (checked by the route: a session id); `fields`:
-    the wire's own candidate fields, in its order; `messages`: the request's chat messages."""
+    the wire's own candidate fields, as `(param, value)` in its order (an integer is taken as
+    its digits; any other value but a string is a 400 naming it); `messages`: the request's
+    chat messages."""
     if header:
         return header
-    for value in fields:
-        if isinstance(value, str) and value:
+    for param, value in fields:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if value is not None and not isinstance(value, str):
+            raise OpenAIError(400, f"{param} must be a string", param=param)
+        if value:
             return value if _SESSION_ID.fullmatch(value) else _hashed(HASHED_PREFIX, [value])
     if by_prefix:
         return _fingerprint(tenant, messages)

@@ -281,3 +281,34 @@ async def test_a_chat_request_out_of_shape_is_refused_naming_the_field(
     assert error["param"] == param, error
     assert words in error["message"] and "Input should" not in error["message"], error
     assert kept.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [("/v1/chat/completions", "session_id"), ("/v1/messages", "user_id")],
+)
+async def test_a_session_named_by_a_number_is_kept_one_by_an_object_refused(
+    app: FastAPI, path: str, field: str
+) -> None:
+    """The body field that names the session: an integer is its digits (memory was silently
+    off), any other value but a string a 400 naming the field."""
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+
+        async def ask(value: object) -> httpx2.Response:
+            body = {
+                "model": OFFLINE_MODEL,
+                "max_tokens": 50,
+                "messages": [USER],
+                "metadata": {field: value},
+            }
+            return await http.post(path, json=body, headers={"x-api-key": "dev"})
+
+        named = await ask(424242)
+        assert named.status_code == 200, named.text
+        assert named.headers["x-precis-session"] == "424242"
+        kept = await http.get("/v1/sessions/424242/messages")
+        assert [m["content"] for m in kept.json()["messages"]][0] == "hi"
+        refused = await ask({"id": 1})
+        assert refused.status_code == 400, refused.text
+        assert f"metadata.{field} must be a string" in refused.text
