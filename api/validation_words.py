@@ -51,7 +51,7 @@ TYPE_WORDS = {
     "int_type": "an integer",
     "int_parsing": "an integer",
     "float_type": "a number",
-    "bool_type": "true or false",
+    "bool_type": "a boolean (true or false)",
 }
 """What a value of the wrong type must be instead, in words, by pydantic's error type."""
 

@@ -24,7 +24,9 @@ from api import compact as compact_use_case
 from api.compaction_items import CompactedSummary, compaction_item
 from api.compat import stored_responses
 from api.compat.model_limits import check_model
+from api.compat.response_checks import check_context, check_input_given
 from api.conversation_items import served_item
+from api.conversations import ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.items import check_item, projection
@@ -78,13 +80,8 @@ async def compact(
 
 async def _named_session(database: Database, tenant: str, request: CompactionRequest) -> str | None:
     session_id = request.conversation_id()
-    if session_id is not None and request.previous_response_id is not None:
-        raise OpenAIError(
-            400,
-            "Mutually exclusive parameters: Ensure you are only providing one of: "
-            "'previous_response_id' or 'conversation'.",
-            param="previous_response_id",
-        )
+    check_context(session_id, request.previous_response_id)
+    check_input_given(request.input, session_id, request.previous_response_id)
     if request.previous_response_id is None:
         return session_id
     async with database.reading() as db:
@@ -139,9 +136,7 @@ async def _compacted_session(
             body = CompactRequest(keep_last_n=0)
             result = await compact_use_case.compact(db, summarization, tenant, session_id, body)
     except SessionNotFound:
-        raise OpenAIError(
-            404, f"Conversation with id '{session_id}' not found.", param="conversation"
-        ) from None
+        raise ConversationNotFound(session_id) from None
     assert isinstance(result, CompactResult)  # not a dry run
     history = result.history
     output = [_served(message) for message in history.pinned]

@@ -14,7 +14,9 @@ from typing import Any
 
 from api import history_load
 from api.compat import stored_responses
+from api.compat.response_checks import check_context
 from api.compat.turn import REPLY_PRIMING_TOKENS
+from api.conversations import ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.items import check_item, projection
@@ -36,13 +38,7 @@ async def count(
     request: InputTokensRequest,
 ) -> dict[str, Any]:
     session_id = request.conversation_id()
-    if session_id is not None and request.previous_response_id is not None:
-        raise OpenAIError(
-            400,
-            "Mutually exclusive parameters: Ensure you are only providing one of: "
-            "'previous_response_id' or 'conversation'.",
-            param="previous_response_id",
-        )
+    check_context(session_id, request.previous_response_id)
     if request.previous_response_id is not None:
         async with database.reading() as db:
             previous = await get_response(db, tenant, request.previous_response_id)
@@ -55,9 +51,7 @@ async def count(
             try:
                 start = await session_for_history(db, tenant, session_id)
             except SessionNotFound:
-                raise OpenAIError(
-                    404, f"Conversation with id '{session_id}' not found.", param="conversation"
-                ) from None
+                raise ConversationNotFound(session_id) from None
             loaded = await history_load.load_context(db, summarization, start, None, None, "openai")
         messages = [dict(message) for message in loaded.context.messages]
     given = request.input

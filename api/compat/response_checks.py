@@ -4,17 +4,20 @@ what Precis does not offer (a 400 naming the parameter)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from api.compat.model_limits import check_model
 from api.conversations import CONVERSATION_ID_PREFIX
 from api.openai_errors import OpenAIError
 from api.schemas.responses import ResponseRequest
 from api.settings import Settings
 
+Input = str | list[dict[str, Any]] | None
 
-def checked_model(settings: Settings, request: ResponseRequest) -> str:
-    """Refuse what Precis does not offer; the model as the server calls it."""
-    model = check_model(settings, request.model)
-    conversation_id = request.conversation_id()
+
+def check_context(conversation_id: str | None, previous_id: str | None) -> None:
+    """What `/v1/responses` and its `input_tokens` and `compact` refuse alike: a conversation
+    id of another shape, both a conversation and a previous response."""
     if conversation_id is not None and not conversation_id.startswith(CONVERSATION_ID_PREFIX):
         raise OpenAIError(
             400,
@@ -23,14 +26,7 @@ def checked_model(settings: Settings, request: ResponseRequest) -> str:
             param="conversation",
             code="invalid_conversation_id",
         )
-    if request.input is None and conversation_id is None and not request.previous_response_id:
-        raise OpenAIError(
-            400,
-            "input is required unless conversation or previous_response_id gives the context",
-            param="input",
-            code="missing_required_parameter",
-        )
-    if request.previous_response_id is not None and conversation_id is not None:
+    if previous_id is not None and conversation_id is not None:
         raise OpenAIError(
             400,
             "Mutually exclusive parameters: Ensure you are only providing one of: "
@@ -38,6 +34,26 @@ def checked_model(settings: Settings, request: ResponseRequest) -> str:
             param="previous_response_id",
             code="mutually_exclusive_parameters",
         )
+
+
+def check_input_given(given: Input, conversation_id: str | None, previous_id: str | None) -> None:
+    """An input, unless a conversation or a previous response gives the context (an empty
+    input is none)."""
+    if not given and conversation_id is None and not previous_id:
+        raise OpenAIError(
+            400,
+            "input is required unless conversation or previous_response_id gives the context",
+            param="input",
+            code="missing_required_parameter",
+        )
+
+
+def checked_model(settings: Settings, request: ResponseRequest) -> str:
+    """Refuse what Precis does not offer; the model as the server calls it."""
+    model = check_model(settings, request.model)
+    conversation_id, previous_id = request.conversation_id(), request.previous_response_id
+    check_context(conversation_id, previous_id)
+    check_input_given(request.input, conversation_id, previous_id)
     refused = {
         "prompt": (
             request.prompt is not None,

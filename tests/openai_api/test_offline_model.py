@@ -312,3 +312,40 @@ async def test_a_session_named_by_a_number_is_kept_one_by_an_object_refused(
         refused = await ask({"id": 1})
         assert refused.status_code == 400, refused.text
         assert f"metadata.{field} must be a string" in refused.text
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/responses", "/v1/responses/input_tokens", "/v1/responses/compact"]
+)
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"conversation": "conv_missing", "input": []}, 404, "conversation_not_found"),
+        ({"conversation": "not-a-conv", "input": []}, 400, "invalid_conversation_id"),
+        (
+            {"conversation": "conv_x", "previous_response_id": "resp_x", "input": []},
+            400,
+            "mutually_exclusive_parameters",
+        ),
+        ({"input": ""}, 400, "missing_required_parameter"),
+        ({"input": []}, 400, "missing_required_parameter"),
+    ],
+)
+async def test_the_responses_routes_refuse_a_context_alike(
+    app: FastAPI, path: str, body: dict[str, Any], status: int, code: str
+) -> None:
+    """`/v1/responses`, `input_tokens` and `compact` answer a missing or misnamed context with
+    the same status and code; an empty input is no input (counting one needs none)."""
+    if path.endswith("input_tokens") and code == "missing_required_parameter":
+        status, code = 200, ""
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        before = (await http.get("/v1/sessions", params={"limit": 100})).json()
+        answer = await http.post(
+            path, json={"model": OFFLINE_MODEL, **body}, headers={"x-api-key": "dev"}
+        )
+        after = (await http.get("/v1/sessions", params={"limit": 100})).json()
+    assert answer.status_code == status, answer.text
+    if code:
+        assert answer.json()["error"]["code"] == code, answer.text
+    assert after == before
