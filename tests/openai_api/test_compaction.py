@@ -214,3 +214,21 @@ async def test_content_that_only_looks_like_precis_passes_through_as_another_ite
     item: Any = {"type": "compaction", "id": "cmp_odd", "encrypted_content": content}
     await client.responses.create(model=MODEL, input=[item, said("MARKER-hi")], store=False)
     assert item in upstream.calls[-1].request["input"]
+
+
+async def test_a_count_for_a_model_is_of_the_context_fitted_to_its_window(
+    client: AsyncOpenAI,
+) -> None:
+    """A conversation longer than the window: counted for the model, what a turn would send
+    (within the window); counted without one, the context as it loads."""
+    words = " ".join(f"word{n}" for n in range(300))
+    items = [said(f"MARKER-{n} {words}") for n in range(20)]
+    conversation = await client.conversations.create(items=items)
+    for_the_model = await client.responses.input_tokens.count(
+        model=MODEL, conversation=conversation.id, input="next"
+    )
+    as_it_loads = await client.responses.input_tokens.count(
+        conversation=conversation.id, input="next"
+    )
+    assert as_it_loads.input_tokens > 3 * WINDOW
+    assert 0 < for_the_model.input_tokens <= WINDOW
