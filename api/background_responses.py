@@ -247,13 +247,8 @@ class BackgroundResponses:
 
         async def take_the_right_to_store() -> None:
             nonlocal taken
-
-            async def take() -> bool:
-                async with self._database.transaction() as db:
-                    return await start_storing(db, claim)
-
             self._storing.add(key)  # from here on, neither a stop nor a cancel cuts it short
-            if not await retrying(take, "storing a background response", "write"):
+            if not await start_storing(self._database, claim):
                 self._storing.discard(key)
                 raise StoringRefused(claim.id)
             taken = True
@@ -272,7 +267,10 @@ class BackgroundResponses:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
         if failure is None and taken:
-            await self._settle(finish_background, claim)
+            try:
+                await finish_background(self._database, claim)
+            except Exception as exc:  # the row stays `storing`: a later claim fails it
+                _log_failure(f"could not end background response {claim.id}", exc)
         elif failure is None:  # the model failed it (`status: failed`): kept as answered
             await self._settle(partial(fail_background, body=answer), claim)
             await self._discard_branch(claim)

@@ -178,25 +178,27 @@ async def read(
     return list(await db.execute(statement, params))
 
 
-async def write(database: Database, statement: Executable, params: Mapping[str, Any]) -> None:
+async def write(database: Database, statement: Executable, params: Mapping[str, Any]) -> int:
     """A write `statement` (built once, at import) that may run twice to the same effect (an
-    insert that does nothing on a conflict), run on the driver: on PostgreSQL in autocommit,
-    one round trip, run again on a fresh connection when the connection died under it, within
-    the retry budget; on SQLite in one transaction in one call to the driver's thread."""
+    insert that does nothing on a conflict, a conditional update whose second run matches as
+    the first did), run on the driver: on PostgreSQL in autocommit, one round trip, run again
+    on a fresh connection when the connection died under it, within the retry budget; on
+    SQLite in one transaction in one call to the driver's thread. The rows it changed."""
     engine = database.engine
     compiled = _driver_statement(statement, engine.dialect)
     arguments = compiled.encoded(params)
     if engine.dialect.name == "postgresql":
 
-        async def once() -> None:
+        async def once() -> int:
             async with driver_connection(engine) as connection:
-                await connection.execute(compiled.sql, *arguments)
+                status: str = await connection.execute(compiled.sql, *arguments)
+            return int(status.rsplit(" ", 1)[-1])  # "UPDATE 1", "INSERT 0 1"
 
-        await retrying(once, "a write", "write")
-        return
-    await database.driver_transaction(
-        lambda connection: connection.execute(compiled.sql, arguments)
+        return await retrying(once, "a write", "write")
+    changed: int = await database.driver_transaction(
+        lambda connection: connection.execute(compiled.sql, arguments).rowcount
     )
+    return changed
 
 
 async def _fetch_once(engine: AsyncEngine, sql: str, arguments: list[Any], paged: bool) -> Any:

@@ -11,7 +11,9 @@ The worker's move to `storing` and a cancel's move to `cancelled` are each one c
 UPDATE of the same row: exactly one of them wins, so a cancelled response never stores its
 turn, and one whose turn is being stored can no longer be cancelled.
 
-Functions take the caller's AsyncSession and never commit: the caller owns the transaction.
+Functions take the caller's AsyncSession and never commit: the caller owns the transaction;
+but the run's two steps on its own row, `start_storing` and `finish_background`, are one
+statement each on the driver, committed.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Select, and_, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.db import driver
 from api.db.models import BACKGROUND_RESPONSES, utcnow
+from api.db.transactions import Database
 from api.store.keys import session_key
 
 _background = BACKGROUND_RESPONSES.c
@@ -177,22 +181,40 @@ async def renew_background(db: AsyncSession, claim: BackgroundRow, lease: timede
     return renewed.first() is not None
 
 
-async def start_storing(db: AsyncSession, claim: BackgroundRow) -> bool:
-    """Take the right to store the response's turn; False: it was cancelled (or deleted, or is
-    no longer this claim's), and nothing of it may be stored. Taken twice by one claim (a
-    retry after a lost COMMIT), it answers True again."""
-    taken = await db.execute(
-        update(BACKGROUND_RESPONSES)
-        .where(*_claimed(claim, "in_progress", "storing"))
-        .values(status="storing", updated_at=utcnow())
-        .returning(_background.id)
+def _held_by_claim(*statuses: str) -> ColumnElement[bool]:
+    """`_claimed`, its claim bound when the statement runs (a statement built once)."""
+    return and_(
+        _background.key == bindparam("p_key"),
+        _background.id == bindparam("p_id"),
+        or_(*(_background.status == status for status in statuses)),
+        _background.attempts == bindparam("p_attempts"),
     )
-    return taken.first() is not None
 
 
-async def finish_background(db: AsyncSession, claim: BackgroundRow) -> None:
-    """Delete the row once its response is kept in `responses`."""
-    await db.execute(delete(BACKGROUND_RESPONSES).where(*_claimed(claim, "storing")))
+_START_STORING = (
+    update(BACKGROUND_RESPONSES)
+    .where(_held_by_claim("in_progress", "storing"))
+    .values(status="storing", updated_at=bindparam("p_now"))
+)
+_FINISH = delete(BACKGROUND_RESPONSES).where(_held_by_claim("storing"))
+
+
+def _claim_params(claim: BackgroundRow) -> dict[str, Any]:
+    return {"p_key": claim.key, "p_id": claim.id, "p_attempts": claim.attempts}
+
+
+async def start_storing(database: Database, claim: BackgroundRow) -> bool:
+    """Take the right to store the response's turn; False: it was cancelled (or deleted, or is
+    no longer this claim's), and nothing of it may be stored. One statement on the driver,
+    committed; run twice by one claim (again after a lost connection), it answers True again."""
+    params = {**_claim_params(claim), "p_now": utcnow()}
+    return await driver.write(database, _START_STORING, params) == 1
+
+
+async def finish_background(database: Database, claim: BackgroundRow) -> None:
+    """Delete the row once its response is kept in `responses`: one statement on the driver,
+    committed."""
+    await driver.write(database, _FINISH, _claim_params(claim))
 
 
 async def fail_background(db: AsyncSession, claim: BackgroundRow, body: dict[str, Any]) -> None:

@@ -103,9 +103,9 @@ async def dead_claim(app: FastAPI, response_id: str, storing: bool = False) -> N
     after DEAD_LEASE; `storing`: it died having taken the right to store."""
     async with app.state.database.transaction() as db:
         claim = await claim_background(db, DEAD_LEASE)
-        assert claim is not None and claim.id == response_id
-        if storing:
-            assert await start_storing(db, claim)
+    assert claim is not None and claim.id == response_id
+    if storing:
+        assert await start_storing(app.state.database, claim)
 
 
 async def test_a_queued_response_waits_for_a_worker_and_a_dead_workers_run_runs_again(

@@ -308,7 +308,7 @@ async def test_a_session_named_by_a_number_is_kept_one_by_an_object_refused(
         assert named.status_code == 200, named.text
         assert named.headers["x-precis-session"] == "424242"
         kept = await http.get("/v1/sessions/424242/messages")
-        assert [m["content"] for m in kept.json()["messages"]][0] == "hi"
+        assert kept.json()["messages"][0]["content"] == "hi"
         refused = await ask({"id": 1})
         assert refused.status_code == 400, refused.text
         assert f"metadata.{field} must be a string" in refused.text

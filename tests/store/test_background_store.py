@@ -41,8 +41,8 @@ async def test_a_cancelled_response_can_no_longer_be_stored(app: FastAPI) -> Non
     claim = await queued_and_claimed(database)
     async with database.transaction() as db:
         assert await cancel_background(db, TENANT, claim.id, '{"status": "cancelled"}')
+    assert not await start_storing(database, claim)
     async with database.transaction() as db:
-        assert not await start_storing(db, claim)
         assert not await renew_background(db, claim, LEASE)
     async with database.reading() as db:
         row = await get_background(db, TENANT, claim.id)
@@ -52,13 +52,13 @@ async def test_a_cancelled_response_can_no_longer_be_stored(app: FastAPI) -> Non
 async def test_a_response_being_stored_can_no_longer_be_cancelled(app: FastAPI) -> None:
     database: Database = app.state.database
     claim = await queued_and_claimed(database)
-    async with database.transaction() as db:
-        assert await start_storing(db, claim)
+    assert await start_storing(database, claim)
     async with database.transaction() as db:
         assert not await cancel_background(db, TENANT, claim.id, '{"status": "cancelled"}')
-        assert await start_storing(db, claim)  # a retry after a lost COMMIT: still its own
+    assert await start_storing(database, claim)  # run again after a lost connection: its own
+    async with database.transaction() as db:
         assert await renew_background(db, claim, LEASE)
-        await finish_background(db, claim)
+    await finish_background(database, claim)
     async with database.reading() as db:
         assert await get_background(db, TENANT, claim.id) is None
 
@@ -72,11 +72,11 @@ async def test_a_claim_whose_lease_ran_out_is_claimed_again_and_the_first_can_do
     async with database.transaction() as db:
         second = await claim_background(db, LEASE)
     assert second is not None and second.id == first.id and second.attempts == 2
+    assert not await start_storing(database, first)
     async with database.transaction() as db:
-        assert not await start_storing(db, first)
         assert not await renew_background(db, first, LEASE)
-        assert await start_storing(db, second)
-        await finish_background(db, second)
+    assert await start_storing(database, second)
+    await finish_background(database, second)
 
 
 async def test_a_response_storing_its_turn_is_not_deleted_until_its_response_is(
@@ -84,8 +84,8 @@ async def test_a_response_storing_its_turn_is_not_deleted_until_its_response_is(
 ) -> None:
     database: Database = app.state.database
     claim = await queued_and_claimed(database)
+    assert await start_storing(database, claim)
     async with database.transaction() as db:
-        assert await start_storing(db, claim)
         assert not await delete_background(db, TENANT, claim.id)
         assert await delete_background(db, TENANT, claim.id, storing_too=True)
         assert await get_background(db, TENANT, claim.id) is None
