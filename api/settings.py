@@ -6,18 +6,21 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import (
     BeforeValidator,
     Field,
     PrivateAttr,
     SecretStr,
+    ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from api.db.urls import checked_database_url
 from api.session_settings import (
     SESSION_KEYS,
     SUMMARIZER_KEYS,
@@ -45,7 +48,10 @@ def _comma_list(value: Any) -> Any:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            return json.loads(text)
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                raise ValueError("must be names separated by commas, or a JSON list") from None
         return [name.strip() for name in text.split(",") if name.strip()]
     return value
 
@@ -192,6 +198,17 @@ class Settings(BaseSettings):
 
     _default_policy: SummaryPolicy | None = PrivateAttr(default=None)
 
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str) -> str:
+        return checked_database_url(value)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_parse(cls, value: SecretStr) -> SecretStr:
+        parse_tenant_keys(value.get_secret_value())
+        return value
+
     @field_validator("summary_api_base", "model_api_base", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
@@ -282,18 +299,23 @@ class Settings(BaseSettings):
 
     def tenant_keys(self) -> dict[str, str]:
         """API key -> tenant, parsed from `API_KEYS="tenant_a:key_a,tenant_b:key_b"`."""
-        keys: dict[str, str] = {}
-        for entry in self.api_keys.get_secret_value().split(","):
-            entry = entry.strip()
-            if not entry:
-                continue
-            tenant, sep, key = entry.partition(":")
-            if not sep or not tenant.strip() or not key.strip():
-                raise ValueError("API_KEYS entries must look like tenant:key")
-            if keys.get(key.strip(), tenant.strip()) != tenant.strip():
-                raise ValueError("API_KEYS gives one key to two tenants")
-            keys[key.strip()] = tenant.strip()
-        return keys
+        return parse_tenant_keys(self.api_keys.get_secret_value())
+
+
+def parse_tenant_keys(text: str) -> dict[str, str]:
+    """API_KEYS as key -> tenant; ValueError naming API_KEYS (never a key) when malformed."""
+    keys: dict[str, str] = {}
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        tenant, sep, key = entry.partition(":")
+        if not sep or not tenant.strip() or not key.strip():
+            raise ValueError("API_KEYS entries must look like tenant:key")
+        if keys.get(key.strip(), tenant.strip()) != tenant.strip():
+            raise ValueError("API_KEYS gives one key to two tenants")
+        keys[key.strip()] = tenant.strip()
+    return keys
 
 
 def parse_model_windows(text: str) -> dict[str, int]:
@@ -309,7 +331,68 @@ def parse_model_windows(text: str) -> dict[str, int]:
     return windows
 
 
+class InvalidSettings(ValueError):
+    """Settings that do not validate, in words: one line per problem, each naming the
+    environment variable at fault (`setting_problems`)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+SETTING_WORDS = {
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "bool_parsing": "must be true or false",
+}
+"""pydantic's commonest complaints about a value read from the environment, in words."""
+
+MAX_VALUE_SHOWN = 60
+"""Characters of a refused value quoted back: enough to spot the typo."""
+
+
+def setting_problems(error: ValidationError) -> list[str]:
+    """One line per invalid setting: its environment variable, what is wrong and (but for
+    secrets and DATABASE_URL, which may hold a password) the value refused."""
+    problems = [_problem(each) for each in error.errors(include_url=False)]
+    return list(dict.fromkeys(problems))
+
+
+def _problem(error: ErrorDetails) -> str:
+    context = error.get("ctx") or {}
+    if error["type"] == "value_error" and "error" in context:
+        message = str(context["error"])  # our validators' own sentences
+    else:
+        message = SETTING_WORDS.get(error["type"]) or error["msg"].replace(
+            "Input should be", "must be", 1
+        )
+        if error["loc"] and not _is_secret(str(error["loc"][0])):
+            value = str(error["input"])
+            if len(value) > MAX_VALUE_SHOWN:
+                value = value[:MAX_VALUE_SHOWN] + "..."
+            message += f", not {value!r}"
+    if not error["loc"]:
+        return message  # a rule across settings names them itself
+    name = str(error["loc"][0]).upper()
+    return message if message.startswith(name) else f"{name}: {message}"
+
+
+def _is_secret(field_name: str) -> bool:
+    field = Settings.model_fields.get(field_name)
+    annotation = field.annotation if field is not None else None
+    return (
+        field_name == "database_url" or annotation is SecretStr or SecretStr in get_args(annotation)
+    )
+
+
 @cache
 def get_settings() -> Settings:
-    """The process-wide settings, read once."""
-    return Settings()
+    """The process-wide settings, read once; InvalidSettings (one line per problem) when
+    they do not validate."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise InvalidSettings(setting_problems(exc)) from None
+    except SettingsError as exc:  # a value pydantic-settings could not even decode
+        raise InvalidSettings([str(exc)]) from None

@@ -1,4 +1,5 @@
-"""Alembic environment: async engine, URL from DATABASE_URL (or a connection handed in by tests)."""
+"""Alembic environment: async engine, URL from DATABASE_URL (or a URL handed in by tests), read
+by the server's own rule (`api.db.urls`)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import asyncio
 from logging.config import fileConfig
 
 from alembic import context
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from api.db.engine import create_engine
 from api.db.models import Base
-from api.settings import Settings
+from api.db.urls import async_database_url
+from api.settings import InvalidSettings, get_settings
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):
@@ -20,7 +23,14 @@ target_metadata = Base.metadata
 
 
 def _database_url() -> str:
-    return config.attributes.get("database_url") or Settings().database_url
+    given: str | None = config.attributes.get("database_url")
+    if given:
+        return async_database_url(given)
+    try:
+        return get_settings().database_url
+    except InvalidSettings as exc:
+        # alembic's command line prints a CommandError as one FAILED line, not a traceback
+        raise CommandError(f"invalid settings: {'; '.join(exc.problems)}") from None
 
 
 def _run_migrations(connection: Connection) -> None:

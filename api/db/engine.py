@@ -23,6 +23,7 @@ from api.db.driver import uses_driver
 from api.db.faults import mark_lost_connections
 from api.db.pooler import mark_pooled, pooler_connect_args, split_pooler, transaction_pooled
 from api.db.transactions import Database, PooledReadSession, ReadSession
+from api.db.urls import async_database_url
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long an SQLite writer waits for the write lock before failing; appends queue behind it."""
@@ -40,11 +41,14 @@ first (one round trip) and replaced if dead.
 def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection.
 
+    `database_url` is read by `api.db.urls.async_database_url` (`postgresql://` as asyncpg,
+    `sqlite:///` as aiosqlite; ValueError for any other scheme).
+
     Statement parameters (message contents, metadata) are kept out of error messages, so a
     logged database error never carries user data.
     """
     kwargs.setdefault("hide_parameters", True)
-    url, pooled = split_pooler(make_url(database_url))
+    url, pooled = split_pooler(make_url(async_database_url(database_url)))
     if url.get_backend_name() != "sqlite":
         if pooled:
             kwargs["connect_args"] = {**kwargs.get("connect_args", {}), **pooler_connect_args()}

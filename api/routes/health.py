@@ -12,7 +12,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api import metrics, store
 from api.auth import Operator
-from api.db.models import SCHEMA_REVISION
 from api.db.transactions import RetryPolicy, retry_budget, retrying
 from api.deps import ReadDb
 from api.errors import Forbidden, ServiceUnavailable, Unauthorized, responses
@@ -48,12 +47,9 @@ async def readyz(request: Request) -> Health:
             "the database is a standby in recovery and takes no writes: point DATABASE_URL at "
             "the primary (several hosts: add target_session_attrs=primary)"
         )
-    revision = state.revision
-    if revision != SCHEMA_REVISION:
-        raise ServiceUnavailable(
-            f"the database schema is at revision {revision or 'none'}, this build needs "
-            f"{SCHEMA_REVISION}: run `alembic upgrade head`"
-        )
+    mismatch = readiness.schema_mismatch(state.revision)
+    if mismatch is not None:
+        raise ServiceUnavailable(mismatch)
     return Health(status="ok")
 
 

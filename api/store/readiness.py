@@ -9,6 +9,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.db.faults import connection_lost
+from api.db.models import SCHEMA_REVISION
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,17 @@ class DatabaseState:
     in_recovery: bool
     """A PostgreSQL standby still in recovery: it takes no writes (a replica, a failover
     under way)."""
+
+
+def schema_mismatch(revision: str | None) -> str | None:
+    """What keeps this build from serving a database at `revision`, in one sentence (as
+    /readyz and `python -m api` say it); None: nothing."""
+    if revision == SCHEMA_REVISION:
+        return None
+    return (
+        f"the database schema is at revision {revision or 'none'}, this build needs "
+        f"{SCHEMA_REVISION}: run `alembic upgrade head`"
+    )
 
 
 async def database_state(engine: AsyncEngine) -> DatabaseState:
