@@ -26,7 +26,12 @@ from api.compat.response_events import new_id
 from api.compat.responses import Responder
 from api.compat.stored_responses import not_found
 from api.conversations import ConversationNotFound
-from api.db.transactions import CommitConnectionLost, Database, current_budget, retry_budget
+from api.db.transactions import (
+    Database,
+    connection_lost_or_commit_unknown,
+    current_budget,
+    retry_budget,
+)
 from api.errors import SessionNotFound
 from api.openai_errors import OpenAIError
 from api.schemas.responses import ResponseRequest
@@ -89,19 +94,19 @@ async def queue(
     await responder.fitted(request)
     response_id = new_id("resp")
     body = json.dumps(_queued_body(request, response_id), allow_nan=False)  # WireRequest checked
-    claimed_for = runs.lease if await runs.take_slot() else None
-
-    async def store(db: Any) -> BackgroundRow:
+    database = responder.database
+    async with database.reading() as db:
         await _check_context(db, tenant, request)
-        given = request.model_dump_json(exclude_unset=True)
-        return await queue_response(db, tenant, response_id, given, body, claimed_for)
-
+    given = request.model_dump_json(exclude_unset=True)
+    claimed_for = runs.lease if await runs.take_slot() else None
     row: BackgroundRow | None = None
     try:
-        row = await responder.database.write(store)
-    except CommitConnectionLost:
+        row = await queue_response(database, tenant, response_id, given, body, claimed_for)
+    except Exception as exc:
+        if not connection_lost_or_commit_unknown(exc):
+            raise
         # the client never got the id to read it back: ask whether the row landed
-        async with responder.database.reading() as db:
+        async with database.reading() as db:
             row = await get_background(db, tenant, response_id)
         if row is None:
             raise
@@ -121,8 +126,7 @@ async def queue(
 
 
 async def _check_context(db: Any, tenant: str, request: ResponseRequest) -> None:
-    """The conversation or previous response the request names exists (404 otherwise), read
-    in the transaction that queues it."""
+    """The conversation or previous response the request names exists (404 otherwise)."""
     conversation_id = request.conversation_id()
     if conversation_id is not None:
         try:

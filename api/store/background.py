@@ -12,8 +12,8 @@ UPDATE of the same row: exactly one of them wins, so a cancelled response never 
 turn, and one whose turn is being stored can no longer be cancelled.
 
 Functions take the caller's AsyncSession and never commit: the caller owns the transaction;
-but the run's two steps on its own row, `start_storing` and `finish_background`, are one
-statement each on the driver, committed.
+but the queue's insert and the run's two steps on its own row, `start_storing` and
+`finish_background`, are one statement each on the driver, committed.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import Insert
 
 from api.db import driver
 from api.db.models import BACKGROUND_RESPONSES, utcnow
@@ -81,8 +83,20 @@ def _claimed(claim: BackgroundRow, *statuses: str) -> list[ColumnElement[bool]]:
     ]
 
 
+def _queue_once(dialect: Any) -> Insert:
+    """The insert of a queued response, doing nothing when its row is there (its id is
+    random: only a run again of this insert made it)."""
+    values: dict[str, Any] = {name: bindparam(name) for name in BackgroundRow._fields}
+    values["updated_at"] = bindparam("created_at")
+    inserted: Insert = dialect.insert(BACKGROUND_RESPONSES).values(values).on_conflict_do_nothing()
+    return inserted
+
+
+_QUEUE_ONCE = {"postgresql": _queue_once(postgresql), "sqlite": _queue_once(sqlite)}
+
+
 async def queue_response(
-    db: AsyncSession,
+    database: Database,
     tenant: str,
     response_id: str,
     request: str,
@@ -90,25 +104,22 @@ async def queue_response(
     claimed_for: timedelta | None = None,
 ) -> BackgroundRow:
     """Queue a response; with `claimed_for`, already claimed by the caller for that lease (its
-    first attempt, `in_progress`): the replica that queues it runs it at once."""
+    first attempt, `in_progress`): the replica that queues it runs it at once. One statement
+    on the driver, committed (`api.db.driver.write`: run again after a lost connection)."""
     now = utcnow()
-    inserted = await db.execute(
-        insert(BACKGROUND_RESPONSES)
-        .values(
-            key=session_key(tenant, response_id),
-            id=response_id,
-            tenant=tenant,
-            status="queued" if claimed_for is None else "in_progress",
-            request=request,
-            body=body,
-            attempts=0 if claimed_for is None else 1,
-            claimed_until=None if claimed_for is None else now + claimed_for,
-            created_at=now,
-            updated_at=now,
-        )
-        .returning(*BACKGROUND_COLUMNS)
+    row = BackgroundRow(
+        key=session_key(tenant, response_id),
+        id=response_id,
+        tenant=tenant,
+        status="queued" if claimed_for is None else "in_progress",
+        request=request,
+        body=body,
+        attempts=0 if claimed_for is None else 1,
+        claimed_until=None if claimed_for is None else now + claimed_for,
+        created_at=now,
     )
-    return BackgroundRow._make(inserted.one())
+    await driver.write(database, _QUEUE_ONCE[database.engine.dialect.name], row._asdict())
+    return row
 
 
 async def get_background(db: AsyncSession, tenant: str, response_id: str) -> BackgroundRow | None:

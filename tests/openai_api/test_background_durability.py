@@ -217,13 +217,13 @@ async def test_a_queued_response_whose_commit_answer_was_lost_runs_only_as_still
     app: FastAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     database: Database = app.state.database
-    committed = Database.write
+    committed = queue_response
     claimed_elsewhere: list[BackgroundRow] = []
 
-    async def write_then_lose_the_answer(self: Database, work: Any, **options: Any) -> Any:
-        await committed(self, work, **options)
+    async def write_then_lose_the_answer(*args: Any, **options: Any) -> Any:
+        await committed(*args, **options)
         # the answer is read back after the lease ran out and another replica claimed the row
-        async with self.transaction() as db:
+        async with database.transaction() as db:
             await db.execute(
                 update(BACKGROUND_RESPONSES)
                 .where(BACKGROUND_RESPONSES.c.status == "in_progress")
@@ -232,7 +232,7 @@ async def test_a_queued_response_whose_commit_answer_was_lost_runs_only_as_still
             claimed_elsewhere.append(await claim_background(db, LEASE))  # type: ignore[arg-type]
         raise CommitConnectionLost("the connection was lost during COMMIT")
 
-    monkeypatch.setattr(Database, "write", write_then_lose_the_answer)
+    monkeypatch.setattr("api.compat.background.queue_response", write_then_lose_the_answer)
     responder = Responder(
         database, app.state.summarization, app.state.settings, app.state.token_ratios
     )
@@ -256,10 +256,9 @@ async def test_a_response_queued_claimed_while_its_replica_stops_goes_back_to_th
     runs = BackgroundResponses(responder, concurrency=1)
     runs.start()
     assert await runs.take_slot()
-    async with database.transaction() as db:
-        claim = await queue_response(
-            db, DEVELOPMENT_TENANT, "resp_stopping", '{"model": "m"}', "{}", LEASE
-        )
+    claim = await queue_response(
+        database, DEVELOPMENT_TENANT, "resp_stopping", '{"model": "m"}', "{}", LEASE
+    )
     stopping = asyncio.create_task(runs.stop())  # waits for the slot the queue holds
     await asyncio.sleep(0.05)
     assert not await runs.run_claimed(claim), "a stopping replica runs nothing new"

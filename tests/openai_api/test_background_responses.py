@@ -350,8 +350,7 @@ async def test_a_branch_is_discarded_only_when_no_run_can_store_in_it(
     for name in (waiting, left_over):
         forked = await api.post(f"/v1/sessions/{first.id}/fork", json={"seq": 2, "id": name})
         assert forked.status_code == 201, forked.text
-    async with database.transaction() as db:
-        await queue_response(db, "default", waiting, "{}", "{}")
+    await queue_response(database, "default", waiting, "{}", "{}")
     await discard_branch(database, "default", waiting)
     assert (await api.get(f"/v1/sessions/{waiting}")).status_code == 200
     async with database.transaction() as db:

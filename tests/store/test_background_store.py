@@ -28,8 +28,7 @@ TENANT = "tenant-store"
 
 async def queued_and_claimed(database: Database, lease: timedelta = LEASE) -> BackgroundRow:
     response_id = f"resp_{uuid.uuid4().hex}"
-    async with database.transaction() as db:
-        await queue_response(db, TENANT, response_id, '{"model": "m"}', '{"status": "queued"}')
+    await queue_response(database, TENANT, response_id, '{"model": "m"}', '{"status": "queued"}')
     async with database.transaction() as db:
         claim = await claim_background(db, lease)
     assert claim is not None and claim.id == response_id and claim.status == "in_progress"

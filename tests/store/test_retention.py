@@ -308,8 +308,8 @@ async def test_background_responses_that_ended_long_ago_are_swept_and_no_other(
         "resp_old_queued": ("queued", long_ago),
     }
     for response_id, (status, updated_at) in rows.items():
+        await background.queue_response(database, "default", response_id, "{}", "{}")
         async with database.transaction() as db:
-            await background.queue_response(db, "default", response_id, "{}", "{}")
             await db.execute(
                 update(BackgroundResponse)
                 .where(BackgroundResponse.id == response_id)
