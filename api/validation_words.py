@@ -50,6 +50,7 @@ TYPE_WORDS = {
     "string_type": "a string",
     "int_type": "an integer",
     "int_parsing": "an integer",
+    "int_parsing_size": "an integer of at most 64 bits",
     "float_type": "a number",
     "bool_type": "a boolean (true or false)",
 }
@@ -156,6 +157,8 @@ def _describe(error: Any) -> str:
         return f"not allowed on a {loc[-2]} message"
     if kind == "string_pattern_mismatch":
         return PATTERN_WORDS.get(str(ctx.get("pattern")), str(error.get("msg", "invalid")))
+    if kind == "union_tag_not_found":
+        return f"{str(ctx.get('discriminator', 'a tag')).strip(chr(39))} is required"
     if kind == "union_tag_invalid":
         expected = ctx.get("expected_tags", "")
         return f"{ctx.get('discriminator')} must be one of {expected}, not {ctx.get('tag')!r}"

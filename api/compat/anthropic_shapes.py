@@ -130,6 +130,8 @@ def request_tool_choice(choice: Any) -> str | JSON | None:
         return {"type": "function", "function": {"name": _string(choice, "name", "tool_choice")}}
     if isinstance(kind, str) and kind in TOOL_CHOICES:
         return TOOL_CHOICES[kind]
+    if not isinstance(choice, Mapping):
+        raise ValueError('tool_choice: must be an object such as {"type": "auto"}')
     raise ValueError(f"tool_choice: type {kind!r} is not one of auto, any, tool, none")
 
 

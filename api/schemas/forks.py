@@ -42,6 +42,8 @@ class ForkRequest(Schema):
 
     @model_validator(mode="after")
     def _one_fork_point(self) -> ForkRequest:
-        if (self.message_id is None) == (self.seq is None):
+        if self.message_id is None and self.seq is None:
+            raise ValueError("give the fork point as `message_id` or `seq`")
+        if self.message_id is not None and self.seq is not None:
             raise ValueError("give the fork point as either `message_id` or `seq`, not both")
         return self

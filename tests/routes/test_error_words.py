@@ -59,3 +59,10 @@ async def test_a_path_under_a_route_family_names_the_family(api: httpx.AsyncClie
 async def test_an_unknown_session_keeps_its_own_words(api: httpx.AsyncClient) -> None:
     answer = await api.get("/v1/sessions/no-such-session")
     assert_error(answer, 404, "session 'no-such-session' not found")
+
+
+async def test_a_message_without_a_role_says_the_role_is_required(api: httpx.AsyncClient) -> None:
+    answer = await api.post("/v1/sessions/no-role/messages", json={"messages": [{"content": "x"}]})
+    assert_error(answer, 422)
+    assert answer.json()["detail"] == "body.messages.0: role is required"
+    await assert_session_absent(api, "no-role")

@@ -398,7 +398,7 @@ async def test_a_carried_summary_traces_to_the_forks_own_messages(
 @pytest.mark.parametrize(
     ("body", "named"),
     [
-        ({}, "message_id"),
+        ({}, "give the fork point as `message_id` or `seq`"),
         ({"seq": 1, "message_id": 1}, "not both"),
         ({"seq": 0}, "seq"),
         ({"seq": -3}, "seq"),
