@@ -74,8 +74,14 @@ class ConcurrentChange(Conflict):
 
 
 class SessionExists(Conflict):
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id!r} already exists")
+    def __init__(self, session_id: str, expired: bool = False) -> None:
+        if expired:
+            super().__init__(
+                f"session {session_id!r} has expired; its id is free again once the retention "
+                "sweep has removed it (within RETENTION_SWEEP_INTERVAL_SECONDS)"
+            )
+        else:
+            super().__init__(f"session {session_id!r} already exists")
 
 
 class IdempotencyConflict(Conflict):

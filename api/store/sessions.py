@@ -81,6 +81,10 @@ async def create_session(
         db, tenant, external_id, metadata, settings, message_format, expires_at
     )
     if session is None:
+        try:
+            await get_session(db, tenant, external_id)
+        except SessionNotFound:  # there, but expired
+            raise SessionExists(external_id, expired=True) from None
         raise SessionExists(external_id)
     return session
 

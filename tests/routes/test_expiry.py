@@ -201,7 +201,9 @@ async def test_a_create_with_an_expired_sessions_id_is_409_until_the_sweep(
 ) -> None:
     assert (await api.post("/v1/sessions", json={"id": sid})).is_success
     await expire(app_sessionmaker, sid)
-    assert_error(await api.post("/v1/sessions", json={"id": sid}), 409, sid)
+    assert_error(await api.post("/v1/sessions", json={"id": sid}), 409, sid, "has expired")
+    assert (await api.post("/v1/sessions", json={"id": f"{sid}-live"})).status_code == 201
+    assert_error(await api.post("/v1/sessions", json={"id": f"{sid}-live"}), 409, "already exists")
 
 
 async def test_an_expired_conversation_is_404_on_every_conversation_route(
