@@ -33,7 +33,7 @@ from api.compat.response_events import new_id, relayed, with_response_id
 from api.compat.turn import OVERFLOW_HEADER, REPLY_PRIMING_TOKENS
 from api.context import MISSING_TOOL_RESULT
 from api.conversation_items import new_conversation_items
-from api.conversations import ConversationNotFound
+from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
 from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.model_tokens import TokenRatios, fitted_window
@@ -104,7 +104,8 @@ class Turn:
     sent_tokens: int = 0
     """The request's tokens as Precis counted them: what the model's usage is compared to."""
     in_conversation: bool = True
-    """Whether the client named the session as `conversation` (the answer names it then)."""
+    """Whether the turn runs in a conversation, named or the one a previous response's chain
+    goes on in (the answer names it then)."""
     new_chain: bool = False
     """The first response of a chain: its session is made by the turn's append."""
     stored: bool = True
@@ -256,7 +257,8 @@ class Responder:
             response_id,
             fixed_tokens=given.fixed_tokens,
             sent_tokens=given.fixed_tokens,
-            in_conversation=request.conversation_id() is not None,
+            # a chain that goes on in a conversation's session (its newest response named)
+            in_conversation=session_id.startswith(CONVERSATION_ID_PREFIX),
             new_chain=new_chain,
             stored=request.store is not False,
             background=background,

@@ -349,3 +349,18 @@ async def test_the_responses_routes_refuse_a_context_alike(
     if code:
         assert answer.json()["error"]["code"] == code, answer.text
     assert after == before
+
+
+async def test_a_chain_that_goes_on_in_a_conversation_names_it(client: AsyncOpenAI) -> None:
+    conversation = await client.conversations.create()
+    first = await client.responses.create(
+        model=OFFLINE_MODEL, input="MARKER-first", conversation=conversation.id
+    )
+    chained = await client.responses.create(
+        model=OFFLINE_MODEL, input="MARKER-second", previous_response_id=first.id
+    )
+    assert chained.conversation is not None and chained.conversation.id == conversation.id
+    held = await items_of(client, conversation.id)
+    assert len(held) == 4, "the chained turn went on in the conversation"
+    apart = await client.responses.create(model=OFFLINE_MODEL, input="MARKER-own chain")
+    assert apart.conversation is None
