@@ -32,7 +32,7 @@ from api.db.transactions import (
     current_budget,
     retry_budget,
 )
-from api.errors import SessionNotFound
+from api.errors import ServiceUnavailable, SessionNotFound
 from api.openai_errors import OpenAIError
 from api.schemas.responses import ResponseRequest
 from api.store import delete_session, get_session
@@ -101,15 +101,7 @@ async def queue(
     claimed_for = runs.lease if await runs.take_slot() else None
     row: BackgroundRow | None = None
     try:
-        row = await queue_response(database, tenant, response_id, given, body, claimed_for)
-    except Exception as exc:
-        if not connection_lost_or_commit_unknown(exc):
-            raise
-        # the client never got the id to read it back: ask whether the row landed
-        async with database.reading() as db:
-            row = await get_background(db, tenant, response_id)
-        if row is None:
-            raise
+        row = await _queued(database, tenant, response_id, given, body, claimed_for)
     finally:
         still_ours = row is not None and row.status == "in_progress" and row.attempts == 1
         if claimed_for is not None and not still_ours:
@@ -123,6 +115,39 @@ async def queue(
         runs.wake()
     queued: dict[str, Any] = json.loads(body)
     return queued
+
+
+async def _queued(
+    database: Database,
+    tenant: str,
+    response_id: str,
+    given: str,
+    body: str,
+    claimed_for: timedelta | None,
+) -> BackgroundRow | None:
+    """The response's row as queued, or as read back after a lost connection (None: it
+    landed, ran and was stored meanwhile, its row gone); queued again only when neither its
+    row nor its stored response is there, within the retry budget."""
+    budget = current_budget()
+    while True:
+        try:
+            queued = await queue_response(database, tenant, response_id, given, body, claimed_for)
+        except Exception as exc:
+            if not connection_lost_or_commit_unknown(exc):
+                raise
+            lost: Exception | None = exc
+        else:
+            if queued is not None:
+                return queued
+            lost = None  # an earlier try landed after all
+        # the client never got the id to read it back: ask whether the row landed
+        async with database.reading() as db:
+            row = await get_background(db, tenant, response_id)
+            stored = await get_response(db, tenant, response_id)
+        if row is not None or stored is not None:
+            return row
+        if lost is None or not await budget.wait_to_retry(lost, "queueing a response", "write"):
+            raise lost or ServiceUnavailable("queueing the background response was lost; retry")
 
 
 async def _check_context(db: Any, tenant: str, request: ResponseRequest) -> None:

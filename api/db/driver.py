@@ -178,12 +178,15 @@ async def read(
     return list(await db.execute(statement, params))
 
 
-async def write(database: Database, statement: Executable, params: Mapping[str, Any]) -> int:
+async def write(
+    database: Database, statement: Executable, params: Mapping[str, Any], *, repeat: bool = True
+) -> int:
     """A write `statement` (built once, at import) that may run twice to the same effect (an
     insert that does nothing on a conflict, a conditional update whose second run matches as
     the first did), run on the driver: on PostgreSQL in autocommit, one round trip, run again
-    on a fresh connection when the connection died under it, within the retry budget; on
-    SQLite in one transaction in one call to the driver's thread. The rows it changed."""
+    on a fresh connection when the connection died under it, within the retry budget (once
+    only when not `repeat`: the caller reads back what landed); on SQLite in one transaction
+    in one call to the driver's thread. The rows it changed."""
     engine = database.engine
     compiled = _driver_statement(statement, engine.dialect)
     arguments = compiled.encoded(params)
@@ -194,7 +197,7 @@ async def write(database: Database, statement: Executable, params: Mapping[str, 
                 status: str = await connection.execute(compiled.sql, *arguments)
             return int(status.rsplit(" ", 1)[-1])  # "UPDATE 1", "INSERT 0 1"
 
-        return await retrying(once, "a write", "write")
+        return await retrying(once, "a write", "write") if repeat else await once()
     changed: int = await database.driver_transaction(
         lambda connection: connection.execute(compiled.sql, arguments).rowcount
     )

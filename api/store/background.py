@@ -102,10 +102,13 @@ async def queue_response(
     request: str,
     body: str,
     claimed_for: timedelta | None = None,
-) -> BackgroundRow:
-    """Queue a response; with `claimed_for`, already claimed by the caller for that lease (its
+) -> BackgroundRow | None:
+    """Queue a response (None: its row was there already, from an earlier try of this insert
+    whose answer was lost); with `claimed_for`, already claimed by the caller for that lease (its
     first attempt, `in_progress`): the replica that queues it runs it at once. One statement
-    on the driver, committed (`api.db.driver.write`: run again after a lost connection)."""
+    on the driver, committed, tried once: run again after a lost connection, it could queue
+    again a response that ran and ended meanwhile (its row deleted), so the caller reads back
+    what landed first."""
     now = utcnow()
     row = BackgroundRow(
         key=session_key(tenant, response_id),
@@ -118,8 +121,9 @@ async def queue_response(
         claimed_until=None if claimed_for is None else now + claimed_for,
         created_at=now,
     )
-    await driver.write(database, _QUEUE_ONCE[database.engine.dialect.name], row._asdict())
-    return row
+    statement = _QUEUE_ONCE[database.engine.dialect.name]
+    inserted = await driver.write(database, statement, row._asdict(), repeat=False)
+    return row if inserted else None
 
 
 async def get_background(db: AsyncSession, tenant: str, response_id: str) -> BackgroundRow | None:

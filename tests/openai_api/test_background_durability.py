@@ -8,6 +8,7 @@ rather than stored twice, and a cancel on another replica wins over the run (doc
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import delete, update
 
 from api.auth import DEVELOPMENT_TENANT
 from api.background_responses import LEASE, BackgroundResponses
@@ -34,6 +35,7 @@ from api.store.background import (
     queue_response,
     start_storing,
 )
+from api.store.responses import NewResponse, get_response, insert_response
 from tests.conftest import make_settings
 from tests.helpers import WAIT_SECONDS
 from tests.support.fake_llm import FakeLLM
@@ -246,6 +248,84 @@ async def test_a_queued_response_whose_commit_answer_was_lost_runs_only_as_still
     assert runs.slots_given_back == 1 and runs.woken
 
 
+async def test_a_queued_response_that_ran_before_its_lost_answer_was_read_is_not_queued_again(
+    app: FastAPI, api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The insert landed and its answer was lost; meanwhile a worker ran the response, stored
+    it and deleted its row. Read back, the stored response says it landed: not queued again
+    (a second run would store the turn twice)."""
+    database: Database = app.state.database
+    conversation = (await api.post("/v1/conversations", json={})).json()["id"]
+    done = await api.post(
+        "/v1/responses", json={"model": MODEL, "input": "MARKER-done", "conversation": conversation}
+    )
+    assert done.status_code == 200, done.text
+    async with database.reading() as db:
+        earlier = await get_response(db, DEVELOPMENT_TENANT, done.json()["id"])
+    assert earlier is not None
+    inserted = queue_response
+
+    async def ran_meanwhile(*args: Any, **options: Any) -> Any:
+        row = await inserted(*args, **options)
+        assert row is not None
+        async with database.transaction() as db:  # its run stored it and ended
+            await db.execute(
+                delete(BACKGROUND_RESPONSES).where(BACKGROUND_RESPONSES.c.id == row.id)
+            )
+        await insert_response(
+            database,
+            NewResponse(
+                id=row.id,
+                tenant=DEVELOPMENT_TENANT,
+                session_key=earlier.session_key,
+                first_seq=earlier.first_seq,
+                last_seq=earlier.last_seq,
+                input_count=1,
+                previous_response_id=None,
+                body=json.dumps({"id": row.id}),
+            ),
+        )
+        raise ConnectionResetError("the connection was lost before the answer")
+
+    monkeypatch.setattr("api.compat.background.queue_response", ran_meanwhile)
+    responder = Responder(
+        database, app.state.summarization, app.state.settings, app.state.token_ratios
+    )
+    runs = RunsHere()
+    request = ResponseRequest.model_validate({"model": MODEL, "input": "MARKER-ran"})
+    queued = await background.queue(responder, runs, DEVELOPMENT_TENANT, request)
+    monkeypatch.undo()
+    async with database.reading() as db:
+        assert await get_background(db, DEVELOPMENT_TENANT, queued["id"]) is None, "not again"
+    assert runs.run == [] and runs.slots_given_back == 1
+
+
+async def test_a_queued_response_whose_insert_was_lost_before_it_landed_is_queued_again(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database: Database = app.state.database
+    inserted = queue_response
+    tries: list[int] = []
+
+    async def lost_once(*args: Any, **options: Any) -> Any:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ConnectionResetError("the connection was lost before the insert")
+        return await inserted(*args, **options)
+
+    monkeypatch.setattr("api.compat.background.queue_response", lost_once)
+    responder = Responder(
+        database, app.state.summarization, app.state.settings, app.state.token_ratios
+    )
+    runs = RunsHere()
+    request = ResponseRequest.model_validate({"model": MODEL, "input": "MARKER-again"})
+    queued = await background.queue(responder, runs, DEVELOPMENT_TENANT, request)
+    monkeypatch.undo()
+    assert len(tries) == 2
+    [claim] = runs.run
+    assert claim.id == queued["id"] and claim.attempts == 1 and runs.slots_given_back == 0
+
+
 async def test_a_response_queued_claimed_while_its_replica_stops_goes_back_to_the_queue(
     app: FastAPI,
 ) -> None:
@@ -259,6 +339,7 @@ async def test_a_response_queued_claimed_while_its_replica_stops_goes_back_to_th
     claim = await queue_response(
         database, DEVELOPMENT_TENANT, "resp_stopping", '{"model": "m"}', "{}", LEASE
     )
+    assert claim is not None
     stopping = asyncio.create_task(runs.stop())  # waits for the slot the queue holds
     await asyncio.sleep(0.05)
     assert not await runs.run_claimed(claim), "a stopping replica runs nothing new"
