@@ -76,25 +76,36 @@ def canonical(message: Mapping[str, Any]) -> bytes:
     calls = message.get("tool_calls")
     if not calls and (content is None or isinstance(content, str)):
         # the common message, as the general form below encodes it
-        return orjson.dumps(
-            (role, content or "", message.get("name"), message.get("tool_call_id"), ())
+        shape: tuple[Any, ...] = (
+            role,
+            content or "",
+            message.get("name"),
+            message.get("tool_call_id"),
+            (),
         )
-    shape = (
-        role,
-        _content(content),
-        message.get("name"),
-        message.get("tool_call_id"),
-        [
-            (
-                call.get("id"),
-                (call.get("function") or {}).get("name"),
-                _arguments((call.get("function") or {}).get("arguments")),
-            )
-            for call in calls or ()
-            if isinstance(call, Mapping)
-        ],
-    )
-    return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+    else:
+        shape = (
+            role,
+            _content(content),
+            message.get("name"),
+            message.get("tool_call_id"),
+            [_call(call) for call in calls if isinstance(call, Mapping)]
+            if isinstance(calls, list)
+            else calls or (),
+        )
+    try:
+        return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        # what orjson cannot encode (an integer past 64 bits): identified all the same; a
+        # message of another shape than the wire's is refused once it is checked as new
+        return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=repr).encode()
+
+
+def _call(call: Mapping[str, Any]) -> tuple[Any, ...]:
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        return (call.get("id"), None, function)
+    return (call.get("id"), function.get("name"), _arguments(function.get("arguments")))
 
 
 def digests(messages: Sequence[Mapping[str, Any]], after: bytes = b"") -> list[bytes]:
