@@ -50,7 +50,11 @@ def checked_database_url(database_url: str) -> str:
     url = async_database_url(database_url)
     try:
         parsed = make_url(url)
-    except (ArgumentError, ValueError) as exc:
-        raise ValueError(f"DATABASE_URL could not be read as a URL ({exc})") from None
+    except (ArgumentError, ValueError):
+        # the parser's words may quote a piece of the password: never shown
+        raise ValueError(
+            "DATABASE_URL could not be read as a URL: check the host and port, and "
+            "percent-encode `@ : / ? #` in the user name and password"
+        ) from None
     split_pooler(parsed)
     return url

@@ -169,6 +169,14 @@ def test_a_database_url_of_another_driver_stops_the_start_naming_the_accepted_fo
     assert "hunter2" not in refusal.text
 
 
+def test_a_database_url_that_does_not_parse_never_quotes_its_password(tmp_path: Path) -> None:
+    """An `@` left unencoded in the password: the parser's words would quote the rest of it."""
+    refusal = refused_start(tmp_path, "postgresql://app:pa@ss:Secret99@db/precis")
+    assert_short(refusal, 2)
+    assert "percent-encode" in refusal.text
+    assert "Secret99" not in refusal.text
+
+
 @pytest.mark.parametrize(
     ("empty_database_url", "scheme"),
     [("sqlite", "sqlite"), ("postgresql", "postgresql"), ("postgresql", "postgres")],
