@@ -11,6 +11,7 @@ litellm reaches; the answer is translated back to a Message, or to Anthropic's s
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -43,6 +44,8 @@ CLEAR_TOOL_USES_VERSION = "20250919"
 DEFAULT_CLEAR_TRIGGER = 100_000
 DEFAULT_CLEAR_KEEP = 3
 """Anthropic's defaults: clear past 100,000 input tokens, keeping the newest 3 tool uses."""
+
+_TRANSLATED_MESSAGE = re.compile(r"messages\[(\d+)\]")
 
 STORED_STOP_REASONS = frozenset({"end_turn", "max_tokens", "tool_use", "stop_sequence"})
 """Answers that are a turn of the session; a refusal, or a failed answer, stores nothing."""
@@ -108,11 +111,30 @@ async def prepare(
     # `metadata.user_id` names a user, who may start another conversation: only the header
     # names one conversation for sure
     stateful = bool(header)
-    turn = await turns.prepare(
-        WIRE, tenant, session_id, messages, request, body.max_tokens, stateful
-    )
+    try:
+        turn = await turns.prepare(
+            WIRE, tenant, session_id, messages, request, body.max_tokens, stateful
+        )
+    except OpenAIError as exc:
+        raise _in_request_terms(exc, body) from None
     turn.edits = edits
     return turn
+
+
+def _in_request_terms(error: OpenAIError, body: MessagesRequest) -> OpenAIError:
+    """An error naming a translated chat message (`messages[4].content`), naming the request's
+    turn it came from instead (`messages[2]`): `system` and tool results are messages of their
+    own once translated."""
+    named = _TRANSLATED_MESSAGE.match(error.param or "")
+    if named is None:
+        return error
+    places = anthropic_shapes.message_places(body.model_dump(exclude_none=True))
+    index = int(named.group(1))
+    if index >= len(places):
+        return error
+    words = error.message.partition(": ")[2] or error.message
+    place = places[index]
+    return OpenAIError(error.status_code, f"{place}: {words}", param=place, code=error.code)
 
 
 def context_edits(management: object) -> EditOverrides | None:

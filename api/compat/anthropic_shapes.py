@@ -106,6 +106,15 @@ def request_messages(body: Mapping[str, Any]) -> list[JSON]:
     return messages
 
 
+def message_places(body: Mapping[str, Any]) -> list[str]:
+    """Where each of `request_messages`'s chat messages comes from in the request (`system`,
+    `messages[3]`): a turn may become several (its tool results one each)."""
+    places = ["system"] if _system_text(body.get("system")) else []
+    for index, turn in enumerate(body.get("messages") or ()):
+        places += [f"messages[{index}]"] * len(request_messages({"messages": [turn]}))
+    return places
+
+
 def assistant_chat_message(message: Mapping[str, Any]) -> JSON:
     """The OpenAI chat message stored for an Anthropic assistant Message: what
     `request_messages` makes of the same content resent as an assistant turn."""

@@ -255,6 +255,14 @@ USER = {"role": "user", "content": "hi"}
         ([USER, {"role": "assistant", "tool_calls": "x"}], {}, "messages[1].tool_calls", "a list"),
         ([USER, {"role": "assistant", "tool_calls": [5]}], {}, "messages[1].tool_calls[0]", ""),
         ([{"role": "wizard", "content": "hi"}], {}, "messages[0]", "'role' must be one of"),
+        ([USER, {"role": "assistant", "tool_calls": 5}], {}, "messages[1].tool_calls", "a list"),
+        (
+            [USER, {"role": "assistant", "tool_calls": [{"id": "c1", "function": "f"}]}],
+            {},
+            "messages[1].tool_calls[0].function",
+            "must be an object",
+        ),
+        ([{"role": "user", "content": "hi", "name": 2**70}], {}, "messages[0].name", ""),
         ([USER], {"stream": True, "stream_options": "x"}, "stream_options", ""),
     ],
 )
@@ -364,3 +372,68 @@ async def test_a_chain_that_goes_on_in_a_conversation_names_it(client: AsyncOpen
     assert len(held) == 4, "the chained turn went on in the conversation"
     apart = await client.responses.create(model=OFFLINE_MODEL, input="MARKER-own chain")
     assert apart.conversation is None
+
+
+async def test_a_tool_call_with_a_huge_number_is_resent_like_any_other(
+    app: FastAPI, sid: str
+) -> None:
+    """Arguments holding an integer past 64 bits (a calculator's, say): the resend is matched
+    with what is stored, the turn answered, nothing stored twice."""
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": ""}}
+    call["function"]["arguments"] = '{"a": 123456789012345678901234567890}'  # type: ignore[index]
+    history: list[dict[str, Any]] = [
+        USER,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "123456789012345678901234567891"},
+    ]
+    headers = {"x-api-key": "dev", "X-Precis-Session": sid}
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        for _ in range(2):
+            body = {"model": OFFLINE_MODEL, "messages": history}
+            answer = await http.post("/v1/chat/completions", json=body, headers=headers)
+            assert answer.status_code == 200, answer.text
+            history = [*history, answer.json()["choices"][0]["message"], USER]
+        kept = await http.get(f"/v1/sessions/{sid}/messages")
+    assert [m["role"] for m in kept.json()["messages"]] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["proxied", "in a session"])
+async def test_a_messages_turn_out_of_shape_is_named_as_the_request_numbers_it(
+    app: FastAPI, sid: str, named: bool
+) -> None:
+    """The system prompt and each tool result are chat messages of their own once translated:
+    the error still names the request's turn."""
+    results = [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "one"},
+        {"type": "tool_result", "tool_use_id": "t2", "content": "two"},
+    ]
+    uses = [
+        {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+        {"type": "tool_use", "id": "t2", "name": "f", "input": {}},
+    ]
+    body = {
+        "model": OFFLINE_MODEL,
+        "max_tokens": 50,
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": uses},
+            {"role": "user", "content": results},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "bad \u0000 text"},
+        ],
+    }
+    headers = {"x-api-key": "dev"} | ({"X-Precis-Session": sid} if named else {})
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        answer = await http.post("/v1/messages", json=body, headers=headers)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["message"].startswith("messages[4]: "), answer.text
