@@ -23,6 +23,7 @@ from api.db.transactions import Database
 from api.errors import SessionNotFound
 from api.items import check_item, projection
 from api.model_tokens import TokenRatios, count_for_model, fitted_window, model_encoding
+from api.offline_model import OFFLINE_MODEL
 from api.openai_errors import OpenAIError
 from api.schemas.responses import InputTokensRequest
 from api.settings import Settings
@@ -64,7 +65,11 @@ async def count(
     ratio = 1.0 if not model or model_encoding(model) else await ratios.ratio(model)
     stored: list[dict[str, Any]] = []
     if session_id is not None:
-        budget = await _room_left(summarization.settings, model, ratio, own_tokens)
+        budget = None
+        if (request.model_extra or {}).get("truncation") != "disabled":
+            # the room as the turn reckons it: by the ratio learned for the model
+            learned = await ratios.ratio(model) if model and model != OFFLINE_MODEL else 1.0
+            budget = await _room_left(summarization.settings, model, learned, own_tokens)
         async with database.reading() as db:
             try:
                 start = await session_for_history(db, tenant, session_id)
@@ -84,7 +89,7 @@ async def count(
 async def _room_left(settings: Settings, model: str, ratio: float, own_tokens: int) -> int | None:
     """The tokens a turn of `model` leaves its stored context (the turn fits the context to
     it, summarizing what does not fit): None without a model, or one whose window is unknown
-    (the context as it loads)."""
+    (the context as it loads, as with `truncation: disabled`)."""
     if not model:
         return None
     try:

@@ -230,5 +230,12 @@ async def test_a_count_for_a_model_is_of_the_context_fitted_to_its_window(
     as_it_loads = await client.responses.input_tokens.count(
         conversation=conversation.id, input="next"
     )
+    untruncated = await client.responses.input_tokens.count(
+        model=MODEL,
+        conversation=conversation.id,
+        input="next",
+        extra_body={"truncation": "disabled"},
+    )
     assert as_it_loads.input_tokens > 3 * WINDOW
     assert 0 < for_the_model.input_tokens <= WINDOW
+    assert untruncated.input_tokens > 3 * WINDOW, "a turn that may not summarize sends it all"
