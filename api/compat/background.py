@@ -25,7 +25,7 @@ from api.compat.response_checks import checked_model
 from api.compat.response_events import new_id
 from api.compat.responses import Responder
 from api.compat.stored_responses import not_found
-from api.conversations import ConversationNotFound
+from api.conversations import CONVERSATION_ID_PREFIX, ConversationNotFound
 from api.db.transactions import (
     Database,
     connection_lost_or_commit_unknown,
@@ -93,10 +93,11 @@ async def queue(
     request.model = checked_model(responder.settings, request)
     await responder.fitted(request)
     response_id = new_id("resp")
-    body = json.dumps(_queued_body(request, response_id), allow_nan=False)  # WireRequest checked
     database = responder.database
     async with database.reading() as db:
-        await _check_context(db, tenant, request)
+        conversation_id = await _checked_context(db, tenant, request)
+    queued_body = _queued_body(request, response_id, conversation_id)
+    body = json.dumps(queued_body, allow_nan=False)  # numbers checked by WireRequest
     given = request.model_dump_json(exclude_unset=True)
     claimed_for = runs.lease if await runs.take_slot() else None
     row: BackgroundRow | None = None
@@ -150,8 +151,10 @@ async def _queued(
             raise lost or ServiceUnavailable("queueing the background response was lost; retry")
 
 
-async def _check_context(db: Any, tenant: str, request: ResponseRequest) -> None:
-    """The conversation or previous response the request names exists (404 otherwise)."""
+async def _checked_context(db: Any, tenant: str, request: ResponseRequest) -> str | None:
+    """The conversation the turn goes on in (None: none), once the conversation or previous
+    response the request names is found (404 otherwise): the one named, or the one a previous
+    response's chain goes on in (as `api.compat.stored_responses.continuation` finds it)."""
     conversation_id = request.conversation_id()
     if conversation_id is not None:
         try:
@@ -160,13 +163,20 @@ async def _check_context(db: Any, tenant: str, request: ResponseRequest) -> None
             raise ConversationNotFound(conversation_id) from None
         if session.format not in (None, "responses"):
             raise ConversationNotFound(conversation_id)
-    if request.previous_response_id is not None:
-        previous = request.previous_response_id
-        if await get_response(db, tenant, previous) is None:
-            raise not_found(previous, "previous_response_id")
+        return conversation_id
+    if request.previous_response_id is None:
+        return None
+    previous = await get_response(db, tenant, request.previous_response_id)
+    if previous is None:
+        raise not_found(request.previous_response_id, "previous_response_id")
+    newest = previous.session_last_seq == previous.last_seq
+    in_conversation = previous.session_id.startswith(CONVERSATION_ID_PREFIX)
+    return previous.session_id if newest and in_conversation else None
 
 
-def _queued_body(request: ResponseRequest, response_id: str) -> dict[str, Any]:
+def _queued_body(
+    request: ResponseRequest, response_id: str, conversation_id: str | None
+) -> dict[str, Any]:
     """The response object of a queued request: OpenAI's fields, as far as they are known."""
     given = request.model_dump(exclude_unset=True)
     body: dict[str, Any] = {
@@ -191,7 +201,6 @@ def _queued_body(request: ResponseRequest, response_id: str) -> dict[str, Any]:
         "usage": None,
     }
     body.update({name: given[name] for name in ECHOED if name in given})
-    conversation_id = request.conversation_id()
     if conversation_id is not None:
         body["conversation"] = {"id": conversation_id}
     return body

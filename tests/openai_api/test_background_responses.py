@@ -159,6 +159,21 @@ async def test_a_background_chain_continues_with_previous_response_id(
     assert len(await stored_items(api, first.id)) == 4
 
 
+async def test_a_background_chain_that_goes_on_in_a_conversation_names_it_from_the_start(
+    client: AsyncOpenAI,
+) -> None:
+    conversation = await client.conversations.create()
+    first = await client.responses.create(
+        model=MODEL, input="MARKER-in", conversation=conversation.id
+    )
+    queued = await client.responses.create(
+        model=MODEL, input="MARKER-on", previous_response_id=first.id, background=True
+    )
+    assert queued.conversation is not None and queued.conversation.id == conversation.id
+    done = await ended(client, queued.id)
+    assert done.conversation is not None and done.conversation.id == conversation.id
+
+
 async def test_a_cancelled_run_stores_nothing_and_answers_cancelled_again(
     client: AsyncOpenAI, api: httpx.AsyncClient, upstream: FakeLLM
 ) -> None:
