@@ -124,21 +124,32 @@ def count_text(text: str) -> int:
     return len(encoding().encode_ordinary(text))
 
 
-def count_content(content: str | Iterable[Mapping[str, Any]] | None) -> int:
-    """Tokens of an OpenAI `content` value: a string, a list of content parts, or None."""
+def _as_text(value: object) -> str:
+    """A value of no shape the counting knows, as the JSON a model would be sent."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def count_content(content: object) -> int:
+    """Tokens of an OpenAI `content` value: a string, a list of content parts, or None (any
+    other value, a proxied request's to judge, counted as its JSON)."""
     if content is None:
         return 0
     if isinstance(content, str):
         return count_text(content)
+    if not isinstance(content, list):
+        return count_text(_as_text(content))
     total = 0
     for part in content:
+        if not isinstance(part, Mapping):
+            total += count_text(_as_text(part))
+            continue
         kind = part.get("type")
         if kind == "text":
             total += count_text(str(part.get("text") or ""))
         elif kind in IMAGE_PARTS:
             total += count_image(part)
         else:
-            total += count_text(json.dumps(part, ensure_ascii=False))
+            total += count_text(_as_text(part))
     return total
 
 
@@ -172,18 +183,24 @@ def _high_detail_tokens(width: int, height: int) -> int:
     return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * columns * rows
 
 
-def count_tool_calls(tool_calls: Iterable[Mapping[str, Any]] | None) -> int:
-    """Tokens of an assistant message's `tool_calls` (function names and raw arguments)."""
+def count_tool_calls(tool_calls: object) -> int:
+    """Tokens of an assistant message's `tool_calls` (function names and raw arguments; any
+    other shape counted as its JSON)."""
     if not tool_calls:
         return 0
+    if not isinstance(tool_calls, list):
+        return count_text(_as_text(tool_calls))
     total = 0
     for call in tool_calls:
-        function = call.get("function") or {}
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            total += TOKENS_PER_TOOL_CALL + count_text(_as_text(call))
+            continue
         total += TOKENS_PER_TOOL_CALL
         total += count_text(str(function.get("name") or ""))
         arguments = function.get("arguments")
         if arguments is not None and not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False)
+            arguments = _as_text(arguments)
         total += count_text(arguments or "")
     return total
 

@@ -133,9 +133,7 @@ class ChatTurns:
         session (a session named per conversation; not one named per user)."""
         model = check_model(self.settings, str(upstream_request["model"]))
         upstream_request = upstream_request | {"model": model}
-        if session_id is None:
-            # checked as a stored turn is, though nothing is stored: counted, then sent
-            checked([stored_shape(m) for m in messages], self.settings.max_message_bytes)
+        if session_id is None:  # a plain proxy call: the messages are the model's to judge
             turn = ChatTurn(wire, tenant, None, upstream_request, [dict(m) for m in messages], [])
             turn.sent_tokens = _fixed_tokens([], upstream_request) + count_messages(
                 [dict(message) for message in messages]

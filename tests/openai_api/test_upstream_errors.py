@@ -126,3 +126,21 @@ async def test_a_model_that_refuses_connections_is_named_as_what_is_unavailable(
     message = failed.value.message
     assert failed.value.status_code == 502, message
     assert "could not be reached" in message and "database" not in message
+
+
+async def test_a_plain_proxy_call_sends_parts_precis_does_not_store_as_they_came(
+    client: AsyncOpenAI, upstream: FakeLLM
+) -> None:
+    """No session named: the messages are the model's to judge, audio and file parts too
+    (a session would refuse them as content it does not keep)."""
+    parts: Any = [
+        {"type": "text", "text": "MARKER-listen"},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        {"type": "file", "file": {"file_id": "file-abc"}},
+    ]
+    answer = await client.chat.completions.create(
+        model="openai/fake", messages=[{"role": "user", "content": parts}]
+    )
+    assert answer.choices[0].message.content is not None
+    sent = upstream.calls[-1].messages
+    assert [part["type"] for part in sent[-1]["content"]] == ["text", "input_audio", "file"]
