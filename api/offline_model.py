@@ -23,10 +23,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from api.compat import replayed_events
-from api.compat.chat_messages import checked, stored_shape
 from api.conversation_items import ID_HEX_DIGITS, new_item_id
 from api.items import check_item, projection
-from api.openai_errors import OpenAIError
 from api.upstream import Upstream, UpstreamFailed
 from summarizer.client import CompletionRequest, SummaryTask
 from summarizer.local import LocalSummarizer
@@ -66,14 +64,9 @@ async def open_stream(
 
 
 async def create_completion(upstream: Upstream, request: Mapping[str, Any]) -> dict[str, Any]:
-    """The whole chat completion of `request` (as `api.upstream.create_completion` answers);
-    messages out of shape refused as a model refuses them (a plain proxy call reaches here
-    unchecked)."""
+    """The whole chat completion of `request` (as `api.upstream.create_completion` answers):
+    its messages in the shape Precis stores (`api.compat.turn` checks a plain proxy call's)."""
     messages = list(request.get("messages") or [])
-    try:
-        checked([stored_shape(message) for message in messages], NO_SIZE_LIMIT)
-    except OpenAIError as exc:
-        raise UpstreamFailed(400, exc.message, "invalid_input", exc.param) from None
     text = await _text(messages)
     cut = request.get("max_completion_tokens") or request.get("max_tokens")
     finish = "stop"
@@ -98,10 +91,6 @@ async def create_completion(upstream: Upstream, request: Mapping[str, Any]) -> d
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
-
-
-NO_SIZE_LIMIT = 2**63
-"""The offline model reads a message of any size (the limits are the session's)."""
 
 
 async def open_completion_stream(

@@ -21,6 +21,7 @@ from api.compat import anthropic_shapes, identify
 from api.compat.anthropic_stream import AnthropicStream
 from api.compat.turn import ChatTurn, ChatTurns, model_call, prompt_tokens
 from api.context_edits import EditOverrides
+from api.errors import PayloadTooLarge
 from api.model_tokens import TokenRatios, count_for_model, model_encoding
 from api.openai_errors import OpenAIError
 from api.schemas.common import WireRequest
@@ -117,6 +118,11 @@ async def prepare(
         )
     except OpenAIError as exc:
         raise _in_request_terms(exc, body) from None
+    except PayloadTooLarge as exc:
+        place = _request_place(exc.detail, body)
+        if place is None:
+            raise
+        raise PayloadTooLarge(f"{place}{exc.detail.partition(']')[2]}") from None
     turn.edits = edits
     return turn
 
@@ -125,16 +131,21 @@ def _in_request_terms(error: OpenAIError, body: MessagesRequest) -> OpenAIError:
     """An error naming a translated chat message (`messages[4].content`), naming the request's
     turn it came from instead (`messages[2]`): `system` and tool results are messages of their
     own once translated."""
-    named = _TRANSLATED_MESSAGE.match(error.param or "")
-    if named is None:
-        return error
-    places = anthropic_shapes.message_places(body.model_dump(exclude_none=True))
-    index = int(named.group(1))
-    if index >= len(places):
+    place = _request_place(error.param or "", body)
+    if place is None:
         return error
     words = error.message.partition(": ")[2] or error.message
-    place = places[index]
     return OpenAIError(error.status_code, f"{place}: {words}", param=place, code=error.code)
+
+
+def _request_place(named: str, body: MessagesRequest) -> str | None:
+    """The request's turn (or `system`) of the translated message `named` starts with."""
+    found = _TRANSLATED_MESSAGE.match(named)
+    if found is None:
+        return None
+    places = anthropic_shapes.message_places(body.model_dump(exclude_none=True))
+    index = int(found.group(1))
+    return places[index] if index < len(places) else None
 
 
 def context_edits(management: object) -> EditOverrides | None:

@@ -18,6 +18,7 @@ conversation with the same `user_id` and a system prompt of its own.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -107,5 +108,11 @@ def _fingerprint(tenant: str, messages: Sequence[Mapping[str, Any]]) -> str | No
 
 
 def _hashed(prefix: str, values: list[Any]) -> str:
-    digest = hashlib.sha256(orjson.dumps(values, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return prefix + digest[:HASHED_DIGITS]
+    try:
+        encoded = orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # what orjson cannot encode (a lone surrogate, an integer past 64 bits)
+        try:
+            encoded = json.dumps(values, sort_keys=True, default=repr).encode()
+        except RecursionError:
+            encoded = repr(values).encode()
+    return prefix + hashlib.sha256(encoded).hexdigest()[:HASHED_DIGITS]

@@ -66,7 +66,7 @@ async def count(
     stored: list[dict[str, Any]] = []
     if session_id is not None:
         budget = None
-        if (request.model_extra or {}).get("truncation") != "disabled":
+        if request.truncation != "disabled":
             # the room as the turn reckons it: by the ratio learned for the model
             learned = await ratios.ratio(model) if model and model != OFFLINE_MODEL else 1.0
             budget = await _room_left(summarization.settings, model, learned, own_tokens)

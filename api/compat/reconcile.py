@@ -44,7 +44,7 @@ def _arguments(text: object) -> object:
         return text
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what it reads
         return text
 
 
@@ -98,7 +98,10 @@ def canonical(message: Mapping[str, Any]) -> bytes:
     except TypeError:
         # what orjson cannot encode (an integer past 64 bits): identified all the same; a
         # message of another shape than the wire's is refused once it is checked as new
-        return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=repr).encode()
+        try:
+            return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=repr).encode()
+        except RecursionError:  # nested past what JSON encodes here: its text stands for it
+            return repr(shape).encode()
 
 
 def _call(call: Mapping[str, Any]) -> tuple[Any, ...]:

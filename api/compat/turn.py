@@ -134,6 +134,8 @@ class ChatTurns:
         model = check_model(self.settings, str(upstream_request["model"]))
         upstream_request = upstream_request | {"model": model}
         if session_id is None:  # a plain proxy call: the messages are the model's to judge
+            if model == offline_model.OFFLINE_MODEL:  # Precis's own reads what it stores
+                checked([stored_shape(m) for m in messages], self.settings.max_message_bytes)
             turn = ChatTurn(wire, tenant, None, upstream_request, [dict(m) for m in messages], [])
             turn.sent_tokens = _fixed_tokens([], upstream_request) + count_messages(
                 [dict(message) for message in messages]

@@ -26,7 +26,8 @@ again:
   unknown), run again only for units whose second run answers as the first did. The append
   on PostgreSQL is one autocommit statement instead, which finds out by its own id whether
   it landed (`api.append`); `api.db.driver.write`'s one statement, which does nothing when
-  its row is there, runs again whenever the connection died under it.
+  its row is there, runs again whenever the connection died under it, unless its caller
+  reads back what landed first (`repeat=False`: a background response's queue insert).
 - Summarization (jobs, their bookkeeping, inline summarizations) and the probes run through
   `retrying`.
 

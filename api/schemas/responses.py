@@ -104,6 +104,9 @@ class InputTokensRequest(WireRequest):
     """A system message."""
     tools: list[dict[str, Any]] | None = None
     """Tool definitions."""
+    truncation: Literal["auto", "disabled"] | None = None
+    """`disabled`: the stored context counted whole, as a turn that may not summarize sends
+    it; `auto` (the default): as it is fitted to the model's window."""
 
     def conversation_id(self) -> str | None:
         conversation = self.conversation

@@ -375,13 +375,18 @@ async def test_a_chain_that_goes_on_in_a_conversation_names_it(client: AsyncOpen
     assert apart.conversation is None
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"a": 123456789012345678901234567890}', "[" * 1_200 + "]" * 1_200],
+    ids=["huge number", "deep nesting"],
+)
 async def test_a_tool_call_with_a_huge_number_is_resent_like_any_other(
-    app: FastAPI, sid: str
+    app: FastAPI, sid: str, arguments: str
 ) -> None:
-    """Arguments holding an integer past 64 bits (a calculator's, say): the resend is matched
-    with what is stored, the turn answered, nothing stored twice."""
-    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": ""}}
-    call["function"]["arguments"] = '{"a": 123456789012345678901234567890}'  # type: ignore[index]
+    """Arguments holding an integer past 64 bits (a calculator's, say), or nested deeper than
+    JSON is read here: the resend is matched with what is stored, the turn answered, nothing
+    stored twice."""
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": arguments}}
     history: list[dict[str, Any]] = [
         USER,
         {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -406,8 +411,10 @@ async def test_a_tool_call_with_a_huge_number_is_resent_like_any_other(
     ]
 
 
+@pytest.mark.parametrize("named", [False, True], ids=["proxied", "in a session"])
+@pytest.mark.parametrize("fault", ["nul", "size"])
 async def test_a_messages_turn_out_of_shape_is_named_as_the_request_numbers_it(
-    app: FastAPI, sid: str
+    app: FastAPI, sid: str, named: bool, fault: str
 ) -> None:
     """The system prompt and each tool result are chat messages of their own once translated:
     the error still names the request's turn."""
@@ -428,12 +435,33 @@ async def test_a_messages_turn_out_of_shape_is_named_as_the_request_numbers_it(
             {"role": "assistant", "content": uses},
             {"role": "user", "content": results},
             {"role": "assistant", "content": "ok"},
-            {"role": "user", "content": "bad \u0000 text"},
+            {"role": "user", "content": "bad \u0000 text" if fault == "nul" else "x" * 1_000_001},
         ],
     }
-    headers = {"x-api-key": "dev", "X-Precis-Session": sid}
+    headers = {"x-api-key": "dev"} | ({"X-Precis-Session": sid} if named else {})
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
         answer = await http.post("/v1/messages", json=body, headers=headers)
-    assert answer.status_code == 400, answer.text
-    assert answer.json()["error"]["message"].startswith("messages[4]: "), answer.text
+    assert answer.status_code == (400 if fault == "nul" else 413), answer.text
+    assert answer.json()["error"]["message"].startswith("messages[4]"), answer.text
+    assert not answer.json()["error"]["message"].startswith("messages[4]["), answer.text
+
+
+async def test_a_session_named_by_text_json_cannot_hold_is_named_by_its_hash(
+    app: FastAPI,
+) -> None:
+    """A lone surrogate in `metadata.session_id` (JSON escapes allow one): hashed into a
+    session id like any name that is not one, never a server error."""
+    text = (
+        '{"model": "precis/offline", "metadata": {"session_id": "a\\ud800"},'
+        ' "messages": [{"role": "user", "content": "hi"}]}'
+    )
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        answer = await http.post(
+            "/v1/chat/completions",
+            content=text,
+            headers={"content-type": "application/json", "x-api-key": "dev"},
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-precis-session"].startswith("wire-")
