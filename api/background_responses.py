@@ -37,6 +37,7 @@ from api.db.transactions import (
     retrying,
 )
 from api.errors import (
+    ConcurrentChange,
     PrecisError,
     ServiceUnavailable,
     SummarizationDeferred,
@@ -274,6 +275,17 @@ class BackgroundResponses:
         elif failure is None:  # the model failed it (`status: failed`): kept as answered
             await self._settle(partial(fail_background, body=answer), claim)
             await self._discard_branch(claim)
+        elif taken and isinstance(failure, ConcurrentChange):
+            # the append stored nothing and says so: run again (cancellable meanwhile)
+            logger.warning(
+                "background response %s met a concurrent change; queued again in %g s: %s",
+                claim.id,
+                TRANSIENT_DELAY.total_seconds(),
+                failure,
+            )
+            self._storing.discard(key)
+            release = partial(release_background, delay=TRANSIENT_DELAY, storing_too=True)
+            await self._settle(release, claim)
         elif taken:
             logger.error("storing background response %s failed", claim.id, exc_info=failure)
             await self._fail(claim, 500, "storing_failed", STORING_FAILED)

@@ -249,14 +249,19 @@ async def fail_background(db: AsyncSession, claim: BackgroundRow, body: dict[str
 
 
 async def release_background(
-    db: AsyncSession, claim: BackgroundRow, delay: timedelta = timedelta(0)
+    db: AsyncSession,
+    claim: BackgroundRow,
+    delay: timedelta = timedelta(0),
+    storing_too: bool = False,
 ) -> None:
     """Put a running response back in the queue, to run again after `delay` (its worker
-    stopped, or met a passing fault)."""
+    stopped, or met a passing fault); `storing_too`: one that took the right to store and
+    stored nothing (its append said so)."""
     now = utcnow()
+    statuses = ("in_progress", "storing") if storing_too else ("in_progress",)
     await db.execute(
         update(BACKGROUND_RESPONSES)
-        .where(*_claimed(claim, "in_progress"))
+        .where(*_claimed(claim, *statuses))
         .values(status="queued", claimed_until=now + delay, updated_at=now)
     )
 

@@ -20,12 +20,15 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import delete, update
 
+from api import background_responses
+from api.append.use_case import store_batch
 from api.auth import DEVELOPMENT_TENANT
 from api.background_responses import LEASE, BackgroundResponses
 from api.compat import background
 from api.compat.responses import Responder
 from api.db.models import BACKGROUND_RESPONSES, utcnow
 from api.db.transactions import CommitConnectionLost, Database
+from api.errors import ConcurrentChange
 from api.main import create_app
 from api.schemas.responses import ResponseRequest
 from api.store.background import (
@@ -213,6 +216,34 @@ class RunsHere:
 
     def wake(self) -> None:
         self.woken = True
+
+
+async def test_a_run_whose_append_stored_nothing_for_a_concurrent_change_runs_again(
+    api: httpx.AsyncClient,
+    database_url: str,
+    module_settings: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The append refuses the turn for a concurrent change (`ConcurrentChange`: nothing of it
+    stored) after the run took the right to store: the response goes back to the queue and
+    completes, its turn stored once, where it failed as "the conversation may hold it"."""
+    monkeypatch.setattr(background_responses, "TRANSIENT_DELAY", timedelta(seconds=0.1))
+    appended = store_batch
+    refusals: list[int] = []
+
+    async def changed_once(*args: Any, **options: Any) -> Any:
+        if not refusals:
+            refusals.append(1)
+            raise ConcurrentChange("the session was deleted while this append ran; retry")
+        return await appended(*args, **options)
+
+    monkeypatch.setattr("api.compat.responses.store_batch", changed_once)
+    conversation, response_id = await queue(api, "MARKER-again")
+    async with worker_replica(database_url, module_settings):
+        done = await ended(api, response_id)
+    assert refusals == [1]
+    assert done["status"] == "completed", done
+    assert [item["role"] for item in await items(api, conversation)] == ["user", "assistant"]
 
 
 async def test_a_queued_response_whose_commit_answer_was_lost_runs_only_as_still_claimed(
