@@ -57,6 +57,25 @@ TYPE_WORDS = {
 """What a value of the wrong type must be instead, in words, by pydantic's error type."""
 
 
+BOUND_WORDS = {
+    "greater_than_equal": ("must be at least", "ge"),
+    "greater_than": ("must be more than", "gt"),
+    "less_than_equal": ("must be at most", "le"),
+    "less_than": ("must be less than", "lt"),
+}
+"""A number out of its bounds, in words, and the bound's name in pydantic's context."""
+
+PLAIN_WORDS = {
+    "missing": "is required",
+    "extra_forbidden": "is not a field this request takes",
+    "bool_parsing": "must be true or false",
+    "datetime_parsing": "must be a date and time (ISO 8601, with a time zone)",
+    "datetime_from_date_parsing": "must be a date and time (ISO 8601, with a time zone)",
+    "datetime_type": "must be a date and time (ISO 8601, with a time zone)",
+}
+"""What pydantic says of these errors, in the words the API uses."""
+
+
 def located_errors(errors: Sequence[Any], body: Any) -> list[tuple[Location, str]]:
     """Each field at fault (its location in the request, branch labels and tags dropped) with
     what is wrong with it, in the order pydantic found them."""
@@ -168,4 +187,20 @@ def _describe(error: Any) -> str:
         return f"must be {TYPE_WORDS[kind]}"
     if kind == "value_error" and "error" in ctx:
         return str(ctx["error"])
+    if kind in BOUND_WORDS:
+        words, bound = BOUND_WORDS[kind]
+        return f"{words} {ctx.get(bound)}"
+    if kind in ("too_short", "too_long"):
+        least = kind == "too_short"
+        count = ctx.get("min_length" if least else "max_length")
+        return f"must hold {'at least' if least else 'at most'} {count} item{'s' * (count != 1)}"
+    if kind in ("string_too_short", "string_too_long"):
+        least = kind == "string_too_short"
+        count = ctx.get("min_length" if least else "max_length")
+        unit = f"character{'s' * (count != 1)}"
+        return f"must be {'at least' if least else 'at most'} {count} {unit}"
+    if kind in PLAIN_WORDS:
+        return PLAIN_WORDS[kind]
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected', 'one of the values allowed')}"
     return str(error.get("msg", "invalid"))

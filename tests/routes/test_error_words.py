@@ -66,3 +66,31 @@ async def test_a_message_without_a_role_says_the_role_is_required(api: httpx.Asy
     assert_error(answer, 422)
     assert answer.json()["detail"] == "body.messages.0: role is required"
     await assert_session_absent(api, "no-role")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "said"),
+    [
+        ("get", "/v1/sessions/words/messages?limit=0", None, "query.limit: must be at least 1"),
+        ("patch", "/v1/sessions/words", {"id": "x"}, "body.id: is not a field this request takes"),
+        (
+            "get",
+            "/v1/sessions/words/summaries?include_superseded=maybe",
+            None,
+            "query.include_superseded: must be true or false",
+        ),
+        (
+            "post",
+            "/v1/sessions/words/messages",
+            {"messages": []},
+            "body.messages: must hold at least 1 item",
+        ),
+    ],
+)
+async def test_bounds_and_fields_are_said_in_the_apis_words(
+    api: httpx.AsyncClient, method: str, path: str, body: object, said: str
+) -> None:
+    await api.post("/v1/sessions", json={"id": "words"})
+    answer = await api.request(method, path, json=body)
+    assert_error(answer, 422)
+    assert answer.json()["detail"] == said
