@@ -1,6 +1,7 @@
 """The request of `POST /v1/responses`: OpenAI's Responses API `create`, as far as Precis reads it.
 
-Only the fields Precis acts on are declared; every other field is kept as sent (`extra`) and
+The fields Precis acts on, and the common ones it keeps or echoes, are declared (a value of the
+wrong type is a 400 naming it, never stored); every other field is kept as sent (`extra`) and
 passed to the model untouched, so a provider's newer parameters keep working.
 """
 
@@ -11,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.schemas.common import SESSION_ID_PATTERN, WireRequest
+from api.schemas.conversations import Metadata
 
 
 class ConversationRef(BaseModel):
@@ -67,6 +69,26 @@ class ResponseRequest(WireRequest):
     """Run the turn on the worker: answered `queued` at once; poll `GET /v1/responses/{id}`."""
     prompt: dict[str, Any] | None = None
     """Not supported (a prompt template stored at the provider)."""
+    metadata: Metadata | None = None
+    """Kept with the response and echoed (OpenAI's rules: at most 16 pairs of strings)."""
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    """Passed to the model."""
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Passed to the model."""
+    tool_choice: str | dict[str, Any] | None = None
+    """Passed to the model: `auto`, `none`, `required`, or an object naming a tool."""
+    parallel_tool_calls: StrictBool | None = None
+    """Passed to the model."""
+    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    """Passed to the model."""
+    text: dict[str, Any] | None = None
+    """Passed to the model: the answer's format."""
+    reasoning: dict[str, Any] | None = None
+    """Passed to the model: a reasoning model's effort and summary."""
+    include: list[str] | None = None
+    """Passed to the model: extra output to include."""
+    user: str | None = None
+    """Passed to the model: the end user's id."""
 
     def conversation_id(self) -> str | None:
         conversation = self.conversation

@@ -465,3 +465,40 @@ async def test_a_session_named_by_text_json_cannot_hold_is_named_by_its_hash(
         )
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-precis-session"].startswith("wire-")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", "hot"),
+        ("temperature", 5),
+        ("top_p", 7),
+        ("metadata", "x"),
+        ("metadata", {"k": 1}),
+        ("metadata", {f"k{n}": "v" for n in range(17)}),
+        ("tool_choice", 5),
+        ("parallel_tool_calls", "x"),
+        ("max_tool_calls", -1),
+        ("text", "x"),
+        ("reasoning", "x"),
+        ("include", "x"),
+        ("user", 5),
+    ],
+)
+async def test_a_responses_field_of_the_wrong_type_is_refused_not_stored(
+    app: FastAPI, field: str, value: object
+) -> None:
+    """A field the response keeps or echoes: a value OpenAI refuses is a 400 naming it, and
+    never a stored response that says `"temperature": "hot"`."""
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        before = (await http.get("/v1/sessions", params={"limit": 100})).json()
+        answer = await http.post(
+            "/v1/responses",
+            json={"model": OFFLINE_MODEL, "input": "hi", field: value},
+            headers={"x-api-key": "dev"},
+        )
+        after = (await http.get("/v1/sessions", params={"limit": 100})).json()
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"].split(".")[0].split("[")[0] == field, answer.text
+    assert after == before
