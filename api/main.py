@@ -10,13 +10,13 @@ from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.auth import KeyGate
+from api.auth import CONSOLE_PATH, KeyGate
 from api.background_responses import BackgroundResponses
 from api.compat.responses import Responder
 from api.console import routes as console
@@ -175,13 +175,20 @@ async def precis_error(_request: Request, exc: Exception) -> JSONResponse:
     return _error(exc.status_code, type(exc).__name__, exc.detail, headers)
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    said = located_errors(exc.errors(), exc.body)
-    return _error(422, ValidationFailed.__name__, "; ".join(as_text(*each) for each in said))
+    said = "; ".join(as_text(*each) for each in located_errors(exc.errors(), exc.body))
+    if _is_console(request):
+        return console.error_page(request, 422, said)
+    return _error(422, ValidationFailed.__name__, said)
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+def _is_console(request: Request) -> bool:
+    path = request.url.path
+    return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.__cause__ is not None:
         # FastAPI could not parse the JSON body: malformed JSON, like any other, gets 422.
@@ -194,6 +201,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     detail = str(exc.detail)
     if exc.status_code == 404 and "endpoint" not in request.scope:
         detail = _no_route(request.method, request.url.path)
+    if _is_console(request) and exc.status_code in (400, 404):
+        return console.error_page(request, exc.status_code, detail)
     return _error(exc.status_code, name, detail, headers)
 
 

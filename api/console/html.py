@@ -113,6 +113,6 @@ def session_path(external_id: str) -> str:
     return quote(external_id, safe="")
 
 
-def not_found(what: str) -> str:
-    """The body of a 404 page: what was not found, and the way back."""
+def problem(what: str) -> str:
+    """The body of an error page: what is wrong, and the way back."""
     return f'<p class="problem">{esc(what)}</p><p><a href="/console">All sessions</a></p>'

@@ -79,6 +79,13 @@ def _html(
     return HTMLResponse(page, status_code=status, headers=headers)
 
 
+def error_page(request: Request, status: int, detail: str) -> HTMLResponse:
+    """An error answered to a console path (a query or path the page does not take, a page
+    that does not exist) as a page, not as the API's JSON."""
+    title = "Not found" if status == 404 else "Not understood"
+    return _html(request, title, html.problem(detail), status=status, signed_in=False)
+
+
 def _login_form(request: Request, problem: str | None = None) -> HTMLResponse:
     return _html(request, "Log in", login_page.body(problem), status=401, signed_in=False)
 
@@ -96,7 +103,7 @@ async def _page(
                 return _login_form(request)
             return await render(db, tenant)
     except NotFound as exc:
-        return _html(request, "Not found", html.not_found(exc.detail), status=404)
+        return _html(request, "Not found", html.problem(exc.detail), status=404)
 
 
 # --- assets, login, logout ------------------------------------------------------------------

@@ -233,14 +233,6 @@ async def test_health_page_shows_the_failing_job_and_the_fallback(
     assert f'data-summary-id="{seeded.fallback}"' in fallbacks.group(1)
 
 
-async def test_a_budget_below_one_token_answers_422_naming_it(
-    console_a: httpx.AsyncClient, seeded: Seeded
-) -> None:
-    answer = await console_a.get(f"/console/sessions/{seeded.session_id}?max_tokens=0")
-    assert answer.status_code == 422
-    assert "max_tokens" in answer.json()["detail"]
-
-
 async def test_another_tenants_session_and_summary_answer_404(app: FastAPI, seeded: Seeded) -> None:
     async with _logged_in(app, "key_b") as console_b:
         listing = await _page(console_b, "/console")
@@ -450,3 +442,19 @@ async def test_a_conversations_rows_show_their_item_ids(
     assert '<th class="item-id">item id</th>' in page
     chat = await _page(console_a, f"/console/sessions/{seeded.session_id}")
     assert "item-id" not in chat
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "says"),
+    [
+        ("/console/sessions/{sid}?max_tokens=0", 422, "max_tokens: must be at least 1"),
+        ("/console/sessions/{sid}?max_tokens=abc", 422, "max_tokens"),
+        ("/console/summaries/abc", 422, "summary_id"),
+        ("/console/no-such-page", 404, "no route matches"),
+    ],
+)
+async def test_a_console_path_in_error_answers_a_page_not_json(
+    console_a: httpx.AsyncClient, seeded: Seeded, path: str, status: int, says: str
+) -> None:
+    page = await _page(console_a, path.format(sid=seeded.session_id), status=status)
+    assert says in unescape(page) and 'href="/console"' in page
