@@ -185,7 +185,10 @@ async def preview_removal(
     policy = settings.policy(session.settings)
     preview = await store.removal_preview(db, session.id, message_id, pinned_floor(session, policy))
     if preview is None:
-        raise MessageNotFound(f"message {message_id} not found in session {external_id!r}")
+        raise MessageNotFound(
+            f"message {message_id} is not in session {external_id!r} (never stored there, or "
+            "removed already: nothing is left to remove)"
+        )
     leaves = -(-preview.messages // policy.message_limit)
     merges = sum(1 for summary in preview.erased if kind_of(summary) != "leaf")
     return RemovalPreviewOut(

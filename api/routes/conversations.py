@@ -158,7 +158,10 @@ async def list_items(
     tenant: Tenant,
     after: Annotated[
         str | None,
-        Query(description="List the items after this item id (`last_id` of the previous page)."),
+        Query(
+            description="List the items after this item id (`last_id` of the previous page); "
+            "empty: from the start, as when it is left out."
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_ITEMS)] = DEFAULT_PAGE_ITEMS,
     order: ItemOrder = "desc",
@@ -169,7 +172,9 @@ async def list_items(
     first; `has_more` says whether more follow, `last_id` is the next page's `after`."""
     checked = conversations.checked_conversation_id(conversation_id)
     with database_faults_as_503():
-        page = await conversations.list_items(database, tenant, checked, after, limit, order)
+        page = await conversations.list_items(
+            database, tenant, checked, after or None, limit, order
+        )
     return serialized(page)
 
 

@@ -113,7 +113,10 @@ class Importer:
             await self._session(line)
             return
         if self.session is None:
-            raise Refused(f"a `{line.type}` line before the `session` line (the first line)")
+            article = "an" if line.type[:1] in "aeiou" else "a"
+            raise Refused(
+                f"{article} `{line.type}` line before the `session` line (the first line)"
+            )
         if isinstance(line, MessageLine):
             if self.summaries:
                 raise Refused("a `message` line after a `summary` line (messages come first)")

@@ -659,12 +659,15 @@ async def test_a_bad_list_parameter_is_a_bad_request_naming_it(
 
 
 async def test_an_unknown_after_is_not_found_and_an_unknown_parameter_a_bad_request(
-    client: AsyncOpenAI,
+    client: AsyncOpenAI, api: httpx.AsyncClient
 ) -> None:
     conversation = await created(client, items=[said("hi")])
     with pytest.raises(NotFoundError) as missing:
         await client.conversations.items.list(conversation.id, after="msg_never_stored")
     assert error_of(missing)["param"] == "after"
+    empty = await api.get(f"/v1/conversations/{conversation.id}/items?after=")
+    assert empty.status_code == 200, empty.text
+    assert len(empty.json()["data"]) == 1, "an empty after lists from the start"
     with pytest.raises(BadRequestError) as raised:
         await client.conversations.items.list(conversation.id, extra_query={"befor": "x"})
     assert error_of(raised)["param"] == "befor"
