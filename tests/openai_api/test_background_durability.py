@@ -246,6 +246,16 @@ async def test_a_run_whose_append_stored_nothing_for_a_concurrent_change_runs_ag
     assert [item["role"] for item in await items(api, conversation)] == ["user", "assistant"]
 
 
+async def queued_here(app: FastAPI, marker: str) -> tuple[dict[str, Any], RunsHere]:
+    """`marker` queued as a background response by this replica's queue (the answer), and the
+    runs it handed it to (`RunsHere`)."""
+    state = app.state
+    responder = Responder(state.database, state.summarization, state.settings, state.token_ratios)
+    runs = RunsHere()
+    request = ResponseRequest.model_validate({"model": MODEL, "input": marker})
+    return await background.queue(responder, runs, DEVELOPMENT_TENANT, request), runs
+
+
 async def test_a_queued_response_whose_commit_answer_was_lost_runs_only_as_still_claimed(
     app: FastAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,12 +276,7 @@ async def test_a_queued_response_whose_commit_answer_was_lost_runs_only_as_still
         raise CommitConnectionLost("the connection was lost during COMMIT")
 
     monkeypatch.setattr("api.compat.background.queue_response", write_then_lose_the_answer)
-    responder = Responder(
-        database, app.state.summarization, app.state.settings, app.state.token_ratios
-    )
-    runs = RunsHere()
-    request = ResponseRequest.model_validate({"model": MODEL, "input": "MARKER-lost-answer"})
-    queued = await background.queue(responder, runs, DEVELOPMENT_TENANT, request)
+    queued, runs = await queued_here(app, "MARKER-lost-answer")
     monkeypatch.undo()
     [other] = claimed_elsewhere
     assert other.id == queued["id"] and other.attempts == 2
@@ -319,12 +324,7 @@ async def test_a_queued_response_that_ran_before_its_lost_answer_was_read_is_not
         raise ConnectionResetError("the connection was lost before the answer")
 
     monkeypatch.setattr("api.compat.background.queue_response", ran_meanwhile)
-    responder = Responder(
-        database, app.state.summarization, app.state.settings, app.state.token_ratios
-    )
-    runs = RunsHere()
-    request = ResponseRequest.model_validate({"model": MODEL, "input": "MARKER-ran"})
-    queued = await background.queue(responder, runs, DEVELOPMENT_TENANT, request)
+    queued, runs = await queued_here(app, "MARKER-ran")
     monkeypatch.undo()
     async with database.reading() as db:
         assert await get_background(db, DEVELOPMENT_TENANT, queued["id"]) is None, "not again"
@@ -334,7 +334,6 @@ async def test_a_queued_response_that_ran_before_its_lost_answer_was_read_is_not
 async def test_a_queued_response_whose_insert_was_lost_before_it_landed_is_queued_again(
     app: FastAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    database: Database = app.state.database
     inserted = queue_response
     tries: list[int] = []
 
@@ -345,12 +344,7 @@ async def test_a_queued_response_whose_insert_was_lost_before_it_landed_is_queue
         return await inserted(*args, **options)
 
     monkeypatch.setattr("api.compat.background.queue_response", lost_once)
-    responder = Responder(
-        database, app.state.summarization, app.state.settings, app.state.token_ratios
-    )
-    runs = RunsHere()
-    request = ResponseRequest.model_validate({"model": MODEL, "input": "MARKER-again"})
-    queued = await background.queue(responder, runs, DEVELOPMENT_TENANT, request)
+    queued, runs = await queued_here(app, "MARKER-again")
     monkeypatch.undo()
     assert len(tries) == 2
     [claim] = runs.run

@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import httpx2
 import openai
 import pytest
@@ -223,19 +224,17 @@ async def test_the_chat_wire_answers_offline_from_the_stored_session(
     ],
 )
 async def test_a_number_json_does_not_have_is_refused_and_nothing_stored(
-    app: FastAPI, path: str, body: dict[str, Any], param: str | None
+    api: httpx.AsyncClient, path: str, body: dict[str, Any], param: str | None
 ) -> None:
     """NaN and Infinity (Python's JSON reads them; JSON has neither): 400, nothing stored, and
     no stored response a later read could not answer."""
     text = json.dumps({"model": OFFLINE_MODEL, **body}).replace('"NaN"', "NaN")
     text = text.replace('"Infinity"', "Infinity").replace('"-Infinity"', "-Infinity")
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        before = (await http.get("/v1/sessions", params={"limit": 100})).json()
-        answer = await http.post(
-            path, content=text, headers={"content-type": "application/json", "x-api-key": "dev"}
-        )
-        after = (await http.get("/v1/sessions", params={"limit": 100})).json()
+    before = (await api.get("/v1/sessions", params={"limit": 100})).json()
+    answer = await api.post(
+        path, content=text, headers={"content-type": "application/json", "x-api-key": "dev"}
+    )
+    after = (await api.get("/v1/sessions", params={"limit": 100})).json()
     assert answer.status_code == 400, answer.text
     assert "finite" in answer.text, answer.text
     if param is not None:
@@ -267,7 +266,7 @@ USER = {"role": "user", "content": "hi"}
     ],
 )
 async def test_a_chat_request_out_of_shape_is_refused_naming_the_field(
-    app: FastAPI,
+    api: httpx.AsyncClient,
     sid: str,
     named: bool,
     messages: list[Any],
@@ -281,10 +280,8 @@ async def test_a_chat_request_out_of_shape_is_refused_naming_the_field(
     them as a model does, in the same words."""
     headers = {"x-api-key": "dev"} | ({"X-Precis-Session": sid} if named else {})
     body = {"model": OFFLINE_MODEL, "messages": messages, **extra}
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        answer = await http.post("/v1/chat/completions", json=body, headers=headers)
-        kept = await http.get(f"/v1/sessions/{sid}")
+    answer = await api.post("/v1/chat/completions", json=body, headers=headers)
+    kept = await api.get(f"/v1/sessions/{sid}")
     assert kept.status_code == 404
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
@@ -297,30 +294,28 @@ async def test_a_chat_request_out_of_shape_is_refused_naming_the_field(
     [("/v1/chat/completions", "session_id"), ("/v1/messages", "user_id")],
 )
 async def test_a_session_named_by_a_number_is_kept_one_by_an_object_refused(
-    app: FastAPI, path: str, field: str
+    api: httpx.AsyncClient, path: str, field: str
 ) -> None:
     """The body field that names the session: an integer is its digits (memory was silently
     off), any other value but a string a 400 naming the field."""
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
 
-        async def ask(value: object) -> httpx2.Response:
-            body = {
-                "model": OFFLINE_MODEL,
-                "max_tokens": 50,
-                "messages": [USER],
-                "metadata": {field: value},
-            }
-            return await http.post(path, json=body, headers={"x-api-key": "dev"})
+    async def ask(value: object) -> httpx.Response:
+        body = {
+            "model": OFFLINE_MODEL,
+            "max_tokens": 50,
+            "messages": [USER],
+            "metadata": {field: value},
+        }
+        return await api.post(path, json=body, headers={"x-api-key": "dev"})
 
-        named = await ask(424242)
-        assert named.status_code == 200, named.text
-        assert named.headers["x-precis-session"] == "424242"
-        kept = await http.get("/v1/sessions/424242/messages")
-        assert kept.json()["messages"][0]["content"] == "hi"
-        refused = await ask({"id": 1})
-        assert refused.status_code == 400, refused.text
-        assert f"metadata.{field} must be a string" in refused.text
+    named = await ask(424242)
+    assert named.status_code == 200, named.text
+    assert named.headers["x-precis-session"] == "424242"
+    kept = await api.get("/v1/sessions/424242/messages")
+    assert kept.json()["messages"][0]["content"] == "hi"
+    refused = await ask({"id": 1})
+    assert refused.status_code == 400, refused.text
+    assert f"metadata.{field} must be a string" in refused.text
 
 
 @pytest.mark.parametrize(
@@ -341,19 +336,17 @@ async def test_a_session_named_by_a_number_is_kept_one_by_an_object_refused(
     ],
 )
 async def test_the_responses_routes_refuse_a_context_alike(
-    app: FastAPI, path: str, body: dict[str, Any], status: int, code: str
+    api: httpx.AsyncClient, path: str, body: dict[str, Any], status: int, code: str
 ) -> None:
     """`/v1/responses`, `input_tokens` and `compact` answer a missing or misnamed context with
     the same status and code; an empty input is no input (counting one needs none)."""
     if path.endswith("input_tokens") and code == "missing_required_parameter":
         status, code = 200, ""
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        before = (await http.get("/v1/sessions", params={"limit": 100})).json()
-        answer = await http.post(
-            path, json={"model": OFFLINE_MODEL, **body}, headers={"x-api-key": "dev"}
-        )
-        after = (await http.get("/v1/sessions", params={"limit": 100})).json()
+    before = (await api.get("/v1/sessions", params={"limit": 100})).json()
+    answer = await api.post(
+        path, json={"model": OFFLINE_MODEL, **body}, headers={"x-api-key": "dev"}
+    )
+    after = (await api.get("/v1/sessions", params={"limit": 100})).json()
     assert answer.status_code == status, answer.text
     if code:
         assert answer.json()["error"]["code"] == code, answer.text
@@ -381,7 +374,7 @@ async def test_a_chain_that_goes_on_in_a_conversation_names_it(client: AsyncOpen
     ids=["huge number", "deep nesting"],
 )
 async def test_a_tool_call_with_a_huge_number_is_resent_like_any_other(
-    app: FastAPI, sid: str, arguments: str
+    api: httpx.AsyncClient, sid: str, arguments: str
 ) -> None:
     """Arguments holding an integer past 64 bits (a calculator's, say), or nested deeper than
     JSON is read here: the resend is matched with what is stored, the turn answered, nothing
@@ -393,14 +386,12 @@ async def test_a_tool_call_with_a_huge_number_is_resent_like_any_other(
         {"role": "tool", "tool_call_id": "c1", "content": "123456789012345678901234567891"},
     ]
     headers = {"x-api-key": "dev", "X-Precis-Session": sid}
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        for _ in range(2):
-            body = {"model": OFFLINE_MODEL, "messages": history}
-            answer = await http.post("/v1/chat/completions", json=body, headers=headers)
-            assert answer.status_code == 200, answer.text
-            history = [*history, answer.json()["choices"][0]["message"], USER]
-        kept = await http.get(f"/v1/sessions/{sid}/messages")
+    for _ in range(2):
+        body = {"model": OFFLINE_MODEL, "messages": history}
+        answer = await api.post("/v1/chat/completions", json=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        history = [*history, answer.json()["choices"][0]["message"], USER]
+    kept = await api.get(f"/v1/sessions/{sid}/messages")
     assert [m["role"] for m in kept.json()["messages"]] == [
         "user",
         "assistant",
@@ -414,7 +405,7 @@ async def test_a_tool_call_with_a_huge_number_is_resent_like_any_other(
 @pytest.mark.parametrize("named", [False, True], ids=["proxied", "in a session"])
 @pytest.mark.parametrize("fault", ["nul", "size"])
 async def test_a_messages_turn_out_of_shape_is_named_as_the_request_numbers_it(
-    app: FastAPI, sid: str, named: bool, fault: str
+    api: httpx.AsyncClient, sid: str, named: bool, fault: str
 ) -> None:
     """The system prompt and each tool result are chat messages of their own once translated:
     the error still names the request's turn."""
@@ -439,16 +430,14 @@ async def test_a_messages_turn_out_of_shape_is_named_as_the_request_numbers_it(
         ],
     }
     headers = {"x-api-key": "dev"} | ({"X-Precis-Session": sid} if named else {})
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        answer = await http.post("/v1/messages", json=body, headers=headers)
+    answer = await api.post("/v1/messages", json=body, headers=headers)
     assert answer.status_code == (400 if fault == "nul" else 413), answer.text
     assert answer.json()["error"]["message"].startswith("messages[4]"), answer.text
     assert not answer.json()["error"]["message"].startswith("messages[4]["), answer.text
 
 
 async def test_a_session_named_by_text_json_cannot_hold_is_named_by_its_hash(
-    app: FastAPI,
+    api: httpx.AsyncClient,
 ) -> None:
     """A lone surrogate in `metadata.session_id` (JSON escapes allow one): hashed into a
     session id like any name that is not one, never a server error."""
@@ -456,13 +445,11 @@ async def test_a_session_named_by_text_json_cannot_hold_is_named_by_its_hash(
         '{"model": "precis/offline", "metadata": {"session_id": "a\\ud800"},'
         ' "messages": [{"role": "user", "content": "hi"}]}'
     )
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        answer = await http.post(
-            "/v1/chat/completions",
-            content=text,
-            headers={"content-type": "application/json", "x-api-key": "dev"},
-        )
+    answer = await api.post(
+        "/v1/chat/completions",
+        content=text,
+        headers={"content-type": "application/json", "x-api-key": "dev"},
+    )
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-precis-session"].startswith("wire-")
 
@@ -486,19 +473,17 @@ async def test_a_session_named_by_text_json_cannot_hold_is_named_by_its_hash(
     ],
 )
 async def test_a_responses_field_of_the_wrong_type_is_refused_not_stored(
-    app: FastAPI, field: str, value: object
+    api: httpx.AsyncClient, field: str, value: object
 ) -> None:
     """A field the response keeps or echoes: a value OpenAI refuses is a 400 naming it, and
     never a stored response that says `"temperature": "hot"`."""
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as http:
-        before = (await http.get("/v1/sessions", params={"limit": 100})).json()
-        answer = await http.post(
-            "/v1/responses",
-            json={"model": OFFLINE_MODEL, "input": "hi", field: value},
-            headers={"x-api-key": "dev"},
-        )
-        after = (await http.get("/v1/sessions", params={"limit": 100})).json()
+    before = (await api.get("/v1/sessions", params={"limit": 100})).json()
+    answer = await api.post(
+        "/v1/responses",
+        json={"model": OFFLINE_MODEL, "input": "hi", field: value},
+        headers={"x-api-key": "dev"},
+    )
+    after = (await api.get("/v1/sessions", params={"limit": 100})).json()
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"].split(".")[0].split("[")[0] == field, answer.text
     assert after == before
