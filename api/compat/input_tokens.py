@@ -79,9 +79,8 @@ async def count(
                 db, summarization, start, None, budget, "openai"
             )
         stored = [dict(message) for message in loaded.context.messages]
-    messages = stored + own
-    tokens = count_messages(messages) + REPLY_PRIMING_TOKENS + (count_text(tools) if tools else 0)
-    texts = [content_text(message.get("content")) for message in messages] + [tools]
+    tokens = count_messages(stored) + own_tokens
+    texts = [content_text(message.get("content")) for message in stored + own] + [tools]
     counted = count_for_model(model, tokens, texts, ratio)
     return {"object": "response.input_tokens", "input_tokens": counted}
 
